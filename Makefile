@@ -1,0 +1,131 @@
+# kvbench: one entry point.
+#   make            build kvbench and the tests (CUDA parts when nvcc is found)
+#   make test       unit + GPU tests; ends with "N passed, N failed, N skipped"
+#   make check      kvbench check (CUDA vs reference; references only without a GPU)
+#   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
+#   make run        the main job: deps, build, check, bench (what can run on this machine)
+#   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
+#   make deps       install the Debian packages the build needs (or print the command)
+#   make ptxas      the compiler's resource report for every kernel (registers, smem, spills)
+#   make sass       SASS of the kernels into build/sass/
+#   make clean
+# Variables: NVCC (path or empty to build without CUDA), GENCODE (target architectures),
+#            FILTER (case filter for check/bench), TIER.
+
+CC      ?= gcc
+CXX     ?= g++
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+
+BUILD   := build
+OBJ     := $(BUILD)/obj
+GIT_REV := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+
+ifneq ($(strip $(NVCC)),)
+  HAVE_CUDA := 1
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CUDA_INC  := -I$(CUDA_HOME)/include
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -lrt -ldl -lpthread
+else
+  HAVE_CUDA := 0
+endif
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -DKVB_HAVE_CUDA=$(HAVE_CUDA) \
+            -DKVB_GIT_REV=\"$(GIT_REV)\" $(CUDA_INC)
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++17 -Wall -Wextra
+NVFLAGS  ?= -O3 -lineinfo
+NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -Xcompiler -Wall
+LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
+LDLIBS   := $(CUDA_LIBS) -lbenchmark -lstdc++ -lm
+
+REF_SRC     := $(wildcard reference/*.c)
+HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c))
+SHIM_SRC    := harness/gbench_shim.cc
+KERNEL_SRC  := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*.cu) harness/gpu_util.cu)
+
+REF_OBJ     := $(REF_SRC:%.c=$(OBJ)/%.o)
+HARNESS_OBJ := $(HARNESS_SRC:%.c=$(OBJ)/%.o) $(SHIM_SRC:%.cc=$(OBJ)/%.o)
+KERNEL_OBJ  := $(KERNEL_SRC:%.cu=$(OBJ)/%.o)
+LIB_OBJ     := $(REF_OBJ) $(HARNESS_OBJ) $(KERNEL_OBJ)
+
+KVBENCH     := $(BUILD)/bin/kvbench
+TEST_SRC    := $(wildcard tests/test_*.c)
+TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
+
+.PHONY: all test check bench run bundle deps ptxas sass clean
+all: $(KVBENCH) $(TEST_BIN)
+
+$(OBJ)/%.o: %.c $(wildcard reference/*.h harness/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(OBJ)/%.o: %.cc harness/gbench_shim.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libkvbench.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(KVBENCH): $(OBJ)/harness/main.o $(BUILD)/libkvbench.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(BUILD)/libkvbench.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ -lcmocka $(LDLIBS)
+
+$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# ---- running ----
+TIER   ?=
+FILTER ?=
+KV_ARGS = $(if $(TIER),--tier $(TIER)) $(FILTER)
+
+test: all
+	@bash tests/run_tests.sh $(BUILD)/bin
+
+check: $(KVBENCH)
+	$(KVBENCH) check $(KV_ARGS)
+
+RESULTS ?= results/local
+bench: $(KVBENCH)
+	@mkdir -p $(RESULTS)
+	$(KVBENCH) bench $(KV_ARGS) --json $(RESULTS)/bench.json --summary $(RESULTS)/summary.md
+
+run: deps all
+	@bash harness/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
+
+# ---- bundle for the GPU machine ----
+bundle: all
+	@bash harness/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
+
+# ---- dependencies ----
+DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PKGS))"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "deps: installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "deps: missing $$missing; install with:"; echo "  sudo apt-get update && sudo apt-get install -y $$missing"; exit 1; fi
+	@if [ -z "$(NVCC)" ]; then echo "deps: nvcc not found: building the CPU parts only (install the CUDA toolkit for the kernels)"; fi
+
+# ---- reading the compiler's output (no device needed) ----
+ptxas:
+	@for f in $(wildcard kernels/*.cu); do echo "== $$f"; $(NVCC) $(NVFLAGS) -Xptxas -v -c $$f -o /dev/null 2>&1 | grep -E "Compiling|registers|spill|smem" ; done
+
+sass: $(KERNEL_OBJ)
+	@mkdir -p $(BUILD)/sass
+	@for o in $(KERNEL_OBJ); do cuobjdump --dump-sass $$o > $(BUILD)/sass/$$(basename $$o .o).sass; done
+	@echo "SASS in $(BUILD)/sass/"
+
+clean:
+	rm -rf $(BUILD) bundle

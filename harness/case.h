@@ -1,0 +1,68 @@
+/* case.h: cases as data. A case is one line `kernel key=value ...` (spec README, "Cases").
+ *
+ * Each kernel declares its keys (kvb_param) in order; that order is the canonical order of the case
+ * id. The id holds every key of the kernel with its value (defaults filled in), so two spellings of
+ * one case have one id. `tier` and the tolerance keys (atol, rtol, l2) are not part of the id: they
+ * say how a case is run and judged, not what it computes.
+ */
+#ifndef KVB_CASE_H
+#define KVB_CASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVB_MAX_PARAMS 32
+#define KVB_ID_MAX 512
+
+typedef enum { KVB_P_INT, KVB_P_FLOAT, KVB_P_ENUM } kvb_ptype;
+
+typedef struct kvb_param {
+    const char *name;
+    kvb_ptype type;
+    double def;          /* default (for enums: index into `choices`) */
+    double lo, hi;       /* allowed range, inclusive (ints and floats) */
+    const char *choices; /* enums: "a|b|c" */
+    const char *help;
+} kvb_param;
+
+typedef enum { KVB_TIER_SMOKE = 1, KVB_TIER_CHECK = 2, KVB_TIER_BENCH = 4 } kvb_tier;
+
+struct kvb_op;
+
+typedef struct kvb_case {
+    const struct kvb_op *op;
+    double v[KVB_MAX_PARAMS]; /* one value per op param, in declaration order */
+    int tier;                 /* one of kvb_tier; 0 when the line gave none */
+    double atol, rtol, l2;    /* < 0: the op's default */
+    char id[KVB_ID_MAX];
+    char where[160];          /* "cases/x.cases:12" or "command line" */
+} kvb_case;
+
+/* Parse one case line. Returns 0, or KVB_EINVAL with kvb_last_error() naming the problem
+ * (prefixed with `where`). A blank or comment-only line returns KVB_CASE_BLANK and leaves *c
+ * untouched. */
+#define KVB_CASE_BLANK (-1)
+int kvb_case_parse(const char *line, const char *where, kvb_case *c);
+
+/* Value of a key by name (aborts on a name the op does not declare: a programming error). */
+double kvb_case_get(const kvb_case *c, const char *name);
+static inline int kvb_case_int(const kvb_case *c, const char *name) { return (int)kvb_case_get(c, name); }
+static inline int64_t kvb_case_i64(const kvb_case *c, const char *name) { return (int64_t)kvb_case_get(c, name); }
+const char *kvb_case_enum(const kvb_case *c, const char *name); /* the chosen enum string */
+
+/* A list of cases, loaded from files and the command line. */
+typedef struct kvb_case_list {
+    kvb_case *v;
+    int n, cap;
+} kvb_case_list;
+
+/* Load every `*.cases` file of a directory (sorted by name), or a single file. Any error stops
+ * the load and returns KVB_EINVAL: a suite with a malformed case line runs nothing. */
+int kvb_cases_load(kvb_case_list *list, const char *path);
+int kvb_cases_add(kvb_case_list *list, const kvb_case *c);
+void kvb_cases_free(kvb_case_list *list);
+
+const char *kvb_tier_name(int tier);
+int kvb_tier_parse(const char *s); /* 0 when unknown */
+
+#endif

@@ -1,0 +1,189 @@
+/* ceilings.c: see ceilings.h. */
+#include "ceilings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "timing.h"
+
+#if KVB_HAVE_CUDA
+#include <cublas_v2.h>
+
+#define CUBLAS_CHECK(call)                                                                  \
+    do {                                                                                    \
+        cublasStatus_t s_ = (call);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
+            fprintf(stderr, "kvbench: cuBLAS error %d in %s at %s:%d\n", (int)s_, #call,    \
+                    __FILE__, __LINE__);                                                    \
+            exit(3);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+typedef struct copy_ctx {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    cudaStream_t s;
+    int kind; /* 0 memcpy, 1 copy kernel */
+} copy_ctx;
+
+static void copy_work(void *p)
+{
+    copy_ctx *c = p;
+    if (c->kind == 0) KVB_CUDA(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDefault, c->s));
+    else kvb_copy_kernel(c->dst, c->src, c->bytes, c->s);
+}
+
+static double time_copy(void *dst, const void *src, size_t bytes, int kind, cudaStream_t s, int n)
+{
+    copy_ctx c = {dst, src, bytes, s, kind};
+    kvb_timed t = {NULL, copy_work, &c, s, 0};
+    return kvb_time_median(&t, n);
+}
+
+typedef struct gemm_ctx {
+    cublasHandle_t h;
+    int n;
+    void *a, *b, *c;
+} gemm_ctx;
+
+static void gemm_work(void *p)
+{
+    gemm_ctx *g = p;
+    float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->a, CUDA_R_16BF, g->n,
+                              g->b, CUDA_R_16BF, g->n, &zero, g->c, CUDA_R_16BF, g->n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+int kvb_ceilings_measure(kvb_ceilings *c)
+{
+    memset(c, 0, sizeof *c);
+    if (!kvb_gpu_available()) return KVB_EDEVICE;
+    cudaStream_t s = kvb_stream_create();
+    kvb_nvtx_push("ceilings");
+
+    c->d2d_bytes = (size_t)1 << 30; /* 1 GiB: far past L2 */
+    void *a = kvb_dmalloc(c->d2d_bytes), *b = kvb_dmalloc(c->d2d_bytes);
+    kvb_dmemset(a, 0x3C, c->d2d_bytes, s);
+    double t = time_copy(b, a, c->d2d_bytes, 0, s, 20);
+    c->d2d_memcpy_GBps = 2.0 * c->d2d_bytes / t * 1e-9;
+    t = time_copy(b, a, c->d2d_bytes, 1, s, 20);
+    c->d2d_kernel_GBps = 2.0 * c->d2d_bytes / t * 1e-9;
+
+    c->h2d_bytes = (size_t)256 << 20;
+    void *h = kvb_pinned_alloc(c->h2d_bytes);
+    memset(h, 0x3C, c->h2d_bytes);
+    t = time_copy(a, h, c->h2d_bytes, 0, s, 10);
+    c->h2d_memcpy_GBps = c->h2d_bytes / t * 1e-9;
+    t = time_copy(a, h, c->h2d_bytes, 1, s, 10);
+    c->h2d_zero_copy_GBps = c->h2d_bytes / t * 1e-9;
+    t = time_copy(h, a, c->h2d_bytes, 0, s, 10);
+    c->d2h_memcpy_GBps = c->h2d_bytes / t * 1e-9;
+    kvb_pinned_free(h);
+    kvb_dfree(a);
+    kvb_dfree(b);
+
+    /* bf16 GEMM on random (not zero) data: zeros run faster than real data */
+    gemm_ctx g = {0};
+    g.n = c->gemm_n = 8192;
+    size_t elems = (size_t)g.n * g.n;
+    kvb_bf16 *hb = malloc(elems * 2);
+    kvb_fill_bf16_uniform(hb, (int64_t)elems, 1, kvb_stream_of("gemm"), 0, -1.0, 1.0);
+    g.a = kvb_dmalloc(elems * 2);
+    g.b = kvb_dmalloc(elems * 2);
+    g.c = kvb_dmalloc(elems * 2);
+    kvb_h2d(g.a, hb, elems * 2, s);
+    kvb_h2d(g.b, hb, elems * 2, s);
+    kvb_sync(s);
+    free(hb);
+    CUBLAS_CHECK(cublasCreate(&g.h));
+    CUBLAS_CHECK(cublasSetStream(g.h, s));
+    gemm_work(&g); /* warm-up: heuristics, kernel load */
+    kvb_sync(s);
+    kvb_timed tg = {NULL, gemm_work, &g, s, 0};
+    t = kvb_time_median(&tg, 10);
+    c->bf16_mma_TFLOPs = 2.0 * g.n * (double)g.n * g.n / t * 1e-12;
+    CUBLAS_CHECK(cublasDestroy(g.h));
+    kvb_dfree(g.a), kvb_dfree(g.b), kvb_dfree(g.c);
+
+    kvb_nvtx_pop();
+    kvb_stream_destroy(s);
+    c->measured = 1;
+    return KVB_OK;
+}
+
+/* one pinned source and one device destination, grown as needed */
+static void *g_src, *g_dst, *g_dsrc;
+static size_t g_cap;
+static struct { size_t bytes; double h2d, d2d; } g_cache[64];
+static int g_ncache;
+
+static void ensure_buffers(size_t bytes)
+{
+    if (bytes <= g_cap) return;
+    kvb_pinned_free(g_src), kvb_dfree(g_dst), kvb_dfree(g_dsrc);
+    g_src = kvb_pinned_alloc(bytes);
+    memset(g_src, 0x3C, bytes);
+    g_dst = kvb_dmalloc(bytes);
+    g_dsrc = kvb_dmalloc(bytes);
+    g_cap = bytes;
+}
+
+static double contiguous(size_t bytes, int d2d)
+{
+    for (int i = 0; i < g_ncache; i++)
+        if (g_cache[i].bytes == bytes && (d2d ? g_cache[i].d2d : g_cache[i].h2d) > 0)
+            return d2d ? g_cache[i].d2d : g_cache[i].h2d;
+    ensure_buffers(bytes);
+    cudaStream_t s = kvb_stream_create();
+    double t = time_copy(g_dst, d2d ? g_dsrc : g_src, bytes, 0, s, 20);
+    kvb_stream_destroy(s);
+    int i = 0;
+    while (i < g_ncache && g_cache[i].bytes != bytes) i++;
+    if (i == g_ncache && g_ncache < 64) g_cache[g_ncache++] = (typeof(g_cache[0])){bytes, 0, 0};
+    if (i < 64) *(d2d ? &g_cache[i].d2d : &g_cache[i].h2d) = t;
+    return t;
+}
+
+double kvb_h2d_contiguous_seconds(size_t bytes) { return contiguous(bytes, 0); }
+double kvb_d2d_contiguous_seconds(size_t bytes) { return contiguous(bytes, 1); }
+
+#else
+int kvb_ceilings_measure(kvb_ceilings *c) { memset(c, 0, sizeof *c); return KVB_EDEVICE; }
+double kvb_h2d_contiguous_seconds(size_t bytes) { (void)bytes; return 0; }
+double kvb_d2d_contiguous_seconds(size_t bytes) { (void)bytes; return 0; }
+#endif
+
+void kvb_ceilings_print(const kvb_ceilings *c)
+{
+    if (!c->measured) {
+        printf("ceilings: not measured (no device)\n");
+        return;
+    }
+    printf("ceilings (this device, this run):\n");
+    printf("  device copy, cudaMemcpy D2D (%zu MiB, read+write) %8.1f GB/s\n", c->d2d_bytes >> 20, c->d2d_memcpy_GBps);
+    printf("  device copy, 16-byte copy kernel (read+write)    %8.1f GB/s\n", c->d2d_kernel_GBps);
+    printf("  host to device, cudaMemcpy pinned (%zu MiB)       %8.1f GB/s\n", c->h2d_bytes >> 20, c->h2d_memcpy_GBps);
+    printf("  host to device, kernel reading pinned (zero-copy)  %8.1f GB/s\n", c->h2d_zero_copy_GBps);
+    printf("  device to host, cudaMemcpy pinned                  %8.1f GB/s\n", c->d2h_memcpy_GBps);
+    printf("  bf16 GEMM, cuBLAS %dx%dx%d, fp32 accumulate      %8.1f TFLOP/s\n", c->gemm_n, c->gemm_n, c->gemm_n,
+           c->bf16_mma_TFLOPs);
+}
+
+void kvb_ceilings_json(const kvb_ceilings *c, kvb_json *j)
+{
+    kvb_json_obj(j, "ceilings");
+    kvb_json_bool(j, "measured", c->measured);
+    kvb_json_num(j, "d2d_memcpy_GBps", c->d2d_memcpy_GBps);
+    kvb_json_num(j, "d2d_kernel_GBps", c->d2d_kernel_GBps);
+    kvb_json_num(j, "h2d_memcpy_GBps", c->h2d_memcpy_GBps);
+    kvb_json_num(j, "h2d_zero_copy_GBps", c->h2d_zero_copy_GBps);
+    kvb_json_num(j, "d2h_memcpy_GBps", c->d2h_memcpy_GBps);
+    kvb_json_num(j, "bf16_mma_TFLOPs", c->bf16_mma_TFLOPs);
+    kvb_json_int(j, "d2d_bytes", (long long)c->d2d_bytes);
+    kvb_json_int(j, "h2d_bytes", (long long)c->h2d_bytes);
+    kvb_json_int(j, "gemm_n", c->gemm_n);
+    kvb_json_close(j);
+}

@@ -1,0 +1,120 @@
+/* compare.c: see compare.h. */
+#include "compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void reset(kvb_cmp_result *r, kvb_cmp_kind kind)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}
+
+static void note_bad(kvb_cmp_result *r, int64_t index, double out, double ref)
+{
+    if (r->n_first < KVB_MAX_MISMATCHES) r->first[r->n_first++] = (kvb_mismatch){index, out, ref};
+    r->n_bad++;
+}
+
+static int slice_on(const uint8_t *mask, int64_t slice_len, int64_t i)
+{
+    return !mask || mask[i / slice_len];
+}
+
+void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                       const uint8_t *mask, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_EXACT);
+    size_t es = kvb_dtype_size(t);
+    const uint8_t *o = out, *f = ref;
+    for (int64_t i = 0; i < n; i++) {
+        if (!slice_on(mask, slice_len, i)) continue;
+        r->n_checked++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(out, t, i)) &&
+            isfinite(kvb_load_as_double(ref, t, i)))
+            r->n_nonfinite++;
+        if (memcmp(o + (size_t)i * es, f + (size_t)i * es, es) != 0) {
+            double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
+            note_bad(r, i, a, b);
+            if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
+        }
+    }
+    r->tol_used = r->n_bad ? 1.0 : 0.0;
+    r->pass = r->n_bad == 0;
+}
+
+void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
+                       int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_FLOAT);
+    double err2 = 0, ref2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!slice_on(mask, slice_len, i)) continue;
+        r->n_checked++;
+        double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
+        if (!isfinite(a) || !isfinite(b)) {
+            /* a non-finite reference must be matched exactly (same inf, or NaN for NaN) */
+            int same = (isnan(a) && isnan(b)) || a == b;
+            if (!isfinite(a) && isfinite(b)) r->n_nonfinite++;
+            if (!same) note_bad(r, i, a, b);
+            continue;
+        }
+        double e = fabs(a - b), lim = tol.atol + tol.rtol * fabs(b);
+        if (e > r->max_abs) r->max_abs = e;
+        double used = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0);
+        if (used > r->tol_used) r->tol_used = used;
+        if (e > lim) note_bad(r, i, a, b);
+        err2 += e * e;
+        ref2 += b * b;
+    }
+    r->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    r->pass = r->n_bad == 0 && r->rel_l2 <= tol.l2;
+}
+
+static int cmp_desc_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                          kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                          kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_INDEXSET);
+    double *sel = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
+    for (int64_t row = 0; row < rows; row++) {
+        const int32_t *o = out_idx + row * k, *f = ref_idx + row * k;
+        r->n_checked += k;
+        int ok = 1;
+        for (int64_t i = 0; i < k && ok; i++) { /* strictly ascending, in range */
+            if (o[i] < 0 || o[i] >= n || (i > 0 && o[i] <= o[i - 1])) {
+                ok = 0;
+                note_bad(r, row, o[i], f[i]);
+            }
+        }
+        if (!ok) continue;
+        if (memcmp(o, f, sizeof(int32_t) * (size_t)k) == 0) continue; /* equal sets */
+        /* tie-tolerant: k-th reference score and sums */
+        double ref_sum = 0, out_sum = 0;
+        for (int64_t i = 0; i < k; i++) {
+            sel[i] = kvb_load_as_double(scores, score_type, row * n + f[i]);
+            ref_sum += sel[i];
+        }
+        qsort(sel, (size_t)k, sizeof(double), cmp_desc_double);
+        double kth = sel[k - 1];
+        for (int64_t i = 0; i < k; i++) {
+            double s = kvb_load_as_double(scores, score_type, row * n + o[i]);
+            out_sum += s;
+            if (!(s >= kth - tol)) ok = 0;
+        }
+        if (!(fabs(out_sum - ref_sum) <= tol)) ok = 0;
+        double d = fabs(out_sum - ref_sum);
+        if (d > r->max_abs) r->max_abs = d;
+        if (tol > 0 && d / tol > r->tol_used) r->tol_used = d / tol;
+        if (!ok) note_bad(r, row, out_sum, ref_sum);
+    }
+    free(sel);
+    r->pass = r->n_bad == 0;
+}

@@ -1,0 +1,55 @@
+/* compare.h: the comparison rules of the spec (README, "Comparing CUDA output with the reference").
+ *
+ * Every comparison reports: max abs error, the largest fraction of the tolerance used at one
+ * element ("% of tolerance used"), relative L2 error, the count of non-finite outputs, and the
+ * first mismatches with their indices.
+ *   exact    data movement: bit-exact; % of tolerance is 0 or 100
+ *   float    |out - ref| <= atol + rtol*|ref| per element, and rel L2 <= l2; NaN/Inf where the
+ *            reference is finite fails
+ *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
+ *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of
+ *            the reference top-k sum; the list must be strictly ascending
+ * An optional slice mask restricts the comparison to the slices where the reference was computed
+ * (sampled references of large cases).
+ */
+#ifndef KVB_COMPARE_H
+#define KVB_COMPARE_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+typedef enum { KVB_CMP_NONE, KVB_CMP_EXACT, KVB_CMP_FLOAT, KVB_CMP_INDEXSET } kvb_cmp_kind;
+
+typedef struct kvb_tol {
+    double atol, rtol, l2;
+} kvb_tol;
+
+#define KVB_MAX_MISMATCHES 8
+
+typedef struct kvb_mismatch {
+    int64_t index; /* flat element index (indexset: row) */
+    double out, ref;
+} kvb_mismatch;
+
+typedef struct kvb_cmp_result {
+    kvb_cmp_kind kind;
+    int64_t n_checked, n_bad, n_nonfinite;
+    double max_abs, tol_used, rel_l2; /* tol_used: max over elements of |err| / (atol + rtol|ref|) */
+    int n_first;
+    kvb_mismatch first[KVB_MAX_MISMATCHES];
+    int pass;
+} kvb_cmp_result;
+
+/* mask: NULL, or one byte per slice of slice_len elements (1 = compare this slice). */
+void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                       const uint8_t *mask, kvb_cmp_result *r);
+void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
+                       int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r);
+
+/* out_idx, ref_idx: [rows, k] int32; scores: [rows, n] reference scores (fp32 or fp64). */
+void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                          kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                          kvb_cmp_result *r);
+
+#endif

@@ -1,0 +1,41 @@
+/* gbench_shim.h: C interface to Google Benchmark (the shim is the project's only C++).
+ *
+ * One benchmark per case, manual time (each sample is a CUDA-event time from timing.h). The C side
+ * prepares a case once (setup, validation, warm-up) before its first timed loop, validates again
+ * and computes counters after each timed loop, and releases it after its last. Counters include
+ * median, min, max and noise of the samples of the reported loop; rates are computed from the
+ * median, not from Google Benchmark's mean.
+ */
+#ifndef KVB_GBENCH_SHIM_H
+#define KVB_GBENCH_SHIM_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvb_counter {
+    char name[40];
+    double value;
+} kvb_counter;
+
+#define KVB_MAX_COUNTERS 24
+
+typedef struct kvb_bench {
+    const char *name; /* the case id */
+    void *ctx;
+    int (*prepare)(void *ctx);   /* 0, or non-zero with kvb_last_error() set */
+    double (*iterate)(void *ctx); /* one timed sample, seconds */
+    int (*finish)(void *ctx, const double *samples, int n, kvb_counter *out, int *n_out);
+    void (*release)(void *ctx);
+} kvb_bench;
+
+void kvb_gbench_context(const char *key, const char *value);
+void kvb_gbench_add(const kvb_bench *b);
+/* argv holds only --benchmark_* flags (and argv[0]); returns the number of benchmarks that
+ * reported an error. */
+int kvb_gbench_run(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

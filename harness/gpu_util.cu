@@ -1,0 +1,98 @@
+// gpu_util.cu: the harness's own device code: L2 flush, the blocking kernel used for timing, and
+// the plain copy kernels the ceilings measure. Exposed to C through gpu.h.
+#include <cstdint>
+#include <cstdio>
+
+extern "C" {
+#include "gpu.h"
+}
+
+static void *g_flush_buf;
+static size_t g_flush_bytes;
+
+extern "C" void kvb_l2_flush(cudaStream_t s)
+{
+    if (!g_flush_buf) {
+        int l2 = 0;
+        KVB_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+        g_flush_bytes = 2 * (size_t)l2; // writing twice the L2 evicts every line the case left there
+        KVB_CUDA(cudaMalloc(&g_flush_buf, g_flush_bytes));
+    }
+    KVB_CUDA(cudaMemsetAsync(g_flush_buf, 0, g_flush_bytes, s));
+}
+
+// ---- blocking kernel ----
+// Spins until the host sets *release, or gives up after a timeout (so a host that never releases
+// cannot hang the device) and records that it did, which makes the measurement suspect.
+static volatile int32_t *g_flag; // pinned, mapped: [0] release, [1] timed out
+
+__global__ void block_stream_kernel(volatile int32_t *flag, uint64_t timeout_ns)
+{
+    uint64_t start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while (flag[0] == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start > timeout_ns) {
+            flag[1] = 1;
+            break;
+        }
+        __nanosleep(500);
+    }
+}
+
+extern "C" void kvb_stream_block(cudaStream_t s)
+{
+    if (!g_flag) KVB_CUDA(cudaHostAlloc((void **)&g_flag, 2 * sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    if (g_flag[1]) {
+        fprintf(stderr, "kvbench: warning: the blocking kernel timed out before the host released it; "
+                        "that timing includes host enqueue time\n");
+        g_flag[1] = 0;
+    }
+    g_flag[0] = 0;
+    block_stream_kernel<<<1, 1, 0, s>>>(g_flag, 2000000000ull /* 2 s */);
+    KVB_CUDA_LAUNCHED();
+}
+
+extern "C" void kvb_stream_release(void)
+{
+    if (g_flag) g_flag[0] = 1;
+}
+
+// ---- copy kernels for the ceilings ----
+// Grid-stride 16-byte copies with several loads in flight per thread. bytes must be a multiple of 16.
+__global__ void copy16_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, size_t n16)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+        dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+    }
+    for (; i < n16; i += stride) dst[i] = src[i];
+}
+
+static void launch_copy16(void *dst, const void *src, size_t bytes, cudaStream_t s)
+{
+    if (bytes % 16) {
+        fprintf(stderr, "kvbench: copy kernel needs a multiple of 16 bytes, got %zu\n", bytes);
+        exit(2);
+    }
+    int sms = 0;
+    KVB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    size_t n16 = bytes / 16;
+    size_t blocks = (n16 + 1023) / 1024;
+    if (blocks > (size_t)sms * 8) blocks = (size_t)sms * 8;
+    if (blocks == 0) blocks = 1;
+    copy16_kernel<<<(unsigned)blocks, 512, 0, s>>>((uint4 *)dst, (const uint4 *)src, n16);
+    KVB_CUDA_LAUNCHED();
+}
+
+extern "C" void kvb_copy_kernel(void *dst, const void *src, size_t bytes, cudaStream_t s)
+{
+    launch_copy16(dst, src, bytes, s);
+}
+
+extern "C" void kvb_read_host_kernel(void *dst, const void *src_pinned, size_t bytes, cudaStream_t s)
+{
+    launch_copy16(dst, src_pinned, bytes, s); // the same kernel; the source is mapped host memory
+}

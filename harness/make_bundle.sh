@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# make_bundle.sh OUT BINARY...: a relocatable folder for a GPU machine without Debian packages:
+#   OUT/bin   the binaries (rpath $ORIGIN/../lib, then /usr/local/cuda/lib64 for cuBLAS)
+#   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, ...)
+#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh
+# The CUDA driver and cuBLAS come from the GPU machine (cuBLAS is too large to carry).
+set -eu
+out=$1
+shift
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/tests"
+cp "$@" "$out/bin/"
+cp -r cases "$out/cases"
+cp tests/run_tests.sh tests/cli_test.sh "$out/tests/"
+cp harness/gpu_round.sh "$out/"
+skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
+for b in "$@"; do
+    ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+        if ! grep -qE "$skip" <<<"$name"; then cp -Ln "$path" "$out/lib/$name" 2>/dev/null || true; fi
+    done
+done
+if command -v patchelf >/dev/null; then
+    for l in "$out"/lib/*; do patchelf --set-rpath '$ORIGIN' "$l"; done
+fi
+du -sh "$out" | sed 's/^/bundle: /'
+ls "$out/lib"

@@ -1,0 +1,133 @@
+/* op.h: what a kernel brings to the harness (one kvb_op, registered in registry.c), and the state of
+ * one case while it runs (kvb_run).
+ *
+ * An op declares its keys and its implementations, builds its inputs and reference outputs as named
+ * tensors (setup), and enqueues one launch of the chosen implementation (launch). Everything else is
+ * generic: device buffers, uploads, poisoning, restoring in-place state before every launch,
+ * comparison, .npy dumps, timing, JSON, NVTX.
+ */
+#ifndef KVB_OP_H
+#define KVB_OP_H
+
+#include "case.h"
+#include "compare.h"
+#include "gpu.h"
+#include "tensor.h"
+
+#define KVB_MAX_TENSORS 24
+#define KVB_MAX_DIMS 6
+
+typedef enum {
+    KVB_IN = 1,      /* uploaded once, read by the launch */
+    KVB_OUT = 2,     /* poisoned before every launch, compared with t->ref */
+    KVB_INOUT = 3,   /* restored from t->h before every launch, compared with t->ref */
+    KVB_SCRATCH = 4, /* device-only workspace, zeroed once, never compared */
+} kvb_role;
+
+enum {
+    KVB_T_HOST_MAPPED = 1, /* IN tensor read by the kernel in place from pinned host memory */
+    KVB_T_NO_DUMP = 2,     /* too large or uninteresting for --dump */
+};
+
+typedef struct kvb_tensor {
+    char name[32];
+    kvb_dtype dtype;
+    int ndim;
+    int64_t shape[KVB_MAX_DIMS];
+    int64_t n; /* elements */
+    int role, flags;
+    void *h;      /* host: the input, or the initial contents of an INOUT tensor */
+    void *ref;    /* host: the reference result (OUT, INOUT) */
+    void *out;    /* host: what the device produced, downloaded for comparison */
+    void *d;      /* device buffer (the mapped host pointer for KVB_T_HOST_MAPPED) */
+    void *d_init; /* INOUT: device copy of h, restored before each launch */
+    kvb_cmp_kind cmp;
+    kvb_tol tol;
+    int64_t slice_len;         /* elements per slice, for a sampled reference */
+    const uint8_t *slice_mask; /* NULL: the reference covers every element */
+    int host_owned;            /* h was allocated by the harness (freed with the run) */
+} kvb_tensor;
+
+/* Bytes and FLOPs of one launch, and what bounds it. */
+typedef enum { KVB_CEIL_NONE, KVB_CEIL_H2D, KVB_CEIL_D2D, KVB_CEIL_MMA } kvb_ceiling_kind;
+
+typedef struct kvb_cost {
+    double bytes_h2d;  /* bytes that must cross from host memory */
+    double bytes_dev;  /* device-memory bytes read + written, each once (the floor) */
+    double flops;
+    kvb_ceiling_kind ceiling; /* the ceiling the time is stated against */
+    double goal_us;    /* the goal for this case, if it has one (<= 0: none) */
+    const char *goal_text;
+} kvb_cost;
+
+typedef struct kvb_ceilings kvb_ceilings; /* measured device ceilings (ceilings.h) */
+
+typedef struct kvb_run {
+    const kvb_case *c;
+    const struct kvb_op *op;
+    uint64_t seed;
+    kvb_tensor t[KVB_MAX_TENSORS];
+    int nt;
+    void *priv;        /* op-private state */
+    int on_gpu;        /* device buffers exist */
+    cudaStream_t stream, stream2;
+    const kvb_ceilings *ceil;
+    char note[256];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
+} kvb_run;
+
+typedef struct kvb_op {
+    const char *name;    /* the kernel name in case lines */
+    const char *family;  /* kernels/<family>.cu, reference/<family>.c */
+    const char *summary;
+    const kvb_param *params;
+    int n_params;
+    const char *wall_timed_impls; /* impls whose cost includes host work: timed on the wall clock of an
+                                     idle stream rather than behind a blocking kernel ("" = none) */
+    kvb_tol tol;                  /* default tolerances for floating outputs */
+    int (*validate)(const kvb_case *c);               /* cross-key checks, via kvb_fail */
+    size_t (*host_pool_bytes)(const kvb_case *c);     /* pinned host pool this case needs (or NULL) */
+    int (*setup)(kvb_run *r);                         /* host inputs, tensors, reference outputs */
+    int (*ref_check)(kvb_run *r);                     /* invariants of the reference result (or NULL) */
+    int (*gpu_setup)(kvb_run *r);                     /* op-private device state (or NULL) */
+    int (*launch)(kvb_run *r);                        /* enqueue one launch on r->stream */
+    void (*cost)(const kvb_run *r, kvb_cost *cost);
+    void (*teardown)(kvb_run *r);                     /* free op-private state (or NULL) */
+} kvb_op;
+
+/* registry.c */
+const kvb_op *kvb_op_find(const char *name);
+int kvb_op_count(void);
+const kvb_op *kvb_op_at(int i);
+
+/* run.c: tensors and the generic device lifecycle */
+kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, const int64_t *shape,
+                           int role);
+kvb_tensor *kvb_run_find(kvb_run *r, const char *name);
+int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil);
+int kvb_run_gpu_setup(kvb_run *r);  /* allocate, upload, op gpu_setup */
+int kvb_run_reset(kvb_run *r);      /* restore INOUT, poison OUT (async on r->stream) */
+int kvb_run_launch(kvb_run *r);     /* op launch + launch-error check */
+int kvb_run_download(kvb_run *r);   /* sync, then copy OUT/INOUT tensors into t->out */
+void kvb_run_teardown(kvb_run *r);
+const char *kvb_run_impl(const kvb_run *r); /* the case's impl= value, or "kernel" */
+
+/* The comparison of every OUT / INOUT tensor of a run with its reference. */
+typedef struct kvb_verdict {
+    int n;
+    char name[KVB_MAX_TENSORS][32];
+    kvb_cmp_result res[KVB_MAX_TENSORS];
+    int pass;
+} kvb_verdict;
+void kvb_run_compare(kvb_run *r, kvb_verdict *v);  /* compare the downloaded outputs */
+int kvb_run_validate(kvb_run *r, kvb_verdict *v); /* reset, launch once, download, compare */
+int kvb_run_wall_timed(const kvb_run *r);
+
+/* A pinned host buffer reused across cases (the host-resident KV of the gather cases is gigabytes).
+ * Contents are a pure function of (tag, seed, byte offset), so a later case with the same tag and
+ * seed finds its first *valid bytes already filled and fills only the rest, then calls
+ * kvb_host_pool_set_valid(). Without a device it is ordinary host memory. */
+void *kvb_host_pool(size_t bytes, const char *tag, uint64_t seed, size_t *valid);
+void kvb_host_pool_set_valid(size_t bytes);
+void kvb_host_pool_release(void);
+
+#endif

@@ -1,0 +1,20 @@
+/* ops.h: helpers the kernel families' ops files export (used by tests too). */
+#ifndef KVB_OPS_H
+#define KVB_OPS_H
+
+#include <stdint.h>
+
+/* Seeded chunk ids of one ShadowKV step for `rows` (b, h) rows: old tags (n_old valid ids, the
+ * rest -1, shuffled) and new ids (n_hit of the valid old ids plus M - n_hit ids not in old,
+ * shuffled), all drawn from [0, n_ids). */
+void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old, int n_hit, int32_t *old_ids,
+                       int32_t *new_ids);
+
+/* Check what index_scan promises (gather_copy.md), independently of how it is computed: hits are
+ * exactly the old ids found in new, listed by strictly ascending old slot with offsets[i] >= i;
+ * misses are exactly the new ids not in old, strictly ascending; cached_after[i] is the id held by
+ * slot i. Returns KVB_OK or KVB_EINVAL naming the first violation. */
+int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, const int32_t *cached_after,
+                              const int32_t *offsets, const int32_t *cnts, int rows, int M);
+
+#endif

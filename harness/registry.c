@@ -1,0 +1,22 @@
+/* registry.c: every kernel the harness knows. Adding a kernel: one file in kernels/, one in
+ * reference/, one ops file here with its kvb_op, one line below, one case file. */
+#include <string.h>
+
+#include "op.h"
+
+extern const kvb_op op_index_scan, op_gather_copy, op_gather_copy_d2d, op_gather_copy_all, op_gather_step,
+    op_packed_load;
+
+static const kvb_op *const g_ops[] = {
+    &op_index_scan, &op_gather_copy, &op_gather_copy_d2d, &op_gather_copy_all, &op_gather_step, &op_packed_load,
+};
+
+int kvb_op_count(void) { return (int)(sizeof g_ops / sizeof g_ops[0]); }
+const kvb_op *kvb_op_at(int i) { return g_ops[i]; }
+
+const kvb_op *kvb_op_find(const char *name)
+{
+    for (int i = 0; i < kvb_op_count(); i++)
+        if (!strcmp(g_ops[i]->name, name)) return g_ops[i];
+    return NULL;
+}

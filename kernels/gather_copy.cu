@@ -1,0 +1,414 @@
+// gather_copy.cu: index_scan, gather_copy, gather_copy_d2d, gather_copy_all, packed_load.
+//
+// Napkin math (ShadowKV Llama-3-8B decode, Hkv=8, c=8, D=128: 2 KB chunks, M=256 slots):
+//   per (b, h) 256 chunks = 512 KB; at 60% hits, 154 hits (device) and 102 misses (host).
+//   B=8: misses 13.4 MB over PCIe at ~55 GB/s = ~240 us; hits 20 MB read + 20 MB written at
+//   ~3.5 TB/s = ~11 us. The step is PCIe-bound: the miss path must keep enough bytes in flight to
+//   saturate the link (~55 GB/s x ~2 us latency = ~110 KB), and the hit moves should hide under it.
+//
+// Design:
+// - misses are read by the SMs straight from pinned host memory (zero-copy), 16-byte loads, 8 per
+//   thread in flight: 32 KB per block, far more than the link needs;
+// - the hit compaction is in place (slot i <- slot offsets[i], offsets[i] >= i). A block owns a
+//   range of slots; it first reads every source of its range (hits from the buffer, misses from the
+//   host) into shared memory, publishes "my reads are done", waits until every earlier block of the
+//   same (b, h) has published, then writes. A slot can only be read by a hit with a lower index
+//   (offsets[h] >= h), i.e. by the same or an earlier block, so no write lands before the read it
+//   would clobber. Blocks take their range from an atomic ticket, so every block waited on is
+//   already running (no dependence on the hardware's block order; the decoupled look-back trick).
+//   Hits and PCIe misses of all (b, h) overlap in one launch, with no temporary buffer.
+#include <climits>
+#include <cstdint>
+
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "gather_copy.h"
+
+#define CUDA_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return kvb_fail(KVB_EDEVICE, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+// ------------------------------------------------------------------------------------------------
+// index_scan
+// ------------------------------------------------------------------------------------------------
+
+constexpr int SCAN_THREADS = 256;
+
+__device__ __forceinline__ bool sorted_contains(const int32_t *a, int n, int32_t key)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (a[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && a[lo] == key;
+}
+
+// One block per (b, h). Items are in the blocked arrangement: thread t holds slots t*IPT .. +IPT-1.
+// Both id lists are radix-sorted in shared memory; membership is a binary search; hit and miss
+// positions come from two block-wide exclusive scans (hits in old-slot order, misses in id order).
+template <int IPT>
+__global__ void __launch_bounds__(SCAN_THREADS)
+index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int32_t *offsets, int32_t *cnts, int M)
+{
+    using Sort = cub::BlockRadixSort<int32_t, SCAN_THREADS, IPT>;
+    using Scan = cub::BlockScan<int32_t, SCAN_THREADS>;
+    __shared__ union {
+        typename Sort::TempStorage sort;
+        typename Scan::TempStorage scan;
+    } tmp;
+    extern __shared__ int32_t sorted_ids[]; // [new sorted | old sorted], SCAN_THREADS*IPT each
+    int32_t *new_sorted = sorted_ids, *old_sorted = sorted_ids + SCAN_THREADS * IPT;
+
+    const int64_t row = (int64_t)blockIdx.x * M;
+    const int t = threadIdx.x;
+    int32_t old_mine[IPT], keys[IPT];
+#pragma unroll
+    for (int i = 0; i < IPT; i++) {
+        int j = t * IPT + i;
+        keys[i] = j < M ? new_ids[row + j] : INT_MAX; // padding sorts last, past the first M
+        old_mine[i] = j < M ? cached_ids[row + j] : INT_MAX;
+    }
+    Sort(tmp.sort).Sort(keys);
+#pragma unroll
+    for (int i = 0; i < IPT; i++) new_sorted[t * IPT + i] = keys[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < IPT; i++) keys[i] = old_mine[i];
+    Sort(tmp.sort).Sort(keys);
+#pragma unroll
+    for (int i = 0; i < IPT; i++) old_sorted[t * IPT + i] = keys[i];
+    __syncthreads();
+
+    int32_t hit[IPT], miss[IPT], hit_pos[IPT], miss_pos[IPT], n_hit, n_miss;
+#pragma unroll
+    for (int i = 0; i < IPT; i++) {
+        int j = t * IPT + i;
+        hit[i] = j < M && old_mine[i] >= 0 && sorted_contains(new_sorted, M, old_mine[i]);
+        miss[i] = j < M && !sorted_contains(old_sorted, M, new_sorted[j]);
+    }
+    Scan(tmp.scan).ExclusiveSum(hit, hit_pos, n_hit);
+    __syncthreads();
+    Scan(tmp.scan).ExclusiveSum(miss, miss_pos, n_miss);
+    // Every read of cached_ids happened before the first barrier, so the in-place update is safe.
+#pragma unroll
+    for (int i = 0; i < IPT; i++) {
+        int j = t * IPT + i;
+        if (hit[i]) {
+            offsets[row + hit_pos[i]] = j;
+            cached_ids[row + hit_pos[i]] = old_mine[i];
+        }
+        if (miss[i]) {
+            int p = n_hit + miss_pos[i];
+            offsets[row + p] = new_sorted[j];
+            cached_ids[row + p] = new_sorted[j];
+        }
+    }
+    if (t == 0) cnts[blockIdx.x] = n_hit;
+}
+
+template <int IPT>
+static int launch_index_scan(int32_t *cached, const int32_t *fresh, int32_t *offsets, int32_t *cnts, int rows,
+                             int M, cudaStream_t s)
+{
+    size_t smem = 2 * sizeof(int32_t) * SCAN_THREADS * IPT;
+    CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    index_scan_kernel<IPT><<<rows, SCAN_THREADS, smem, s>>>(cached, fresh, offsets, cnts, M);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+extern "C" int index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *offsets, int32_t *cnts, int B,
+                          int Hkv, int M, cudaStream_t stream)
+{
+    if (B < 1 || B > 1024) return kvb_fail(KVB_EINVAL, "index_scan: B=%d out of range [1, 1024]", B);
+    if (Hkv < 1 || Hkv > 256) return kvb_fail(KVB_EINVAL, "index_scan: Hkv=%d out of range [1, 256]", Hkv);
+    if (M < 1 || M > GATHER_MAX_M) return kvb_fail(KVB_EINVAL, "index_scan: M=%d out of range [1, %d]", M, GATHER_MAX_M);
+    if (!cached_ids || !new_ids || !offsets || !cnts) return kvb_fail(KVB_EINVAL, "index_scan: a NULL pointer argument");
+    int rows = B * Hkv;
+    if (M <= SCAN_THREADS * 1) return launch_index_scan<1>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 2) return launch_index_scan<2>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 4) return launch_index_scan<4>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 8) return launch_index_scan<8>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    return launch_index_scan<16>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+}
+
+// ------------------------------------------------------------------------------------------------
+// gather_copy, gather_copy_d2d, gather_copy_all
+// ------------------------------------------------------------------------------------------------
+
+constexpr int GC_THREADS = 256;
+constexpr int GC_STAGE_BYTES = 32 * 1024; // bytes staged per block: sets the slots per block
+constexpr int GC_MAX_SLOTS = 64;          // slots per block, at most (tiny chunks)
+constexpr int GC_UNROLL = 8;              // 16-byte loads in flight per thread
+
+struct GatherWorkspace {
+    unsigned ticket; // next block ticket
+    unsigned done;   // blocks finished in this launch
+    unsigned epoch;  // launches completed; flags hold epoch + 1 once a block's reads are done
+    unsigned pad;
+    unsigned flags[1];
+};
+
+static int slots_per_block(const gather_layout *g)
+{
+    int64_t r = GC_STAGE_BYTES / gather_chunk_bytes(g);
+    if (r < 1) r = 1;
+    if (r > GC_MAX_SLOTS) r = GC_MAX_SLOTS;
+    if (r > g->M) r = g->M;
+    return (int)r;
+}
+
+struct GatherArgs {
+    const uint4 *host;     // Vh (pinned host) or nullptr
+    uint4 *buf;            // Vbuf / Kbuf
+    const int32_t *offsets;
+    const int32_t *cnts;   // nullptr: every slot is a miss (gather_copy_all)
+    GatherWorkspace *ws;
+    int M, slots, nblk, chunk16;
+    int64_t buf_row16;     // NB*D/8: uint4 per (b, h) row of the buffer
+    int64_t sparse16;      // sparse_start*D/8
+    int64_t host_row16;    // host_stride * chunk16
+};
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release(unsigned *p, unsigned v)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// HITS: slots below cnts[bh] move inside the buffer (ordered, see the file comment).
+// MISSES: slots from cnts[bh] on are read from the host.
+template <bool HITS, bool MISSES>
+__global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
+{
+    extern __shared__ uint4 stage[];
+    __shared__ const uint4 *src[GC_MAX_SLOTS];
+    __shared__ unsigned s_ticket, s_epoch;
+    const int t = threadIdx.x;
+
+    unsigned ticket = blockIdx.x;
+    if (HITS) {
+        if (t == 0) {
+            s_ticket = atomicAdd(&a.ws->ticket, 1u);
+            s_epoch = *(volatile unsigned *)&a.ws->epoch;
+        }
+        __syncthreads();
+        ticket = s_ticket;
+    }
+    const int64_t bh = ticket / a.nblk;
+    const int blk = ticket % a.nblk;
+    const int first = blk * a.slots;
+    const int n = min(a.slots, a.M - first);
+    const int cnt = HITS ? a.cnts[bh] : 0;
+    const int32_t *off = a.offsets + bh * a.M;
+    uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
+
+    if (t < n) {
+        int i = first + t;
+        const uint4 *p = nullptr;
+        if (i < cnt) {
+            int s = off[i];
+            if (s != i) p = row + (int64_t)s * a.chunk16; // a hit onto itself needs no move
+        } else if (MISSES) {
+            p = a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
+        }
+        src[t] = p;
+    }
+    __syncthreads();
+
+    const int total = n * a.chunk16;
+    for (int base = t; base < total; base += GC_UNROLL * GC_THREADS) {
+        uint4 v[GC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GC_UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) {
+                int s = w / a.chunk16;
+                if (src[s]) v[u] = src[s][w - s * a.chunk16];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GC_UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) {
+                int s = w / a.chunk16;
+                if (!src[s]) continue;
+                if (HITS) stage[w] = v[u];
+                else row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = v[u];
+            }
+        }
+    }
+    if (!HITS) return;
+
+    __syncthreads(); // every read of this block is complete
+    const unsigned mark = s_epoch + 1;
+    unsigned *flags = a.ws->flags + bh * a.nblk;
+    bool writes = false;
+    for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
+    if (t < 32) {
+        if (t == 0) {
+            __threadfence();
+            store_release(&flags[blk], mark);
+        }
+        // a block that writes waits until every earlier block of its (b, h) has read its sources
+        if (writes)
+            for (int b = t; b < blk; b += 32)
+                while (load_acquire(&flags[b]) != mark) __nanosleep(64);
+        __syncwarp();
+    }
+    __syncthreads();
+    for (int w = t; w < total; w += GC_THREADS) {
+        int s = w / a.chunk16;
+        if (src[s]) row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = stage[w];
+    }
+    if (t == 0) {
+        __threadfence();
+        if (atomicAdd(&a.ws->done, 1u) == gridDim.x - 1) { // the last block resets for the next launch
+            a.ws->ticket = 0;
+            a.ws->done = 0;
+            __threadfence();
+            *(volatile unsigned *)&a.ws->epoch = s_epoch + 1;
+        }
+    }
+}
+
+static GatherArgs make_args(const kvb_bf16 *host, kvb_bf16 *buf, const int32_t *offsets, const int32_t *cnts,
+                            const gather_layout *g, void *ws)
+{
+    GatherArgs a;
+    a.host = (const uint4 *)host;
+    a.buf = (uint4 *)buf;
+    a.offsets = offsets;
+    a.cnts = cnts;
+    a.ws = (GatherWorkspace *)ws;
+    a.M = g->M;
+    a.slots = slots_per_block(g);
+    a.nblk = (g->M + a.slots - 1) / a.slots;
+    a.chunk16 = (int)(gather_chunk_bytes(g) / 16);
+    a.buf_row16 = (int64_t)g->NB * g->D / 8;
+    a.sparse16 = (int64_t)g->sparse_start * g->D / 8;
+    a.host_row16 = g->host_stride * a.chunk16;
+    return a;
+}
+
+template <bool HITS, bool MISSES>
+static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
+{
+    size_t smem = HITS ? (size_t)a.slots * a.chunk16 * 16 : 0;
+    if (smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(gather_slots_kernel<HITS, MISSES>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned blocks = (unsigned)((int64_t)rows * a.nblk);
+    gather_slots_kernel<HITS, MISSES><<<blocks, GC_THREADS, smem, s>>>(a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+extern "C" size_t gather_copy_workspace_bytes(const gather_layout *g)
+{
+    int slots = slots_per_block(g);
+    int64_t blocks = (int64_t)g->B * g->Hkv * ((g->M + slots - 1) / slots);
+    return sizeof(GatherWorkspace) + sizeof(unsigned) * (size_t)blocks;
+}
+
+extern "C" int gather_copy(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, const int32_t *cnts,
+                           const gather_layout *g, void *workspace, cudaStream_t stream)
+{
+    if (gather_layout_check(g, "gather_copy")) return KVB_EINVAL;
+    if (!Vh || !Vbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy: a NULL pointer argument");
+    return launch_gather<true, true>(make_args(Vh, Vbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
+}
+
+extern "C" int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int32_t *cnts, const gather_layout *g,
+                               void *workspace, cudaStream_t stream)
+{
+    if (gather_layout_check(g, "gather_copy_d2d")) return KVB_EINVAL;
+    if (!Kbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy_d2d: a NULL pointer argument");
+    return launch_gather<true, false>(make_args(nullptr, Kbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
+}
+
+extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
+                               cudaStream_t stream)
+{
+    if (gather_layout_check(g, "gather_copy_all")) return KVB_EINVAL;
+    if (!Vh || !Vbuf || !ids) return kvb_fail(KVB_EINVAL, "gather_copy_all: a NULL pointer argument");
+    return launch_gather<false, true>(make_args(Vh, Vbuf, ids, nullptr, g, nullptr), g->B * g->Hkv, stream);
+}
+
+// ------------------------------------------------------------------------------------------------
+// packed_load
+// ------------------------------------------------------------------------------------------------
+
+struct PackedArgs {
+    const uint4 *src[PACKED_MAX_LAYERS]; // per layer: [B, T, row16]
+    uint4 *dst[PACKED_MAX_LAYERS];       // per layer: [B, k, row16]
+    const int32_t *idx;                  // [B, k]
+    int B, T, k, row16, rows_per_block, nblk;
+};
+
+// Block = (layer, b, range of selected rows); 16-byte loads, GC_UNROLL in flight per thread.
+__global__ void __launch_bounds__(GC_THREADS) packed_load_kernel(const __grid_constant__ PackedArgs a)
+{
+    const int blk = blockIdx.x % a.nblk;
+    const int lb = blockIdx.x / a.nblk; // layer * B + b
+    const int l = lb / a.B, b = lb % a.B;
+    const int first = blk * a.rows_per_block;
+    const int n = min(a.rows_per_block, a.k - first);
+    const int total = n * a.row16;
+    const int32_t *idx = a.idx + (int64_t)b * a.k + first;
+    const uint4 *src = a.src[l] + (int64_t)b * a.T * a.row16;
+    uint4 *dst = a.dst[l] + ((int64_t)b * a.k + first) * a.row16;
+    for (int base = threadIdx.x; base < total; base += GC_UNROLL * GC_THREADS) {
+        uint4 v[GC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GC_UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) {
+                int r = w / a.row16;
+                v[u] = src[(int64_t)idx[r] * a.row16 + (w - r * a.row16)];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GC_UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) dst[w] = v[u];
+        }
+    }
+}
+
+extern "C" int packed_load(const kvb_bf16 *const *KVh, kvb_bf16 *const *KVg, const int32_t *idx,
+                           const packed_layout *p, cudaStream_t stream)
+{
+    if (packed_layout_check(p, "packed_load")) return KVB_EINVAL;
+    if (!KVh || !KVg || !idx) return kvb_fail(KVB_EINVAL, "packed_load: a NULL pointer argument");
+    PackedArgs a;
+    for (int l = 0; l < p->layers; l++) {
+        if (!KVh[l] || !KVg[l]) return kvb_fail(KVB_EINVAL, "packed_load: layer %d has a NULL pointer", l);
+        a.src[l] = (const uint4 *)KVh[l];
+        a.dst[l] = (uint4 *)KVg[l];
+    }
+    a.idx = idx;
+    a.B = p->B, a.T = p->T, a.k = p->k;
+    a.row16 = (int)(packed_row_elems(p) * 2 / 16);
+    a.rows_per_block = GC_STAGE_BYTES / (a.row16 * 16);
+    if (a.rows_per_block < 1) a.rows_per_block = 1;
+    a.nblk = (p->k + a.rows_per_block - 1) / a.rows_per_block;
+    int64_t blocks = (int64_t)p->layers * p->B * a.nblk;
+    if (blocks > INT_MAX) return kvb_fail(KVB_EINVAL, "packed_load: layers*B*k too large (%lld blocks)", (long long)blocks);
+    packed_load_kernel<<<(unsigned)blocks, GC_THREADS, 0, stream>>>(a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Tests of the kvbench command line: bad input gives one clear message naming the parameter, its
+# value and the allowed range, a non-zero exit, and nothing runs. Ends with "cli: N passed, N failed".
+set -u
+kvbench=${1:-build/bin/kvbench}
+cases=${KVB_CASES:-cases}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+# expect NAME WANT_STATUS PATTERN -- ARGS...: run kvbench ARGS, check the exit status, that the
+# output matches PATTERN, and that no case ran (no PASS/FAIL/SKIP line) when the status is 2.
+expect() {
+    local name=$1 want=$2 pattern=$3
+    shift 4
+    local out rc
+    out=$("$kvbench" "$@" 2>&1)
+    rc=$?
+    local ok=1
+    [ "$rc" -eq "$want" ] || ok=0
+    grep -qE -- "$pattern" <<<"$out" || ok=0
+    if [ "$want" -eq 2 ] && grep -qE '^(PASS|FAIL|SKIP) ' <<<"$out"; then ok=0; fi
+    if [ $ok -eq 1 ]; then
+        passed=$((passed + 1))
+        echo "[       OK ] cli: $name"
+    else
+        failed=$((failed + 1))
+        echo "[  FAILED  ] cli: $name (exit $rc, want $want, pattern '$pattern')"
+        printf '%s\n' "$out" | head -n 20 | sed 's/^/    /'
+    fi
+}
+
+expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cases" "gather_copy M=5000"
+expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
+expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"
+expect "negative size" 2 'B=-4 out of range \[1, 1024\]' -- check --cases "$cases" "gather_step B=-4"
+expect "unknown kernel" 2 "unknown kernel 'gathercopy'" -- check --cases "$cases" "gathercopy B=1"
+expect "unknown key" 2 "unknown key 'Z'" -- bench --cases "$cases" "packed_load Z=1"
+expect "malformed case line" 2 "malformed token 'B'" -- check --cases "$cases" "index_scan B M=2"
+printf 'index_scan M=7 tier=smoke\ngather_copy M=4097 tier=smoke\n' >"$tmp/bad.cases"
+expect "bad line in a case file stops everything" 2 "$tmp/bad.cases:2: gather_copy: M=4097 out of range" -- check --cases "$tmp/bad.cases"
+expect "unknown option" 2 'unknown option --frobnicate' -- check --frobnicate
+expect "unknown command" 2 "unknown command 'chekc'" -- chekc
+expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
+expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
+expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
+expect "check --json and --dump write files" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --json "$tmp/c.json" --dump "$tmp/dump"
+if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.npy >/dev/null 2>&1; then
+    passed=$((passed + 1)); echo "[       OK ] cli: json and npy files exist"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: json and npy files exist"
+fi
+expect "help" 0 'usage: kvbench' -- help
+
+# compare: a 10% slower case beyond the noise is a regression, a 1% change within noise is not
+mk() { printf '{"context": {}, "benchmarks": [{"name": "x B=1", "real_time": %s, "time_unit": "us", "median_us": %s, "noise_pct": %s}]}\n' "$2" "$2" "$3" >"$1"; }
+mk "$tmp/base.json" 100 1
+mk "$tmp/slow.json" 110 1
+mk "$tmp/same.json" 101 1
+expect "compare flags a regression" 1 'SLOWER' -- compare "$tmp/base.json" "$tmp/slow.json"
+expect "compare passes within noise" 0 '^same' -- compare "$tmp/base.json" "$tmp/same.json"
+expect "compare rejects a non-benchmark file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$cases/gather_copy.cases"
+
+echo "cli: $passed passed, $failed failed"

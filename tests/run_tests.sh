@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every test program in BIN (default build/bin) and the CLI tests, and sums their results into
+# one closing line: "N passed, N failed, N skipped". Exits non-zero when anything failed.
+set -u
+bin=${1:-build/bin}
+export KVB_CASES=${KVB_CASES:-cases}
+passed=0 failed=0 skipped=0
+
+count() { # count LABEL TEXT: the number cmocka printed after "[  LABEL ]", or 0
+    local n
+    n=$(grep -oE "^\[  $1 *\] [0-9]+ test" <<<"$2" | grep -oE '[0-9]+' | tail -n 1)
+    echo "${n:-0}"
+}
+
+for t in "$bin"/test_*; do
+    [ -x "$t" ] || continue
+    out=$("$t" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    p=$(count PASSED "$out") f=$(count FAILED "$out") s=$(count SKIPPED "$out")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then # crashed or failed outside a test
+        echo "$(basename "$t"): exited with status $rc"
+        f=1
+    fi
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+done
+
+out=$(bash "$(dirname "$0")/cli_test.sh" "$bin/kvbench" 2>&1)
+printf '%s\n' "$out"
+p=$(grep -oE '^cli: [0-9]+ passed' <<<"$out" | grep -oE '[0-9]+')
+f=$(grep -oE '^cli: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+[ -n "$p" ] || { p=0; f=1; echo "cli tests did not report"; }
+passed=$((passed + p)) failed=$((failed + ${f:-1}))
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

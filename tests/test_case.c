@@ -1,0 +1,173 @@
+/* test_case.c: the case parser: canonical ids, defaults, and every kind of bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "../harness/case.h"
+#include "../harness/op.h"
+#include "testlib.h"
+
+static kvb_case c;
+
+static int parse(const char *line) { return kvb_case_parse(line, "test", &c); }
+
+static void test_canonical_id_fills_defaults_in_fixed_order(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_copy hit=0.6 B=8 tier=bench"), KVB_OK);
+    assert_string_equal(c.id, "gather_copy B=8 Hkv=8 M=256 c=8 D=128 ctx=131072 host_stride=0 sparse_start=416 "
+                              "extra=64 hit=0.6 empty=0 seed=1 impl=kernel");
+    assert_int_equal(c.tier, KVB_TIER_BENCH);
+    char first[KVB_ID_MAX];
+    snprintf(first, sizeof first, "%s", c.id);
+    /* another spelling of the same case: same id; tier and tolerances are not part of it */
+    assert_int_equal(parse("gather_copy  B=8\thit=0.60 ctx=128K impl=kernel atol=0.5 tier=check # comment"), KVB_OK);
+    assert_string_equal(c.id, first);
+    assert_true(c.atol == 0.5);
+    /* the id is itself a case line that parses to the same id */
+    assert_int_equal(parse(first), KVB_OK);
+    assert_string_equal(c.id, first);
+}
+
+static void test_values_and_suffixes(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("packed_load T=32K k=2K layers=12 impl=cpu_gather"), KVB_OK);
+    assert_int_equal(kvb_case_int(&c, "T"), 32768);
+    assert_int_equal(kvb_case_int(&c, "k"), 2048);
+    assert_string_equal(kvb_case_enum(&c, "impl"), "cpu_gather");
+    assert_int_equal(parse("   # only a comment"), KVB_CASE_BLANK);
+    assert_int_equal(parse(""), KVB_CASE_BLANK);
+}
+
+static void test_unknown_kernel(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_cpy B=1"), KVB_EINVAL);
+    assert_error_mentions("test:", "unknown kernel 'gather_cpy'", "gather_copy");
+}
+
+static void test_malformed_tokens(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_copy B8"), KVB_EINVAL);
+    assert_error_mentions("malformed token 'B8'", "key=value");
+    assert_int_equal(parse("gather_copy B="), KVB_EINVAL);
+    assert_error_mentions("malformed token 'B='");
+    assert_int_equal(parse("gather_copy =3"), KVB_EINVAL);
+    assert_int_equal(parse("B=1 gather_copy"), KVB_EINVAL);
+    assert_error_mentions("starts with a kernel name");
+}
+
+static void test_unknown_and_duplicate_keys(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_copy Q=3"), KVB_EINVAL);
+    assert_error_mentions("unknown key 'Q'", "keys: B, Hkv, M");
+    assert_int_equal(parse("gather_copy B=1 B=2"), KVB_EINVAL);
+    assert_error_mentions("'B' given twice");
+}
+
+static void test_bad_values(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_copy B=abc"), KVB_EINVAL);
+    assert_error_mentions("B=abc is not an integer");
+    assert_int_equal(parse("gather_copy B=1.5"), KVB_EINVAL);
+    assert_int_equal(parse("gather_copy hit=x"), KVB_EINVAL);
+    assert_error_mentions("hit=x is not a number");
+    assert_int_equal(parse("gather_copy hit=1.5"), KVB_EINVAL);
+    assert_error_mentions("hit=1.5 out of range [0, 1]");
+    assert_int_equal(parse("gather_copy impl=gpu"), KVB_EINVAL);
+    assert_error_mentions("impl=gpu is not one of kernel|memcpy_chunks|cpu_gather");
+    assert_int_equal(parse("gather_copy tier=fast"), KVB_EINVAL);
+    assert_error_mentions("tier=fast");
+    assert_int_equal(parse("gather_copy atol=-1"), KVB_EINVAL);
+}
+
+/* The issue's list: M above 4096, a chunk not a multiple of 16 bytes, chunk ids outside the host
+ * range, a negative size. */
+static void test_out_of_range_sizes(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("gather_copy M=4097"), KVB_EINVAL);
+    assert_error_mentions("M=4097 out of range [1, 4096]");
+    assert_int_equal(parse("index_scan M=5000"), KVB_EINVAL);
+    assert_error_mentions("M=5000 out of range [1, 4096]");
+    assert_int_equal(parse("gather_copy c=1 D=4"), KVB_EINVAL); /* 8-byte chunks */
+    assert_error_mentions("chunk bytes c*D*2 = 1*4*2 = 8", "multiple of 16");
+    assert_int_equal(parse("gather_copy_all c=3 D=40"), KVB_OK); /* 240-byte chunks are fine */
+    assert_int_equal(parse("gather_copy_all c=8 D=1 sparse_start=1"), KVB_EINVAL); /* slots not 16-byte aligned */
+    assert_error_mentions("sparse_start*D*2 = 2", "multiples of 16");
+    assert_int_equal(parse("gather_copy B=-1"), KVB_EINVAL);
+    assert_error_mentions("B=-1 out of range [1, 1024]");
+    assert_int_equal(parse("packed_load k=-5"), KVB_EINVAL);
+    assert_error_mentions("k=-5 out of range");
+    assert_int_equal(parse("gather_copy ctx=1000 M=256 c=8"), KVB_EINVAL); /* 125 host chunks */
+    assert_error_mentions("M=256 out of range [1, ctx/c = 125]", "host range");
+    assert_int_equal(parse("gather_copy ctx=2048 M=256 hit=0"), KVB_EINVAL); /* 256 old + 256 new > 256 */
+    assert_error_mentions("ctx/c = 256", "need >= 512");
+    assert_int_equal(parse("gather_copy ctx=8192 host_stride=100"), KVB_EINVAL);
+    assert_error_mentions("host_stride=100 out of range [host_chunks = 1024");
+    assert_int_equal(parse("packed_load T=100 k=200"), KVB_EINVAL);
+    assert_error_mentions("k=200 out of range [1, 100]");
+}
+
+static void test_case_files(void **state)
+{
+    (void)state;
+    mkdir("build", 0755);
+    mkdir("build/test_cases", 0755);
+    remove("build/test_cases/a.cases"); /* leftovers of an interrupted run */
+    remove("build/test_cases/b.cases");
+    FILE *f = fopen("build/test_cases/a.cases", "w");
+    fprintf(f, "# comment\n\nindex_scan M=7 tier=smoke\ngather_copy_all B=2 tier=check\n");
+    fclose(f);
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_load(&list, "build/test_cases"), KVB_OK);
+    assert_int_equal(list.n, 2);
+    assert_string_equal(list.v[0].where, "build/test_cases/a.cases:3");
+    kvb_cases_free(&list);
+    f = fopen("build/test_cases/b.cases", "w");
+    fprintf(f, "index_scan M=7 tier=smoke\ngather_copy M=0 tier=check\n");
+    fclose(f);
+    assert_int_equal(kvb_cases_load(&list, "build/test_cases"), KVB_EINVAL); /* a duplicate, then a bad line */
+    assert_error_mentions("build/test_cases/b.cases:1", "duplicate case", "a.cases:3");
+    kvb_cases_free(&list);
+    f = fopen("build/test_cases/b.cases", "w");
+    fprintf(f, "gather_copy M=0 tier=check\n");
+    fclose(f);
+    assert_int_equal(kvb_cases_load(&list, "build/test_cases"), KVB_EINVAL);
+    assert_error_mentions("build/test_cases/b.cases:1", "M=0 out of range");
+    kvb_cases_free(&list);
+    remove("build/test_cases/a.cases");
+    remove("build/test_cases/b.cases");
+}
+
+static void test_shipped_case_files_parse(void **state)
+{
+    (void)state;
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_load(&list, kvb_test_cases_dir()), KVB_OK);
+    int tiers = 0;
+    for (int i = 0; i < list.n; i++) tiers |= list.v[i].tier;
+    assert_int_equal(tiers, KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH);
+    for (int i = 0; i < list.n; i++) assert_true(list.v[i].tier != 0); /* every shipped case has a tier */
+    kvb_cases_free(&list);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_canonical_id_fills_defaults_in_fixed_order),
+        cmocka_unit_test(test_values_and_suffixes),
+        cmocka_unit_test(test_unknown_kernel),
+        cmocka_unit_test(test_malformed_tokens),
+        cmocka_unit_test(test_unknown_and_duplicate_keys),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_out_of_range_sizes),
+        cmocka_unit_test(test_case_files),
+        cmocka_unit_test(test_shipped_case_files_parse),
+    };
+    return cmocka_run_group_tests_name("case parser", tests, NULL, NULL);
+}

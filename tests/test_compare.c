@@ -1,0 +1,113 @@
+/* test_compare.c: the comparison rules (exact, float with tolerances, tie-tolerant index sets). */
+#include <math.h>
+
+#include "../harness/compare.h"
+#include "testlib.h"
+
+static void test_exact(void **state)
+{
+    (void)state;
+    int32_t ref[6] = {1, 2, 3, 4, 5, 6}, out[6] = {1, 2, 3, 4, 5, 6};
+    kvb_cmp_result r;
+    kvb_compare_exact(out, ref, KVB_I32, 6, 6, NULL, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, 6);
+    out[4] = -1; /* the integer poison pattern 0xFFFFFFFF */
+    kvb_compare_exact(out, ref, KVB_I32, 6, 6, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 1);
+    assert_int_equal(r.first[0].index, 4);
+    assert_true(r.first[0].out == -1 && r.first[0].ref == 5);
+    /* bf16: an unwritten (poisoned, NaN) element fails and counts as non-finite */
+    kvb_bf16 rb[3] = {0x3F80, 0x4000, 0x4040}, ob[3] = {0x3F80, 0xFFFF, 0x4040};
+    kvb_compare_exact(ob, rb, KVB_BF16, 3, 3, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_nonfinite, 1);
+    /* a mask restricts the comparison to sampled slices: slice 1 (elements 3..5) is skipped */
+    int32_t o2[6] = {1, 2, 3, 0, 0, 0};
+    uint8_t mask[2] = {1, 0};
+    kvb_compare_exact(o2, ref, KVB_I32, 6, 3, mask, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, 3);
+}
+
+static void test_float_tolerances(void **state)
+{
+    (void)state;
+    float ref[4] = {1.0f, -2.0f, 100.0f, 0.0f}, out[4] = {1.005f, -2.0f, 101.0f, 0.0001f};
+    kvb_tol tol = {0.01, 0.02, 0.1};
+    kvb_cmp_result r;
+    kvb_compare_float(out, ref, KVB_FP32, 4, tol, 4, NULL, &r);
+    assert_true(r.pass); /* 1.0 vs 1.005: 0.005 <= 0.01 + 0.02; 100 vs 101: 1 <= 0.01 + 2 */
+    assert_true(fabs(r.max_abs - 1.0) < 1e-6);
+    assert_true(fabs(r.tol_used - 1.0 / 2.01) < 1e-6); /* largest fraction of tolerance: at 100 */
+    out[1] = -2.1f;                                      /* 0.1 > 0.01 + 0.04 */
+    kvb_compare_float(out, ref, KVB_FP32, 4, tol, 4, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.first[0].index, 1);
+    assert_true(r.tol_used > 1.0);
+    /* elementwise fine but relative L2 above its bound */
+    out[1] = -2.0f;
+    kvb_tol tight_l2 = {0.01, 0.02, 1e-4};
+    kvb_compare_float(out, ref, KVB_FP32, 4, tight_l2, 4, NULL, &r);
+    assert_int_equal(r.n_bad, 0);
+    assert_false(r.pass);
+    assert_true(r.rel_l2 > 1e-4);
+}
+
+static void test_float_nonfinite(void **state)
+{
+    (void)state;
+    float ref[3] = {1.0f, INFINITY, NAN}, out[3] = {NAN, INFINITY, NAN};
+    kvb_tol tol = {1, 1, 1};
+    kvb_cmp_result r;
+    kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r);
+    assert_false(r.pass); /* NaN where the reference is finite fails, whatever the tolerance */
+    assert_int_equal(r.n_nonfinite, 1);
+    assert_int_equal(r.n_bad, 1);
+    out[0] = 1.0f;
+    kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r);
+    assert_true(r.pass); /* matching inf and NaN where the reference has them */
+    out[1] = -INFINITY;
+    kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r);
+    assert_false(r.pass);
+}
+
+static void test_indexset_tie_tolerant(void **state)
+{
+    (void)state;
+    /* one row, n = 6, k = 3; scores with a tie at the k-th place (indices 2 and 4) */
+    float scores[6] = {0.9f, 0.1f, 0.5f, 0.8f, 0.5f, 0.2f};
+    int32_t ref[3] = {0, 2, 3};
+    int32_t same[3] = {0, 2, 3}, tie[3] = {0, 3, 4}, wrong[3] = {0, 1, 3}, unsorted[3] = {3, 0, 2}, dup[3] = {0, 3, 3};
+    kvb_cmp_result r;
+    kvb_compare_indexset(same, ref, scores, KVB_FP32, 1, 6, 3, 1e-6, &r);
+    assert_true(r.pass);
+    kvb_compare_indexset(tie, ref, scores, KVB_FP32, 1, 6, 3, 1e-6, &r);
+    assert_true(r.pass); /* the other side of the tie is as good */
+    kvb_compare_indexset(wrong, ref, scores, KVB_FP32, 1, 6, 3, 1e-6, &r);
+    assert_false(r.pass); /* 0.1 is below the k-th score 0.5 */
+    kvb_compare_indexset(wrong, ref, scores, KVB_FP32, 1, 6, 3, 0.5, &r);
+    assert_true(r.pass); /* ... unless the tolerance covers the gap and the sums */
+    kvb_compare_indexset(unsorted, ref, scores, KVB_FP32, 1, 6, 3, 1, &r);
+    assert_false(r.pass); /* lists are ascending */
+    kvb_compare_indexset(dup, ref, scores, KVB_FP32, 1, 6, 3, 1, &r);
+    assert_false(r.pass);
+    /* two rows: the second wrong */
+    float s2[12] = {0.9f, 0.1f, 0.5f, 0.8f, 0.5f, 0.2f, 1, 2, 3, 4, 5, 6};
+    int32_t ref2[6] = {0, 2, 3, 3, 4, 5}, out2[6] = {0, 2, 3, 0, 4, 5};
+    kvb_compare_indexset(out2, ref2, s2, KVB_FP32, 2, 6, 3, 1e-3, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.first[0].index, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_float_tolerances),
+        cmocka_unit_test(test_float_nonfinite),
+        cmocka_unit_test(test_indexset_tie_tolerant),
+    };
+    return cmocka_run_group_tests_name("compare", tests, NULL, NULL);
+}

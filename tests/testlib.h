@@ -1,0 +1,20 @@
+/* testlib.h: what every test program includes (cmocka needs these headers first). */
+#ifndef KVB_TESTLIB_H
+#define KVB_TESTLIB_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* Assert that the last kvbench error message contains every given fragment. */
+#define assert_error_mentions(...) kvb_test_error_mentions(__FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
+void kvb_test_error_mentions(const char *file, int line, ...);
+
+/* The cases directory (env KVB_CASES, default "cases"). */
+const char *kvb_test_cases_dir(void);
+
+#endif
