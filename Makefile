@@ -73,6 +73,14 @@ $(BUILD)/libkvbench.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# the revision is compiled into main.o: rebuild it when the revision changes
+$(BUILD)/git_rev: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
+$(OBJ)/harness/main.o: $(BUILD)/git_rev
+.PHONY: FORCE
+FORCE:
+
 $(KVBENCH): $(OBJ)/harness/main.o $(BUILD)/libkvbench.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)

@@ -55,7 +55,7 @@ void kvb_dmemset(void *dst, int byte, size_t bytes, cudaStream_t s);
 void kvb_sync(cudaStream_t s);
 
 /* ---- timing (gpu_util.cu) ---- */
-/* Evict L2: write a buffer twice the L2 size. */
+/* Evict L2: read a buffer twice the L2 size (L2 is left holding clean lines). */
 void kvb_l2_flush(cudaStream_t s);
 /* Hold a stream behind a spinning kernel so that what is enqueued next (start event, work, stop
  * event) runs back to back, without the host's launch latency inside the timed region (nvbench's

@@ -55,7 +55,7 @@ static const kvb_param gather_d2d_params[] = {
 };
 static const kvb_param gather_all_params[] = {
     K_BATCH, K_HKV, K_M, K_C, K_D, K_CTX, K_STRIDE, K_SPARSE, K_EXTRA, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|memcpy_chunks|cpu_gather", "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|tma|ce_batch|memcpy_chunks|cpu_gather", "implementation"},
 };
 static const kvb_param gather_step_params[] = {
     K_BATCH, K_HKV, K_M, K_C, K_D, K_CTX, K_SPARSE, K_EXTRA, K_HIT, K_EMPTY, K_SEED,
@@ -218,6 +218,8 @@ typedef struct gather_priv {
     int n_hit, n_moved, n_miss; /* summed over rows */
     kvb_bf16 *staging;          /* cpu_gather: pinned */
     size_t staging_bytes;
+    void **batch_dst, **batch_src; /* ce_batch */
+    size_t *batch_size;
 #if KVB_HAVE_CUDA
     cudaEvent_t ev_fork, ev_join;
 #endif
@@ -540,9 +542,33 @@ static int launch_gather_all(kvb_run *r)
     kvb_tensor *vh = kvb_run_find(r, "Vh"), *vbuf = kvb_run_find(r, "Vbuf"), *ids = kvb_run_find(r, "ids");
     const char *impl = kvb_run_impl(r);
     if (!strcmp(impl, "kernel")) return gather_copy_all(vh->d, vbuf->d, ids->d, g, r->stream);
+    if (!strcmp(impl, "tma")) return gather_copy_all_tma(vh->d, vbuf->d, ids->d, g, r->stream);
     int rows = g->B * g->Hkv;
     size_t chunk = (size_t)gather_chunk_bytes(g);
     const int32_t *id = ids->h;
+    if (!strcmp(impl, "ce_batch")) { /* the copy engines, one batch of per-chunk copies */
+        size_t n = (size_t)rows * g->M;
+        if (!p->batch_dst) {
+            p->batch_dst = malloc(n * sizeof(void *));
+            p->batch_src = malloc(n * sizeof(void *));
+            p->batch_size = malloc(n * sizeof(size_t));
+        }
+        for (int64_t row = 0; row < rows; row++)
+            for (int i = 0; i < g->M; i++) {
+                size_t k = (size_t)row * g->M + i;
+                p->batch_dst[k] = slot_of(vbuf->d, g, row, i);
+                p->batch_src[k] = (void *)host_chunk(vh->h, g, row, id[k]);
+                p->batch_size[k] = chunk;
+            }
+        struct cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t attr_idx = 0;
+        KVB_CUDA(cudaMemcpyBatchAsync(p->batch_dst, (const void *const *)p->batch_src, p->batch_size, n, &attr,
+                                      &attr_idx, 1, r->stream));
+        return KVB_OK;
+    }
     if (!strcmp(impl, "memcpy_chunks")) {
         for (int64_t row = 0; row < rows; row++)
             for (int i = 0; i < g->M; i++)
@@ -641,6 +667,7 @@ static void teardown_gather(kvb_run *r)
     if (p->ev_fork) KVB_CUDA(cudaEventDestroy(p->ev_fork));
     if (p->ev_join) KVB_CUDA(cudaEventDestroy(p->ev_join));
 #endif
+    free(p->batch_dst), free(p->batch_src), free(p->batch_size);
     free(p);
     r->priv = NULL;
 }
@@ -724,7 +751,7 @@ const kvb_op op_gather_copy_d2d = {
 
 const kvb_op op_gather_copy_all = {
     "gather_copy_all", "gather_copy", "value fetch without a cache: every slot from pinned host memory",
-    gather_all_params, NPARAMS(gather_all_params), "memcpy_chunks|cpu_gather", {0, 0, 0},
+    gather_all_params, NPARAMS(gather_all_params), "ce_batch|memcpy_chunks|cpu_gather", {0, 0, 0},
     validate_gather, host_bytes_gather, setup_gather_all, NULL, NULL, launch_gather_all, cost_gather_all,
     teardown_gather,
 };

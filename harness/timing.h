@@ -1,6 +1,7 @@
 /* timing.h: how every time in kvbench is taken.
  *
- * One sample: enqueue the untimed preparation (restore in-place inputs, poison outputs), flush L2,
+ * One sample: enqueue the untimed preparation (restore in-place inputs, poison outputs), flush L2
+ * (by reading a buffer twice its size, so it holds only clean lines),
  * wait for the device to go idle, then time the work with CUDA events. Device work is enqueued
  * behind a blocking kernel, so the events bracket only the device's execution, not the host's
  * launch latency (nvbench's method). Work whose cost is partly on the host (a CPU gather, one API

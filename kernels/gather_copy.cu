@@ -38,60 +38,82 @@
 // ------------------------------------------------------------------------------------------------
 
 constexpr int SCAN_THREADS = 256;
+constexpr int32_t EMPTY_KEY = -1; // valid chunk ids are >= 0
 
-__device__ __forceinline__ bool sorted_contains(const int32_t *a, int n, int32_t key)
+// Open-addressing hash set of chunk ids in shared memory (size a power of two, >= 2x the ids).
+__device__ __forceinline__ uint32_t hash_slot(int32_t id, uint32_t mask) { return ((uint32_t)id * 0x9E3779B1u) & mask; }
+
+__device__ __forceinline__ void set_insert(int32_t *set, uint32_t mask, int32_t id)
 {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (a[mid] < key) lo = mid + 1;
-        else hi = mid;
+    for (uint32_t h = hash_slot(id, mask);; h = (h + 1) & mask) {
+        int32_t prev = atomicCAS(&set[h], EMPTY_KEY, id);
+        if (prev == EMPTY_KEY || prev == id) return;
     }
-    return lo < n && a[lo] == key;
 }
 
-// One block per (b, h). Items are in the blocked arrangement: thread t holds slots t*IPT .. +IPT-1.
-// Both id lists are radix-sorted in shared memory; membership is a binary search; hit and miss
-// positions come from two block-wide exclusive scans (hits in old-slot order, misses in id order).
+__device__ __forceinline__ bool set_contains(const int32_t *set, uint32_t mask, int32_t id)
+{
+    for (uint32_t h = hash_slot(id, mask);; h = (h + 1) & mask) {
+        int32_t k = set[h];
+        if (k == id) return true;
+        if (k == EMPTY_KEY) return false;
+    }
+}
+
+// One block per (b, h); items in the blocked arrangement (thread t holds slots t*IPT .. +IPT-1).
+// Membership both ways through two hash sets; the new ids are radix-sorted once, over only the bits
+// the largest id needs, to list the misses in ascending order; hit and miss positions come from
+// block-wide exclusive scans (hits in old-slot order, misses in id order).
 template <int IPT>
 __global__ void __launch_bounds__(SCAN_THREADS)
 index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int32_t *offsets, int32_t *cnts, int M)
 {
+    constexpr int CAP = SCAN_THREADS * IPT, SET = 2 * CAP;
     using Sort = cub::BlockRadixSort<int32_t, SCAN_THREADS, IPT>;
     using Scan = cub::BlockScan<int32_t, SCAN_THREADS>;
     __shared__ union {
         typename Sort::TempStorage sort;
         typename Scan::TempStorage scan;
     } tmp;
-    extern __shared__ int32_t sorted_ids[]; // [new sorted | old sorted], SCAN_THREADS*IPT each
-    int32_t *new_sorted = sorted_ids, *old_sorted = sorted_ids + SCAN_THREADS * IPT;
+    __shared__ int32_t max_id;
+    extern __shared__ int32_t scan_smem[]; // [old set | new set | new ids sorted]
+    int32_t *old_set = scan_smem, *new_set = scan_smem + SET, *new_sorted = scan_smem + 2 * SET;
+    const uint32_t mask = SET - 1;
 
     const int64_t row = (int64_t)blockIdx.x * M;
     const int t = threadIdx.x;
-    int32_t old_mine[IPT], keys[IPT];
+    for (int k = t; k < 2 * SET; k += SCAN_THREADS) scan_smem[k] = EMPTY_KEY;
+    if (t == 0) max_id = 0;
+    int32_t old_mine[IPT], keys[IPT], my_max = 0;
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
         int j = t * IPT + i;
         keys[i] = j < M ? new_ids[row + j] : INT_MAX; // padding sorts last, past the first M
-        old_mine[i] = j < M ? cached_ids[row + j] : INT_MAX;
+        old_mine[i] = j < M ? cached_ids[row + j] : EMPTY_KEY;
+        if (j < M) my_max = max(my_max, keys[i]);
     }
-    Sort(tmp.sort).Sort(keys);
+    __syncthreads();
+    atomicMax(&max_id, my_max);
+#pragma unroll
+    for (int i = 0; i < IPT; i++) {
+        if (old_mine[i] >= 0) set_insert(old_set, mask, old_mine[i]);
+        if (t * IPT + i < M) set_insert(new_set, mask, keys[i]);
+    }
+    __syncthreads();
+    // ids < 2^end_bit; INT_MAX padding has every low bit set, so it still sorts after them
+    // (stably, behind an id equal to 2^end_bit - 1)
+    const int end_bit = max(1, 32 - __clz(max_id));
+    Sort(tmp.sort).Sort(keys, 0, end_bit);
 #pragma unroll
     for (int i = 0; i < IPT; i++) new_sorted[t * IPT + i] = keys[i];
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < IPT; i++) keys[i] = old_mine[i];
-    Sort(tmp.sort).Sort(keys);
-#pragma unroll
-    for (int i = 0; i < IPT; i++) old_sorted[t * IPT + i] = keys[i];
     __syncthreads();
 
     int32_t hit[IPT], miss[IPT], hit_pos[IPT], miss_pos[IPT], n_hit, n_miss;
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
         int j = t * IPT + i;
-        hit[i] = j < M && old_mine[i] >= 0 && sorted_contains(new_sorted, M, old_mine[i]);
-        miss[i] = j < M && !sorted_contains(old_sorted, M, new_sorted[j]);
+        hit[i] = old_mine[i] >= 0 && set_contains(new_set, mask, old_mine[i]);
+        miss[i] = j < M && !set_contains(old_set, mask, new_sorted[j]);
     }
     Scan(tmp.scan).ExclusiveSum(hit, hit_pos, n_hit);
     __syncthreads();
@@ -117,8 +139,9 @@ template <int IPT>
 static int launch_index_scan(int32_t *cached, const int32_t *fresh, int32_t *offsets, int32_t *cnts, int rows,
                              int M, cudaStream_t s)
 {
-    size_t smem = 2 * sizeof(int32_t) * SCAN_THREADS * IPT;
-    CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    size_t smem = sizeof(int32_t) * 5 * SCAN_THREADS * IPT; // two sets of 2*CAP, sorted ids of CAP
+    if (smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     index_scan_kernel<IPT><<<rows, SCAN_THREADS, smem, s>>>(cached, fresh, offsets, cnts, M);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
@@ -346,6 +369,61 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
     if (gather_layout_check(g, "gather_copy_all")) return KVB_EINVAL;
     if (!Vh || !Vbuf || !ids) return kvb_fail(KVB_EINVAL, "gather_copy_all: a NULL pointer argument");
     return launch_gather<false, true>(make_args(Vh, Vbuf, ids, nullptr, g, nullptr), g->B * g->Hkv, stream);
+}
+
+// gather_copy_all, TMA variant: one thread per block issues a bulk copy (cp.async.bulk, the
+// Hopper copy engine inside the SM) per chunk from pinned host memory into shared memory, completing
+// on an mbarrier, then bulk-stores the chunks to the buffer. An experiment against the 16-byte-load
+// path: whether the bulk engine's reads of host memory cross PCIe more efficiently.
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
+{
+    extern __shared__ __align__(128) uint4 stage_tma[];
+    __shared__ __align__(8) uint64_t bar;
+    if (threadIdx.x != 0) return;
+    const int64_t bh = blockIdx.x / a.nblk;
+    const int blk = blockIdx.x % a.nblk;
+    const int first = blk * a.slots;
+    const int n = min(a.slots, a.M - first);
+    const uint32_t bytes = (uint32_t)a.chunk16 * 16;
+    const int32_t *off = a.offsets + bh * a.M + first;
+    uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16 + (int64_t)first * a.chunk16;
+    const uint32_t b = smem_addr(&bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes * n) : "memory");
+    for (int s = 0; s < n; s++) {
+        const uint4 *src = a.host + bh * a.host_row16 + (int64_t)off[s] * a.chunk16;
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
+                     : "memory");
+    }
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(b) : "memory");
+    for (int s = 0; s < n; s++)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                     ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)
+                     : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+extern "C" int gather_copy_all_tma(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
+                                   cudaStream_t stream)
+{
+    if (gather_layout_check(g, "gather_copy_all_tma")) return KVB_EINVAL;
+    if (!Vh || !Vbuf || !ids) return kvb_fail(KVB_EINVAL, "gather_copy_all_tma: a NULL pointer argument");
+    GatherArgs a = make_args(Vh, Vbuf, ids, nullptr, g, nullptr);
+    size_t smem = (size_t)a.slots * a.chunk16 * 16;
+    if (smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(gather_all_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned blocks = (unsigned)((int64_t)g->B * g->Hkv * a.nblk);
+    gather_all_tma_kernel<<<blocks, 32, smem, stream>>>(a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -39,6 +39,10 @@ int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int32_t *cnts,
 int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
                     cudaStream_t stream);
 
+/* The same through the SM's bulk-copy (TMA) engine: an experimental variant kept for comparison. */
+int gather_copy_all_tma(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
+                        cudaStream_t stream);
+
 /* KVg[l][b, i, :] = KVh[l][b, idx[b, i], :] for all layers of the segment, one launch.
  * KVh and KVg are host arrays of p->layers pointers (pinned host rows, device rows). */
 int packed_load(const kvb_bf16 *const *KVh, kvb_bf16 *const *KVg, const int32_t *idx,
