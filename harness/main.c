@@ -104,13 +104,26 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ---- case selection: load every case file first, so a malformed line stops everything ---- */
 
+/* A case line starts with a kernel name followed by key=value tokens ("gather_copy B=8"); anything
+ * else ("impl=tma", "gather_copy", "B=8 Hkv") filters case ids by substring. A first word that is
+ * not a kernel but is followed by key=value tokens is a mistyped case line, reported as such. */
+static int is_case_line(const char *arg)
+{
+    char first[64];
+    size_t n = strcspn(arg, " \t");
+    if (n == 0 || n >= sizeof first || !arg[n]) return 0; /* one word: a filter */
+    memcpy(first, arg, n);
+    first[n] = '\0';
+    return strchr(first, '=') == NULL; /* "kernel key=..." is a case line, even with a bad kernel */
+}
+
 static int select_cases(const options *o, int default_tier, kvb_case_list *out)
 {
     kvb_case_list all = {0};
     memset(out, 0, sizeof *out);
     int tier = o->tier ? o->tier : default_tier;
     int from_files = 0;
-    for (int i = 0; i < o->n_filters; i++) from_files |= strchr(o->filters[i], '=') == NULL;
+    for (int i = 0; i < o->n_filters; i++) from_files |= !is_case_line(o->filters[i]);
     if (o->n_filters == 0 || from_files) {
         if (kvb_cases_load(&all, o->cases_path)) {
             fprintf(stderr, "kvbench: %s\n", kvb_last_error());
@@ -118,7 +131,7 @@ static int select_cases(const options *o, int default_tier, kvb_case_list *out)
         }
     }
     for (int i = 0; i < o->n_filters; i++) { /* case lines given on the command line */
-        if (!strchr(o->filters[i], '=')) continue;
+        if (!is_case_line(o->filters[i])) continue;
         kvb_case c;
         int rc = kvb_case_parse(o->filters[i], "command line", &c);
         if (rc != KVB_OK) {
@@ -133,7 +146,7 @@ static int select_cases(const options *o, int default_tier, kvb_case_list *out)
         if (!(c->tier & tier)) continue;
         int match = o->n_filters == 0;
         for (int f = 0; f < o->n_filters && !match; f++)
-            match = !strchr(o->filters[f], '=') && strstr(c->id, o->filters[f]) != NULL;
+            match = !is_case_line(o->filters[f]) && strstr(c->id, o->filters[f]) != NULL;
         if (match) kvb_cases_add(out, c);
     }
     kvb_cases_free(&all);
@@ -648,7 +661,7 @@ static int cmd_list(const options *o)
 
 static int cmd_profile(const options *o)
 {
-    if (o->n_filters != 1 || !strchr(o->filters[0], '=')) {
+    if (o->n_filters != 1 || !is_case_line(o->filters[0])) {
         fprintf(stderr, "kvbench profile: give exactly one case (its id, in quotes)\n");
         return 2;
     }
