@@ -447,6 +447,8 @@ static int bench_prepare(void *p)
         b->ceiling_s = kvb_h2d_contiguous_seconds((size_t)b->cost.bytes_h2d);
     else if (b->cost.ceiling == KVB_CEIL_D2D && b->cost.bytes_dev >= 32)
         b->ceiling_s = kvb_d2d_contiguous_seconds((size_t)(b->cost.bytes_dev / 2) & ~(size_t)15);
+    else if (b->cost.ceiling == KVB_CEIL_MMA && b->cost.flops > 0 && b->ceil->bf16_mma_TFLOPs > 0)
+        b->ceiling_s = b->cost.flops / (b->ceil->bf16_mma_TFLOPs * 1e12); /* at the measured matrix rate */
     return 0;
 }
 
@@ -484,6 +486,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
         add_counter(out, n_out, "ceiling_us", b->ceiling_s * 1e6);
         add_counter(out, n_out, "pct_of_ceiling", 100.0 * b->ceiling_s / t);
     }
+    if (b->cost.workspace_bytes > 0) add_counter(out, n_out, "workspace_bytes", b->cost.workspace_bytes);
     if (b->cost.goal_us > 0) {
         add_counter(out, n_out, "goal_us", b->cost.goal_us);
         add_counter(out, n_out, "time_over_goal", t * 1e6 / b->cost.goal_us);
@@ -509,7 +512,7 @@ static void shape_key(const char *id, char *out, size_t n)
 
 static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil, const char *gpu)
 {
-    fprintf(f, "| case | median us | min..max us | noise | GB/s | %% of ceiling | vs baselines | goal |\n");
+    fprintf(f, "| case | median us | min..max us | noise | rate | %% of ceiling | vs baselines | goal |\n");
     fprintf(f, "|---|---:|---:|---:|---:|---:|---|---|\n");
     for (int i = 0; i < n; i++) {
         bench_ctx *x = &b[i];
@@ -519,7 +522,9 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
         }
         double t = x->st.median;
         double gbps = x->cost.bytes_h2d > 0 ? x->cost.bytes_h2d / t * 1e-9 : x->cost.bytes_dev / t * 1e-9;
-        char ceil_s[32] = "", vs[256] = "", goal[96] = "";
+        char rate[48], ceil_s[32] = "", vs[256] = "", goal[96] = "";
+        if (x->cost.ceiling == KVB_CEIL_MMA) snprintf(rate, sizeof rate, "%.1f TFLOP/s", x->cost.flops / t * 1e-12);
+        else snprintf(rate, sizeof rate, "%.1f GB/s", gbps);
         if (x->ceiling_s > 0) snprintf(ceil_s, sizeof ceil_s, "%.1f%%", 100.0 * x->ceiling_s / t);
         /* speedups over the baselines of the same shape, measured in this run */
         if (!strstr(x->c->id, " impl=") || strstr(x->c->id, " impl=kernel")) {
@@ -537,13 +542,14 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
         if (x->cost.goal_us > 0)
             snprintf(goal, sizeof goal, "%.2fx of %.1f us (%s)", t * 1e6 / x->cost.goal_us, x->cost.goal_us,
                      x->cost.goal_text ? x->cost.goal_text : "goal");
-        fprintf(f, "| `%s` | %.2f | %.2f..%.2f | %.1f%% | %.1f | %s | %s | %s |\n", x->c->id, t * 1e6, x->st.min * 1e6,
-                x->st.max * 1e6, 100 * x->st.noise, gbps, ceil_s, vs, goal);
+        fprintf(f, "| `%s` | %.2f | %.2f..%.2f | %.1f%% | %s | %s | %s | %s |\n", x->c->id, t * 1e6, x->st.min * 1e6,
+                x->st.max * 1e6, 100 * x->st.noise, rate, ceil_s, vs, goal);
     }
     if (ceil->measured)
         fprintf(f, "\n%s. Ceilings this run: H2D pinned memcpy %.1f GB/s, zero-copy kernel %.1f GB/s, D2D memcpy %.0f GB/s "
-                   "(read+write), copy kernel %.0f GB/s, bf16 GEMM %.0f TFLOP/s. %% of ceiling: time of one contiguous "
-                   "copy of the same bytes (H2D pinned for host reads, D2D for device moves) over the case's median.\n",
+                   "(read+write), copy kernel %.0f GB/s, bf16 GEMM %.0f TFLOP/s. %% of ceiling: the ceiling's time for "
+                   "the same work over the case's median: one contiguous copy of the same bytes (H2D pinned for host "
+                   "reads, D2D for device traffic), or the FLOPs at the measured bf16 GEMM rate.\n",
                 gpu, ceil->h2d_memcpy_GBps, ceil->h2d_zero_copy_GBps, ceil->d2d_memcpy_GBps, ceil->d2d_kernel_GBps,
                 ceil->bf16_mma_TFLOPs);
 }

@@ -45,6 +45,12 @@ typedef struct kvb_tensor {
     kvb_tol tol;
     int64_t slice_len;         /* elements per slice, for a sampled reference */
     const uint8_t *slice_mask; /* NULL: the reference covers every element */
+    /* KVB_CMP_INDEXSET: the tensor is [rows, k] int32 indices; scores [rows, scores_n] are the
+     * reference scores the selection is judged by (tie-tolerant, compare.h), set_tol its tolerance */
+    const void *scores;
+    kvb_dtype scores_dtype;
+    int64_t scores_n;
+    double set_tol;
     int host_owned;            /* h was allocated by the harness (freed with the run) */
 } kvb_tensor;
 
@@ -58,6 +64,7 @@ typedef struct kvb_cost {
     kvb_ceiling_kind ceiling; /* the ceiling the time is stated against */
     double goal_us;    /* the goal for this case, if it has one (<= 0: none) */
     const char *goal_text;
+    double workspace_bytes; /* extra device memory the implementation needs beyond inputs/outputs */
 } kvb_cost;
 
 typedef struct kvb_ceilings kvb_ceilings; /* measured device ceilings (ceilings.h) */

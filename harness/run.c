@@ -161,6 +161,10 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
             kvb_compare_exact(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
         else if (t->cmp == KVB_CMP_FLOAT)
             kvb_compare_float(t->out, t->ref, t->dtype, t->n, t->tol, t->slice_len, t->slice_mask, res);
+        else if (t->cmp == KVB_CMP_INDEXSET) {
+            int64_t k = t->shape[t->ndim - 1];
+            kvb_compare_indexset(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k, t->set_tol, res);
+        }
         v->pass &= res->pass;
         v->n++;
     }
