@@ -55,6 +55,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 
 .PHONY: all test check bench run bundle deps ptxas sass clean
+.SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
 $(OBJ)/%.o: %.c $(wildcard reference/*.h harness/*.h kernels/*.h)

@@ -35,6 +35,8 @@ static void copy_work(void *p)
     else kvb_copy_kernel(c->dst, c->src, c->bytes, c->s);
 }
 
+static void null_work(void *p) { kvb_null_kernel(*(cudaStream_t *)p); }
+
 static double time_copy(void *dst, const void *src, size_t bytes, int kind, cudaStream_t s, int n)
 {
     copy_ctx c = {dst, src, bytes, s, kind};
@@ -63,6 +65,9 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     if (!kvb_gpu_available()) return KVB_EDEVICE;
     cudaStream_t s = kvb_stream_create();
     kvb_nvtx_push("ceilings");
+    kvb_timed tn = {NULL, null_work, &s, s, 0};
+    kvb_time_median(&tn, 5); /* warm-up */
+    c->launch_floor_us = kvb_time_median(&tn, 50) * 1e6;
 
     c->d2d_bytes = (size_t)1 << 30; /* 1 GiB: far past L2 */
     void *a = kvb_dmalloc(c->d2d_bytes), *b = kvb_dmalloc(c->d2d_bytes);
@@ -170,6 +175,7 @@ void kvb_ceilings_print(const kvb_ceilings *c)
     printf("  device to host, cudaMemcpy pinned                  %8.1f GB/s\n", c->d2h_memcpy_GBps);
     printf("  bf16 GEMM, cuBLAS %dx%dx%d, fp32 accumulate      %8.1f TFLOP/s\n", c->gemm_n, c->gemm_n, c->gemm_n,
            c->bf16_mma_TFLOPs);
+    printf("  timing floor: an empty kernel, timed like the cases %8.2f us\n", c->launch_floor_us);
 }
 
 void kvb_ceilings_json(const kvb_ceilings *c, kvb_json *j)
@@ -182,6 +188,7 @@ void kvb_ceilings_json(const kvb_ceilings *c, kvb_json *j)
     kvb_json_num(j, "h2d_zero_copy_GBps", c->h2d_zero_copy_GBps);
     kvb_json_num(j, "d2h_memcpy_GBps", c->d2h_memcpy_GBps);
     kvb_json_num(j, "bf16_mma_TFLOPs", c->bf16_mma_TFLOPs);
+    kvb_json_num(j, "launch_floor_us", c->launch_floor_us);
     kvb_json_int(j, "d2d_bytes", (long long)c->d2d_bytes);
     kvb_json_int(j, "h2d_bytes", (long long)c->h2d_bytes);
     kvb_json_int(j, "gemm_n", c->gemm_n);

@@ -19,6 +19,7 @@ struct kvb_ceilings {
     double h2d_zero_copy_GBps; /* a kernel reading pinned host memory in place */
     double d2h_memcpy_GBps;    /* cudaMemcpyAsync to pinned host memory */
     double bf16_mma_TFLOPs;    /* cuBLAS bf16 GEMM, fp32 accumulate, n x n x n */
+    double launch_floor_us;    /* an empty kernel timed like the cases: the smallest time a case can show */
     size_t d2d_bytes, h2d_bytes;
     int gemm_n;
 };

@@ -221,6 +221,7 @@ void kvb_timer_stop(kvb_timer *t, cudaStream_t s) { (void)t, (void)s; }
 double kvb_timer_seconds(kvb_timer *t) { (void)t; return 0; }
 void kvb_copy_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_copy_kernel"); }
 void kvb_read_host_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_read_host_kernel"); }
+void kvb_null_kernel(cudaStream_t s) { (void)s; no_cuda("kvb_null_kernel"); }
 void kvb_nvtx_push(const char *name) { (void)name; }
 void kvb_nvtx_pop(void) {}
 

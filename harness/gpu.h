@@ -71,6 +71,7 @@ void kvb_timer_stop(kvb_timer *t, cudaStream_t s);
 double kvb_timer_seconds(kvb_timer *t); /* waits for the stop event */
 
 /* Simple device kernels the ceilings use (gpu_util.cu). */
+void kvb_null_kernel(cudaStream_t s); /* an empty launch: the timing floor */
 void kvb_copy_kernel(void *dst, const void *src, size_t bytes, cudaStream_t s);   /* 16-byte loads */
 void kvb_read_host_kernel(void *dst, const void *src_pinned, size_t bytes, cudaStream_t s); /* zero-copy */
 

@@ -547,11 +547,11 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
     }
     if (ceil->measured)
         fprintf(f, "\n%s. Ceilings this run: H2D pinned memcpy %.1f GB/s, zero-copy kernel %.1f GB/s, D2D memcpy %.0f GB/s "
-                   "(read+write), copy kernel %.0f GB/s, bf16 GEMM %.0f TFLOP/s. %% of ceiling: the ceiling's time for "
+                   "(read+write), copy kernel %.0f GB/s, bf16 GEMM %.0f TFLOP/s, timing floor (empty kernel) %.2f us. %% of ceiling: the ceiling's time for "
                    "the same work over the case's median: one contiguous copy of the same bytes (H2D pinned for host "
                    "reads, D2D for device traffic), or the FLOPs at the measured bf16 GEMM rate.\n",
                 gpu, ceil->h2d_memcpy_GBps, ceil->h2d_zero_copy_GBps, ceil->d2d_memcpy_GBps, ceil->d2d_kernel_GBps,
-                ceil->bf16_mma_TFLOPs);
+                ceil->bf16_mma_TFLOPs, ceil->launch_floor_us);
 }
 
 static int cmd_bench(const options *o)
@@ -592,6 +592,8 @@ static int cmd_bench(const options *o)
     kvb_gbench_context("ceiling_d2d_kernel_GBps", buf);
     snprintf(buf, sizeof buf, "%.1f", ceil.bf16_mma_TFLOPs);
     kvb_gbench_context("ceiling_bf16_mma_TFLOPs", buf);
+    snprintf(buf, sizeof buf, "%.2f", ceil.launch_floor_us);
+    kvb_gbench_context("timing_floor_us", buf);
 
     reserve_host_pool(&cases);
     bench_ctx *b = calloc((size_t)cases.n, sizeof *b);

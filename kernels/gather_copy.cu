@@ -14,7 +14,7 @@
 //   host) into shared memory, publishes "my reads are done", waits until every earlier block of the
 //   same (b, h) has published, then writes. A slot can only be read by a hit with a lower index
 //   (offsets[h] >= h), i.e. by the same or an earlier block, so no write lands before the read it
-//   would clobber. Blocks take their range from an atomic ticket, so every block waited on is
+//   would clobber. Blocks take their range from their row's atomic ticket, so every block waited on is
 //   already running (no dependence on the hardware's block order; the decoupled look-back trick).
 //   Hits and PCIe misses of all (b, h) overlap in one launch, with no temporary buffer.
 #include <climits>
@@ -171,12 +171,11 @@ constexpr int GC_STAGE_BYTES = 32 * 1024; // bytes staged per block: sets the sl
 constexpr int GC_MAX_SLOTS = 64;          // slots per block, at most (tiny chunks)
 constexpr int GC_UNROLL = 8;              // 16-byte loads in flight per thread
 
-struct GatherWorkspace {
-    unsigned ticket; // next block ticket
-    unsigned done;   // blocks finished in this launch
-    unsigned epoch;  // launches completed; flags hold epoch + 1 once a block's reads are done
-    unsigned pad;
-    unsigned flags[1];
+// Ordering state per (b, h) row: a block ticket, the blocks finished in this launch, and a launch
+// epoch; a row's flags hold epoch + 1 once that block's reads are done. Per-row counters keep the
+// atomics spread over many addresses (one global ticket serialized ~10K same-address atomics in L2).
+struct RowState {
+    unsigned ticket, done, epoch, pad;
 };
 
 static int slots_per_block(const gather_layout *g)
@@ -193,7 +192,8 @@ struct GatherArgs {
     uint4 *buf;            // Vbuf / Kbuf
     const int32_t *offsets;
     const int32_t *cnts;   // nullptr: every slot is a miss (gather_copy_all)
-    GatherWorkspace *ws;
+    RowState *rows;        // [B*Hkv] ordering state (HITS kernels)
+    unsigned *flags;       // [B*Hkv, nblk]
     int M, slots, nblk, chunk16;
     int64_t buf_row16;     // NB*D/8: uint4 per (b, h) row of the buffer
     int64_t sparse16;      // sparse_start*D/8
@@ -222,17 +222,18 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
     __shared__ unsigned s_ticket, s_epoch;
     const int t = threadIdx.x;
 
-    unsigned ticket = blockIdx.x;
+    // Block -> (row, range). With hits, the range comes from the row's ticket, so every earlier
+    // range of the row belongs to a block that is already running or done.
+    const int64_t bh = blockIdx.x / a.nblk;
+    int blk = blockIdx.x % a.nblk;
     if (HITS) {
         if (t == 0) {
-            s_ticket = atomicAdd(&a.ws->ticket, 1u);
-            s_epoch = *(volatile unsigned *)&a.ws->epoch;
+            s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
+            s_epoch = *(volatile unsigned *)&a.rows[bh].epoch;
         }
         __syncthreads();
-        ticket = s_ticket;
+        blk = s_ticket;
     }
-    const int64_t bh = ticket / a.nblk;
-    const int blk = ticket % a.nblk;
     const int first = blk * a.slots;
     const int n = min(a.slots, a.M - first);
     const int cnt = HITS ? a.cnts[bh] : 0;
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
 
     __syncthreads(); // every read of this block is complete
     const unsigned mark = s_epoch + 1;
-    unsigned *flags = a.ws->flags + bh * a.nblk;
+    unsigned *flags = a.flags + bh * a.nblk;
     bool writes = false;
     for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
     if (t < 32) {
@@ -299,11 +300,11 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
     }
     if (t == 0) {
         __threadfence();
-        if (atomicAdd(&a.ws->done, 1u) == gridDim.x - 1) { // the last block resets for the next launch
-            a.ws->ticket = 0;
-            a.ws->done = 0;
+        if (atomicAdd(&a.rows[bh].done, 1u) == (unsigned)a.nblk - 1) { // the row's last block resets it
+            a.rows[bh].ticket = 0;
+            a.rows[bh].done = 0;
             __threadfence();
-            *(volatile unsigned *)&a.ws->epoch = s_epoch + 1;
+            *(volatile unsigned *)&a.rows[bh].epoch = s_epoch + 1;
         }
     }
 }
@@ -316,10 +317,11 @@ static GatherArgs make_args(const kvb_bf16 *host, kvb_bf16 *buf, const int32_t *
     a.buf = (uint4 *)buf;
     a.offsets = offsets;
     a.cnts = cnts;
-    a.ws = (GatherWorkspace *)ws;
     a.M = g->M;
     a.slots = slots_per_block(g);
     a.nblk = (g->M + a.slots - 1) / a.slots;
+    a.rows = (RowState *)ws;
+    a.flags = ws ? (unsigned *)(a.rows + (int64_t)g->B * g->Hkv) : nullptr;
     a.chunk16 = (int)(gather_chunk_bytes(g) / 16);
     a.buf_row16 = (int64_t)g->NB * g->D / 8;
     a.sparse16 = (int64_t)g->sparse_start * g->D / 8;
@@ -343,8 +345,8 @@ static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
 extern "C" size_t gather_copy_workspace_bytes(const gather_layout *g)
 {
     int slots = slots_per_block(g);
-    int64_t blocks = (int64_t)g->B * g->Hkv * ((g->M + slots - 1) / slots);
-    return sizeof(GatherWorkspace) + sizeof(unsigned) * (size_t)blocks;
+    int64_t rows = (int64_t)g->B * g->Hkv;
+    return sizeof(RowState) * (size_t)rows + sizeof(unsigned) * (size_t)(rows * ((g->M + slots - 1) / slots));
 }
 
 extern "C" int gather_copy(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, const int32_t *cnts,
