@@ -61,10 +61,11 @@ __device__ __forceinline__ bool set_contains(const int32_t *set, uint32_t mask, 
 }
 
 // One block per (b, h); items in the blocked arrangement (thread t holds slots t*IPT .. +IPT-1).
-// Membership both ways through two hash sets; the new ids are radix-sorted once, over only the bits
-// the largest id needs, to list the misses in ascending order; hit and miss positions come from
-// block-wide exclusive scans (hits in old-slot order, misses in id order).
-template <int IPT>
+// Membership both ways through two hash sets. Misses are listed in ascending id order: for small
+// rows (RANK_BY_COUNT) each miss counts the smaller misses in shared memory, O(M) per thread but
+// with no barrier-heavy passes; larger rows radix-sort the new ids once, over only the bits the
+// largest id needs. Hit positions come from a block-wide exclusive scan in old-slot order.
+template <int IPT, bool RANK_BY_COUNT>
 __global__ void __launch_bounds__(SCAN_THREADS)
 index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int32_t *offsets, int32_t *cnts, int M)
 {
@@ -76,8 +77,8 @@ index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int3
         typename Scan::TempStorage scan;
     } tmp;
     __shared__ int32_t max_id;
-    extern __shared__ int32_t scan_smem[]; // [old set | new set | new ids sorted]
-    int32_t *old_set = scan_smem, *new_set = scan_smem + SET, *new_sorted = scan_smem + 2 * SET;
+    extern __shared__ int32_t scan_smem[]; // [old set | new set | new ids (sorted, or misses: id or -1)]
+    int32_t *old_set = scan_smem, *new_set = scan_smem + SET, *new_list = scan_smem + 2 * SET;
     const uint32_t mask = SET - 1;
 
     const int64_t row = (int64_t)blockIdx.x * M;
@@ -93,31 +94,44 @@ index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int3
         if (j < M) my_max = max(my_max, keys[i]);
     }
     __syncthreads();
-    atomicMax(&max_id, my_max);
+    if (!RANK_BY_COUNT) atomicMax(&max_id, my_max);
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
         if (old_mine[i] >= 0) set_insert(old_set, mask, old_mine[i]);
         if (t * IPT + i < M) set_insert(new_set, mask, keys[i]);
     }
     __syncthreads();
-    // ids < 2^end_bit; INT_MAX padding has every low bit set, so it still sorts after them
-    // (stably, behind an id equal to 2^end_bit - 1)
-    const int end_bit = max(1, 32 - __clz(max_id));
-    Sort(tmp.sort).Sort(keys, 0, end_bit);
-#pragma unroll
-    for (int i = 0; i < IPT; i++) new_sorted[t * IPT + i] = keys[i];
-    __syncthreads();
-
-    int32_t hit[IPT], miss[IPT], hit_pos[IPT], miss_pos[IPT], n_hit, n_miss;
+    int32_t hit[IPT], miss[IPT], hit_pos[IPT], n_hit;
+    if (!RANK_BY_COUNT) {
+        // ids < 2^end_bit; INT_MAX padding has every low bit set, so it still sorts after them
+        // (stably, behind an id equal to 2^end_bit - 1)
+        const int end_bit = max(1, 32 - __clz(max_id));
+        Sort(tmp.sort).Sort(keys, 0, end_bit);
+        __syncthreads(); // tmp is reused by the scan below
+    }
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
         int j = t * IPT + i;
         hit[i] = old_mine[i] >= 0 && set_contains(new_set, mask, old_mine[i]);
-        miss[i] = j < M && !set_contains(old_set, mask, new_sorted[j]);
+        miss[i] = j < M && !set_contains(old_set, mask, keys[i]);
+        new_list[j] = RANK_BY_COUNT ? (miss[i] ? keys[i] : -1) : keys[i];
     }
     Scan(tmp.scan).ExclusiveSum(hit, hit_pos, n_hit);
-    __syncthreads();
-    Scan(tmp.scan).ExclusiveSum(miss, miss_pos, n_miss);
+    int32_t miss_pos[IPT];
+    if (RANK_BY_COUNT) {
+        __syncthreads(); // new_list complete
+#pragma unroll
+        for (int i = 0; i < IPT; i++) miss_pos[i] = 0;
+        for (int j = 0; j < M; j++) { // rank of each miss among the misses (ids are unique)
+            int32_t other = new_list[j];
+#pragma unroll
+            for (int i = 0; i < IPT; i++) miss_pos[i] += other >= 0 && other < keys[i];
+        }
+    } else {
+        int32_t n_miss;
+        __syncthreads();
+        Scan(tmp.scan).ExclusiveSum(miss, miss_pos, n_miss);
+    }
     // Every read of cached_ids happened before the first barrier, so the in-place update is safe.
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
@@ -128,21 +142,22 @@ index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int3
         }
         if (miss[i]) {
             int p = n_hit + miss_pos[i];
-            offsets[row + p] = new_sorted[j];
-            cached_ids[row + p] = new_sorted[j];
+            offsets[row + p] = keys[i];
+            cached_ids[row + p] = keys[i];
         }
     }
     if (t == 0) cnts[blockIdx.x] = n_hit;
 }
 
-template <int IPT>
+template <int IPT, bool RANK_BY_COUNT>
 static int launch_index_scan(int32_t *cached, const int32_t *fresh, int32_t *offsets, int32_t *cnts, int rows,
                              int M, cudaStream_t s)
 {
-    size_t smem = sizeof(int32_t) * 5 * SCAN_THREADS * IPT; // two sets of 2*CAP, sorted ids of CAP
+    size_t smem = sizeof(int32_t) * 5 * SCAN_THREADS * IPT; // two sets of 2*CAP, the id list of CAP
     if (smem > 48 * 1024)
-        CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    index_scan_kernel<IPT><<<rows, SCAN_THREADS, smem, s>>>(cached, fresh, offsets, cnts, M);
+        CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT, RANK_BY_COUNT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem));
+    index_scan_kernel<IPT, RANK_BY_COUNT><<<rows, SCAN_THREADS, smem, s>>>(cached, fresh, offsets, cnts, M);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -155,11 +170,11 @@ extern "C" int index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *
     if (M < 1 || M > GATHER_MAX_M) return kvb_fail(KVB_EINVAL, "index_scan: M=%d out of range [1, %d]", M, GATHER_MAX_M);
     if (!cached_ids || !new_ids || !offsets || !cnts) return kvb_fail(KVB_EINVAL, "index_scan: a NULL pointer argument");
     int rows = B * Hkv;
-    if (M <= SCAN_THREADS * 1) return launch_index_scan<1>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
-    if (M <= SCAN_THREADS * 2) return launch_index_scan<2>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
-    if (M <= SCAN_THREADS * 4) return launch_index_scan<4>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
-    if (M <= SCAN_THREADS * 8) return launch_index_scan<8>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
-    return launch_index_scan<16>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 1) return launch_index_scan<1, true>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 2) return launch_index_scan<2, true>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 4) return launch_index_scan<4, false>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    if (M <= SCAN_THREADS * 8) return launch_index_scan<8, false>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
+    return launch_index_scan<16, false>(cached_ids, new_ids, offsets, cnts, rows, M, stream);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -214,8 +229,10 @@ __device__ __forceinline__ void store_release(unsigned *p, unsigned v)
 
 // HITS: slots below cnts[bh] move inside the buffer (ordered, see the file comment).
 // MISSES: slots from cnts[bh] on are read from the host.
+// With hits, 4 loads in flight per thread and 40 registers let 6 blocks share an SM: block lifetimes
+// are short and latency-bound, so residency matters more than loads per thread.
 template <bool HITS, bool MISSES>
-__global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
+__global__ void __launch_bounds__(GC_THREADS, HITS ? 6 : 1) gather_slots_kernel(GatherArgs a)
 {
     extern __shared__ uint4 stage[];
     __shared__ const uint4 *src[GC_MAX_SLOTS];
@@ -226,17 +243,18 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
     // range of the row belongs to a block that is already running or done.
     const int64_t bh = blockIdx.x / a.nblk;
     int blk = blockIdx.x % a.nblk;
+    // the epoch and the hit count do not depend on the ticket: all three requests fly together
+    const int cnt = HITS ? a.cnts[bh] : 0;
     if (HITS) {
         if (t == 0) {
+            s_epoch = *(volatile unsigned *)&a.rows[bh].epoch; // stable until the row's last block ends
             s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
-            s_epoch = *(volatile unsigned *)&a.rows[bh].epoch;
         }
         __syncthreads();
         blk = s_ticket;
     }
     const int first = blk * a.slots;
     const int n = min(a.slots, a.M - first);
-    const int cnt = HITS ? a.cnts[bh] : 0;
     const int32_t *off = a.offsets + bh * a.M;
     uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
 
@@ -254,10 +272,11 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
     __syncthreads();
 
     const int total = n * a.chunk16;
-    for (int base = t; base < total; base += GC_UNROLL * GC_THREADS) {
-        uint4 v[GC_UNROLL];
+    constexpr int UNROLL = HITS ? GC_UNROLL / 2 : GC_UNROLL;
+    for (int base = t; base < total; base += UNROLL * GC_THREADS) {
+        uint4 v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < GC_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             int w = base + u * GC_THREADS;
             if (w < total) {
                 int s = w / a.chunk16;
@@ -265,7 +284,7 @@ __global__ void __launch_bounds__(GC_THREADS) gather_slots_kernel(GatherArgs a)
             }
         }
 #pragma unroll
-        for (int u = 0; u < GC_UNROLL; u++) {
+        for (int u = 0; u < UNROLL; u++) {
             int w = base + u * GC_THREADS;
             if (w < total) {
                 int s = w / a.chunk16;
@@ -336,6 +355,9 @@ static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
     if (smem > 48 * 1024)
         CUDA_TRY(cudaFuncSetAttribute(gather_slots_kernel<HITS, MISSES>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (HITS) // staging lives in shared memory: let it take the whole carveout, so 6 blocks fit an SM
+        CUDA_TRY(cudaFuncSetAttribute(gather_slots_kernel<HITS, MISSES>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     unsigned blocks = (unsigned)((int64_t)rows * a.nblk);
     gather_slots_kernel<HITS, MISSES><<<blocks, GC_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
