@@ -119,13 +119,20 @@ index_scan_kernel(int32_t *cached_ids, const int32_t *__restrict__ new_ids, int3
     Scan(tmp.scan).ExclusiveSum(hit, hit_pos, n_hit);
     int32_t miss_pos[IPT];
     if (RANK_BY_COUNT) {
+        // rank of each miss among the misses (ids are unique); entries past M are -1 (written
+        // above: j runs over the whole capacity). 16-byte broadcast reads, unrolled, so the
+        // shared-memory loads overlap instead of forming a dependent chain
         __syncthreads(); // new_list complete
 #pragma unroll
         for (int i = 0; i < IPT; i++) miss_pos[i] = 0;
-        for (int j = 0; j < M; j++) { // rank of each miss among the misses (ids are unique)
-            int32_t other = new_list[j];
+        const int4 *list4 = reinterpret_cast<const int4 *>(new_list);
+#pragma unroll 4
+        for (int j = 0; j < (M + 3) / 4; j++) {
+            int4 o = list4[j];
 #pragma unroll
-            for (int i = 0; i < IPT; i++) miss_pos[i] += other >= 0 && other < keys[i];
+            for (int i = 0; i < IPT; i++)
+                miss_pos[i] += (o.x >= 0 && o.x < keys[i]) + (o.y >= 0 && o.y < keys[i]) +
+                               (o.z >= 0 && o.z < keys[i]) + (o.w >= 0 && o.w < keys[i]);
         }
     } else {
         int32_t n_miss;
