@@ -326,47 +326,51 @@ static kvb_tensor *add_buffer(kvb_run *r, const char *name, const gather_layout 
     return t;
 }
 
-static int setup_gather_copy(kvb_run *r)
+/* The ordering workspace of gather_copy / gather_copy_d2d, zeroed once (a SCRATCH tensor). */
+static void add_workspace(kvb_run *r, const char *name, const gather_layout *g)
+{
+    int64_t bytes[1] = {1};
+#if KVB_HAVE_CUDA
+    bytes[0] = (int64_t)gather_copy_workspace_bytes(g);
+#else
+    (void)g;
+#endif
+    kvb_run_tensor(r, name, KVB_U8, 1, bytes, KVB_SCRATCH);
+}
+
+/* Layout, then the inputs gather_copy and gather_copy_d2d share: offsets and cnts of one step, as
+ * the reference index_scan computes them. */
+static gather_priv *setup_compaction(kvb_run *r, kvb_tensor **off, kvb_tensor **cnts)
 {
     gather_priv *p = priv_new(r);
     gather_layout *g = &p->g;
     *g = layout_of(r->c);
     int64_t s[3] = {g->B, g->Hkv, g->M};
-    kvb_tensor *off = kvb_run_tensor(r, "offsets", KVB_I32, 3, s, KVB_IN);
-    kvb_tensor *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_IN);
-    int32_t *old = malloc(sizeof(int32_t) * (size_t)off->n), *fresh = malloc(sizeof(int32_t) * (size_t)off->n);
-    step_inputs(r, g, old, fresh, off->h, cnts->h);
+    *off = kvb_run_tensor(r, "offsets", KVB_I32, 3, s, KVB_IN);
+    *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_IN);
+    int32_t *old = malloc(sizeof(int32_t) * (size_t)(*off)->n), *fresh = malloc(sizeof(int32_t) * (size_t)(*off)->n);
+    step_inputs(r, g, old, fresh, (*off)->h, (*cnts)->h);
     free(old), free(fresh);
-    count_moves(p, off->h, cnts->h, g->B * g->Hkv, g->M);
-    kvb_tensor *vh = add_host_values(r, g);
-    kvb_tensor *vbuf = add_buffer(r, "Vbuf", g);
-    int64_t ws[1] = {1};
-#if KVB_HAVE_CUDA
-    ws[0] = (int64_t)gather_copy_workspace_bytes(g);
-#endif
-    kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    return ref_gather_copy(vh->h, vbuf->ref, off->h, cnts->h, g);
+    count_moves(p, (*off)->h, (*cnts)->h, g->B * g->Hkv, g->M);
+    add_workspace(r, "workspace", g);
+    return p;
+}
+
+static int setup_gather_copy(kvb_run *r)
+{
+    kvb_tensor *off, *cnts;
+    gather_priv *p = setup_compaction(r, &off, &cnts);
+    kvb_tensor *vh = add_host_values(r, &p->g);
+    kvb_tensor *vbuf = add_buffer(r, "Vbuf", &p->g);
+    return ref_gather_copy(vh->h, vbuf->ref, off->h, cnts->h, &p->g);
 }
 
 static int setup_gather_d2d(kvb_run *r)
 {
-    gather_priv *p = priv_new(r);
-    gather_layout *g = &p->g;
-    *g = layout_of(r->c);
-    int64_t s[3] = {g->B, g->Hkv, g->M};
-    kvb_tensor *off = kvb_run_tensor(r, "offsets", KVB_I32, 3, s, KVB_IN);
-    kvb_tensor *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_IN);
-    int32_t *old = malloc(sizeof(int32_t) * (size_t)off->n), *fresh = malloc(sizeof(int32_t) * (size_t)off->n);
-    step_inputs(r, g, old, fresh, off->h, cnts->h);
-    free(old), free(fresh);
-    count_moves(p, off->h, cnts->h, g->B * g->Hkv, g->M);
-    kvb_tensor *kbuf = add_buffer(r, "Kbuf", g);
-    int64_t ws[1] = {1};
-#if KVB_HAVE_CUDA
-    ws[0] = (int64_t)gather_copy_workspace_bytes(g);
-#endif
-    kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    return ref_gather_copy_d2d(kbuf->ref, off->h, cnts->h, g);
+    kvb_tensor *off, *cnts;
+    gather_priv *p = setup_compaction(r, &off, &cnts);
+    kvb_tensor *kbuf = add_buffer(r, "Kbuf", &p->g);
+    return ref_gather_copy_d2d(kbuf->ref, off->h, cnts->h, &p->g);
 }
 
 static int setup_gather_all(kvb_run *r)
@@ -409,12 +413,8 @@ static int setup_gather_step(kvb_run *r)
     count_moves(p, off->ref, cnts->ref, g->B * g->Hkv, g->M);
     kvb_tensor *vh = add_host_values(r, g);
     kvb_tensor *vbuf = add_buffer(r, "Vbuf", g), *kbuf = add_buffer(r, "Kbuf", g);
-    int64_t ws[1] = {1};
-#if KVB_HAVE_CUDA
-    ws[0] = (int64_t)gather_copy_workspace_bytes(g);
-#endif
-    kvb_run_tensor(r, "workspace_v", KVB_U8, 1, ws, KVB_SCRATCH);
-    kvb_run_tensor(r, "workspace_k", KVB_U8, 1, ws, KVB_SCRATCH);
+    add_workspace(r, "workspace_v", g);
+    add_workspace(r, "workspace_k", g);
     if ((rc = ref_gather_copy(vh->h, vbuf->ref, off->ref, cnts->ref, g))) return rc;
     return ref_gather_copy_d2d(kbuf->ref, off->ref, cnts->ref, g);
 }
