@@ -56,11 +56,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool v
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int N> __device__ __forceinline__ void cp_async_wait()
@@ -244,25 +239,28 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             m_r[r] = mx[r];
             l_r[r] *= alpha[r];
         }
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
-            s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
-            s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
-            s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
-            l_r[0] += s[n][0] + s[n][1];
-            l_r[1] += s[n][2] + s[n][3];
-        }
-
+        // P = exp2(s * scale_log2 - m), 16 keys at a time, each group's P V MMAs right after its exps so
+        // that the SFU work of the next group runs beside the tensor work of this one
         if (NEED_OUT) {
 #pragma unroll
             for (int d = 0; d < DT; ++d) {
                 o[d][0] *= alpha[0], o[d][1] *= alpha[0];
                 o[d][2] *= alpha[1], o[d][3] *= alpha[1];
             }
-            const uint32_t vt = v_s + (it % STAGES) * KV_TILE;
+        }
+        const uint32_t vt = v_s + (it % STAGES) * KV_TILE;
 #pragma unroll
-            for (int kk = 0; kk < FWD_BC / 16; ++kk) {
+        for (int kk = 0; kk < FWD_BC / 16; ++kk) {
+#pragma unroll
+            for (int n = 2 * kk; n < 2 * kk + 2; ++n) {
+                s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
+                s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
+                s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
+                s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
+                l_r[0] += s[n][0] + s[n][1];
+                l_r[1] += s[n][2] + s[n][3];
+            }
+            if (NEED_OUT) {
                 const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                                         pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                         pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
@@ -361,15 +359,70 @@ template <int D> constexpr int col_smem_bytes()
     return COL_BK * D * 2 + COL_STAGES * (COL_BQ * D * 2 + COL_BQ * 4);
 }
 
+// One step of a warp: S^T = K Q^T for its 32 keys x the tile's 64 queries, then p = exp2(s * scale_log2 -
+// lse2[q]) added into the keys' sums. The queries go in two halves of 32: the second half's MMAs are
+// interleaved with the first half's exps, so the tensor pipe and the SFU work side by side. MASK: the
+// causal diagonal (p = 0 where the query precedes the key).
+template <int D, bool MASK>
+__device__ __forceinline__ void colsum_step(const uint32_t (&kf)[2][D / 16][4], uint32_t qt, const float *l2s, float sl2,
+                                            int lane, int q0, int wk0, float (&acc)[2][2])
+{
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, NT = COL_BQ / 8, PER = 32 / KSTEPS;
+    const int g = lane >> 2, t = lane & 3;
+    float l2[NT][2]; // this thread's query columns n*8 + 2t + e
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const float2 v = *reinterpret_cast<const float2 *>(l2s + n * 8 + 2 * t);
+        l2[n][0] = v.x, l2[n][1] = v.y;
+    }
+    float s[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    auto mma_pair = [&](int kk, int np) {
+        uint32_t b[4]; // queries np*16 + (lane>>4)*8 + (lane&7), d chunk 2kk + ((lane>>3)&1)
+        ldsm_x4(b, qt + swz<ROWB>(np * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            mma_bf16(s[mt][2 * np], kf[mt][kk], b[0], b[1]);
+            mma_bf16(s[mt][2 * np + 1], kf[mt][kk], b[2], b[3]);
+        }
+    };
+    auto add = [&](int mt, int n, int e) {
+        float p = ex2(fmaf(s[mt][n][e], sl2, -l2[n][e & 1]));
+        if (MASK) {
+            const int key = wk0 + mt * 16 + g + (e >> 1) * 8, q = q0 + n * 8 + 2 * t + (e & 1);
+            if (q < key) p = 0.f;
+        }
+        acc[mt][e >> 1] += p;
+    };
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        mma_pair(kk, 0);
+        mma_pair(kk, 1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        mma_pair(kk, 2);
+        mma_pair(kk, 3);
+#pragma unroll
+        for (int x = kk * PER; x < (kk + 1) * PER; ++x) add(x / 16, (x / 4) % 4, x % 4); // half 0
+    }
+#pragma unroll
+    for (int x = 0; x < 32; ++x) add(x / 16, 4 + (x / 4) % 4, x % 4); // half 1
+}
+
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
 {
-    constexpr int KSTEPS = D / 16, NT = COL_BQ / 8, ROWB = D * 2, MT = 2;
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, MT = 2;
     constexpr uint32_t Q_TILE = COL_BQ * ROWB;
+    static_assert(COL_STAGES == 3, "the LSE of step it + 2 is loaded at step it and stored at step it + 1");
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t k_s = smem_u32(smem), q_s = k_s + COL_BK * ROWB;
-    const float *lse_s = reinterpret_cast<const float *>(smem + COL_BK * ROWB + COL_STAGES * Q_TILE);
-    const uint32_t lse_su = smem_u32(lse_s);
+    // [stage][COL_BQ]: LSE * log2(e) of the tile's rows, +inf for rows that do not contribute
+    float *lse_s = reinterpret_cast<float *>(smem + COL_BK * ROWB + COL_STAGES * Q_TILE);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int L = a.L, G = a.G, w0 = a.w0;
@@ -378,30 +431,34 @@ __global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
     const int qbeg = (max(w0, CAUSAL ? k0 : 0) / COL_BQ) * COL_BQ;
     const int nq = (L - qbeg + COL_BQ - 1) / COL_BQ, total = G * nq; // (head, query tile) steps
 
-    auto load_step = [&](int step, int stage) {
+    auto load_q = [&](int step, int stage) {
         const int h = step / nq, q0 = qbeg + (step % nq) * COL_BQ;
-        const int64_t bh = bkv * G + h;
-        load_rows<COL_BQ, D, COL_THREADS>(q_s + stage * Q_TILE, a.Q + bh * L * D, q0, L, tid);
-        if (tid < COL_BQ) { // LSE of contributing rows; others are not read
-            const int q = q0 + tid;
-            const bool ok = q >= w0 && q < L;
-            cp_async4(lse_su + (stage * COL_BQ + tid) * 4, ok ? a.lse + bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
-        }
+        load_rows<COL_BQ, D, COL_THREADS>(q_s + stage * Q_TILE, a.Q + (bkv * G + h) * L * D, q0, L, tid);
+    };
+    auto lse_of = [&](int step) -> float { // thread tid < COL_BQ: row tid of the step's tile
+        const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
+        return q >= w0 && q < L ? __ldg(a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0)) * LOG2E : INFINITY;
     };
 
+    // prologue: group 0 = K block + step 0, group 1 = step 1; step 0's LSE goes straight to shared memory,
+    // step 1's waits in a register until the loop's first iteration
     load_rows<COL_BK, D, COL_THREADS>(k_s, a.K + bkv * L * D, k0, L, tid);
-#pragma unroll
-    for (int s = 0; s < COL_STAGES - 1; ++s) {
-        if (s < total) load_step(s, s);
-        cp_async_commit();
+    load_q(0, 0);
+    if (tid < COL_BQ) lse_s[tid] = lse_of(0);
+    cp_async_commit();
+    float lse_next = INFINITY;
+    if (total > 1) {
+        load_q(1, 1);
+        if (tid < COL_BQ) lse_next = lse_of(1);
     }
+    cp_async_commit();
 
     uint32_t kf[MT][KSTEPS][4]; // this warp's 32 keys as A operands, for the whole kernel
     float acc[MT][2] = {{0.f, 0.f}, {0.f, 0.f}}, kvacc[MT][2] = {{0.f, 0.f}, {0.f, 0.f}};
 
     for (int it = 0; it < total; ++it) {
         cp_async_wait<COL_STAGES - 2>();
-        __syncthreads();
+        __syncthreads(); // step it's Q and LSE are in; every warp is done with step it - 1
         if (it == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -409,58 +466,24 @@ __global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
                 for (int kk = 0; kk < KSTEPS; ++kk)
                     ldsm_x4(kf[mt][kk], k_s + swz<ROWB>(warp * 32 + mt * 16 + (lane & 15), 2 * kk + (lane >> 4)));
         }
+        // step it + 1's LSE into its stage (last read at step it - 2), step it + 2's Q and LSE requested
+        if (tid < COL_BQ && it + 1 < total) lse_s[((it + 1) % COL_STAGES) * COL_BQ + tid] = lse_next;
         {
-            const int nx = it + COL_STAGES - 1;
-            if (nx < total) load_step(nx, nx % COL_STAGES);
+            const int nx = it + 2;
+            if (nx < total) {
+                load_q(nx, nx % COL_STAGES);
+                if (tid < COL_BQ) lse_next = lse_of(nx);
+            }
             cp_async_commit();
         }
         const int stage = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * COL_BQ;
+        const uint32_t qt = q_s + stage * Q_TILE;
+        const float *l2s = lse_s + stage * COL_BQ;
+        if (!CAUSAL || q0 >= wk0 + 32) // every query of the tile follows every key of the warp
+            colsum_step<D, false>(kf, qt, l2s, a.scale_log2, lane, q0, wk0, acc);
+        else if (q0 + COL_BQ - 1 >= wk0) // the diagonal crosses the tile (else every query precedes every key)
+            colsum_step<D, true>(kf, qt, l2s, a.scale_log2, lane, q0, wk0, acc);
 
-        if (!CAUSAL || q0 + COL_BQ - 1 >= wk0) { // else every query of the tile precedes every key of the warp
-            // S^T = K Q^T: 32 keys x 64 queries per warp
-            float s[MT][NT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-            const uint32_t qt = q_s + stage * Q_TILE;
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk) {
-#pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    uint32_t b[4];
-                    ldsm_x4(b, qt + swz<ROWB>(np * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        mma_bf16(s[mt][2 * np], kf[mt][kk], b[0], b[1]);
-                        mma_bf16(s[mt][2 * np + 1], kf[mt][kk], b[2], b[3]);
-                    }
-                }
-            }
-            // log2-scaled LSE of this thread's query columns; +inf where the row does not contribute
-            float l2[NT][2];
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int c = n * 8 + 2 * t + e, q = q0 + c;
-                    l2[n][e] = q >= w0 && q < L ? lse_s[stage * COL_BQ + c] * LOG2E : INFINITY;
-                }
-            const bool diag = CAUSAL && q0 < wk0 + 32;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float p = ex2(fmaf(s[mt][n][e], a.scale_log2, -l2[n][e & 1]));
-                        if (diag) {
-                            const int key = wk0 + mt * 16 + g + (e >> 1) * 8, q = q0 + n * 8 + 2 * t + (e & 1);
-                            if (q < key) p = 0.f;
-                        }
-                        acc[mt][e >> 1] += p;
-                    }
-        }
         if (it % nq == nq - 1) { // head h done: reduce over the 4 lanes sharing each key, write once
             const int64_t bh = bkv * G + h;
 #pragma unroll
