@@ -118,3 +118,32 @@ void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const 
     free(sel);
     r->pass = r->n_bad == 0;
 }
+
+void kvb_compare_gather(const void *out, const void *src, const int32_t *idx, kvb_dtype t, int64_t rows, int64_t k,
+                        int64_t width, int64_t n_src, int64_t group, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_GATHER);
+    size_t es = kvb_dtype_size(t), row_bytes = es * (size_t)width;
+    const uint8_t *o = out, *s = src;
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t i = 0; i < k; i++) {
+            int64_t at = (row * k + i) * width;
+            int32_t j = idx[row * k + i];
+            r->n_checked += width;
+            if (j < 0 || j >= n_src) {
+                note_bad(r, at, j, NAN);
+                continue;
+            }
+            const uint8_t *want = s + (size_t)(((row / group) * n_src + j) * width) * es;
+            if (memcmp(o + (size_t)at * es, want, row_bytes) == 0) continue;
+            for (int64_t d = 0; d < width; d++)
+                if (memcmp(o + (size_t)(at + d) * es, want + (size_t)d * es, es) != 0) {
+                    double a = kvb_load_as_double(o, t, at + d), b = kvb_load_as_double(want, t, d);
+                    note_bad(r, at + d, a, b);
+                    if (kvb_dtype_is_float(t) && !isfinite(a) && isfinite(b)) r->n_nonfinite++;
+                    if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
+                }
+        }
+    r->tol_used = r->n_bad ? 1.0 : 0.0;
+    r->pass = r->n_bad == 0;
+}

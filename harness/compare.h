@@ -9,6 +9,8 @@
  *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
  *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of
  *            the reference top-k sum; the list must be strictly ascending
+ *   gather   rows picked by indices the run itself produced (an index set that may differ from the
+ *            reference's tie-tolerantly): bit-exact against the source rows at those indices
  * An optional slice mask restricts the comparison to the slices where the reference was computed
  * (sampled references of large cases).
  */
@@ -19,7 +21,8 @@
 
 #include "tensor.h"
 
-typedef enum { KVB_CMP_NONE, KVB_CMP_EXACT, KVB_CMP_FLOAT, KVB_CMP_INDEXSET } kvb_cmp_kind;
+typedef enum { KVB_CMP_NONE, KVB_CMP_EXACT, KVB_CMP_FLOAT, KVB_CMP_INDEXSET, KVB_CMP_GATHER } kvb_cmp_kind;
+#define KVB_CMP_KIND_NAMES {"none", "exact", "float", "indexset", "gather"}
 
 typedef struct kvb_tol {
     double atol, rtol, l2;
@@ -51,5 +54,11 @@ void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n,
 void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
                           kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
                           kvb_cmp_result *r);
+
+/* out [rows, k, width] against src [rows / group, n_src, width] at idx [rows, k] (int32, produced by
+ * the run): row (r, i) must equal src row (r / group, idx[r, i]) bit for bit; an index outside
+ * [0, n_src) fails. The mismatch index is the flat element index of out. */
+void kvb_compare_gather(const void *out, const void *src, const int32_t *idx, kvb_dtype t, int64_t rows, int64_t k,
+                        int64_t width, int64_t n_src, int64_t group, kvb_cmp_result *r);
 
 #endif

@@ -200,7 +200,7 @@ static void print_verdict(kvb_run *r, const kvb_verdict *v)
 {
     for (int i = 0; i < v->n; i++) {
         const kvb_cmp_result *c = &v->res[i];
-        static const char *kinds[] = {"none", "exact", "float", "indexset"};
+        static const char *kinds[] = KVB_CMP_KIND_NAMES;
         printf("      %-12s %-8s n=%-11lld bad=%-8lld nonfinite=%-5lld max_abs=%-10.3g tol=%6.1f%% relL2=%-10.3g %s\n",
                v->name[i], kinds[c->kind], (long long)c->n_checked, (long long)c->n_bad, (long long)c->n_nonfinite,
                c->max_abs, 100.0 * c->tol_used, c->rel_l2, c->pass ? "ok" : "FAIL");
@@ -218,7 +218,7 @@ static void verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v)
     kvb_json_arr(j, "outputs");
     for (int i = 0; i < v->n; i++) {
         const kvb_cmp_result *c = &v->res[i];
-        static const char *kinds[] = {"none", "exact", "float", "indexset"};
+        static const char *kinds[] = KVB_CMP_KIND_NAMES;
         kvb_json_obj(j, NULL);
         kvb_json_str(j, "name", v->name[i]);
         kvb_json_str(j, "compare", kinds[c->kind]);

@@ -2,7 +2,7 @@
 # make_bundle.sh OUT BINARY...: a relocatable folder for a GPU machine without Debian packages:
 #   OUT/bin   the binaries (rpath $ORIGIN/../lib, then /usr/local/cuda/lib64 for cuBLAS)
 #   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, ...)
-#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh
+#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/*.py (optional peers)
 # The CUDA driver and cuBLAS come from the GPU machine (cuBLAS is too large to carry).
 set -eu
 out=$1
@@ -13,6 +13,7 @@ cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh "$out/tests/"
 cp harness/gpu_round.sh "$out/"
+cp harness/*.py "$out/" 2>/dev/null || true # optional peers timed in the same run (torch_flash_peer.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
 for b in "$@"; do
     ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do

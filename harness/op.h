@@ -51,6 +51,10 @@ typedef struct kvb_tensor {
     kvb_dtype scores_dtype;
     int64_t scores_n;
     double set_tol;
+    /* KVB_CMP_GATHER: the tensor is [rows, k, width] rows of the tensor named gather_src ([rows /
+     * gather_group, n, width], its host copy) at the indices the run wrote into gather_idx [rows, k] */
+    char gather_src[32], gather_idx[32];
+    int64_t gather_group;
     int host_owned;            /* h was allocated by the harness (freed with the run) */
 } kvb_tensor;
 

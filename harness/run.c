@@ -164,6 +164,11 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
         else if (t->cmp == KVB_CMP_INDEXSET) {
             int64_t k = t->shape[t->ndim - 1];
             kvb_compare_indexset(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k, t->set_tol, res);
+        } else if (t->cmp == KVB_CMP_GATHER) {
+            const kvb_tensor *src = kvb_run_find(r, t->gather_src), *idx = kvb_run_find(r, t->gather_idx);
+            int64_t width = t->shape[t->ndim - 1], k = t->shape[t->ndim - 2];
+            int64_t n_src = src->shape[src->ndim - 2];
+            kvb_compare_gather(t->out, src->h, idx->out, t->dtype, t->n / (k * width), k, width, n_src, t->gather_group, res);
         }
         v->pass &= res->pass;
         v->n++;

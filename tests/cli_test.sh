@@ -41,6 +41,19 @@ printf 'index_scan M=7 tier=smoke\ngather_copy M=4097 tier=smoke\n' >"$tmp/bad.c
 expect "bad line in a case file stops everything" 2 "$tmp/bad.cases:2: gather_copy: M=4097 out of range" -- check --cases "$tmp/bad.cases"
 expect "unknown option" 2 'unknown option --frobnicate' -- check --frobnicate
 expect "unknown command" 2 "unknown command 'chekc'" -- chekc
+# selective_attn, heavy_hitters, snapkv: each bad parameter named with its value and range, nothing run
+expect "attention: unsupported D" 2 'selective_attn: D=96 is not supported \(supported head dimensions: 64, 128\)' -- check --cases "$cases" "selective_attn D=96"
+expect "attention: Hq not a multiple of Hkv" 2 'selective_attn: Hq=12 is not a multiple of Hkv=8' -- check --cases "$cases" "selective_attn Hq=12 Hkv=8"
+expect "attention: L = 0" 2 'selective_attn: L=0 out of range \[1, 1048576\]' -- check --cases "$cases" "selective_attn L=0"
+expect "attention: w0 past the last row" 2 'selective_attn: w0=4096 out of range \[0, L-1 = 4095\]' -- check --cases "$cases" "selective_attn L=4096 w0=4096"
+expect "attention: forward alone without O" 2 'need_out=0 out of range \[1, 1\] for impl=fwd_only' -- bench --cases "$cases" "selective_attn need_out=0 w0=4000 impl=fwd_only"
+expect "heavy hitters: heavy ratio above 1" 2 'heavy_hitters: heavy=1.5 out of range \[0, 1\]' -- check --cases "$cases" "heavy_hitters heavy=1.5"
+expect "heavy hitters: negative recent ratio" 2 'heavy_hitters: recent=-0.25 out of range \[0, 1\]' -- check --cases "$cases" "heavy_hitters recent=-0.25"
+expect "heavy hitters: pyramid ratio above 1" 2 'pyramid ratio of layer 0 = 1.04 out of range \[0, 1\]' -- check --cases "$cases" "heavy_hitters heavy=0.56 layers=32"
+expect "heavy hitters: unsupported D" 2 'heavy_hitters: D=12 is not a multiple of 8' -- check --cases "$cases" "heavy_hitters D=12"
+expect "snapkv: pooling kernel not odd" 2 'snapkv: ks=64 is not an odd pooling kernel in \[1, 8191\]' -- check --cases "$cases" "snapkv ks=64"
+expect "snapkv: budget below the window" 2 'snapkv: budget=16 out of range \[W = min\(32, L\) = 32' -- check --cases "$cases" "snapkv budget=16"
+expect "snapkv: unsupported D" 2 'snapkv: D=80 is not supported' -- check --cases "$cases" "snapkv D=80"
 expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
 expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
 expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# selective_attn_round.sh BUNDLE OUT: the selective_attn family's GPU round, from a bundle (make bundle),
+# in one command on the GPU machine:
+#   1. gpu_round.sh over the selective_attn, heavy_hitters and snapkv cases: device facts, the test
+#      programs, kvbench check (check tier), kvbench bench (bench tier) -> round.log, check.json,
+#      bench.json, summary.md
+#   2. the external peer in the same run: torch_flash_peer.py (PyTorch's flash forward) -> torch_flash.json
+#   3. compute-sanitizer memcheck and racecheck on a few small cases -> sanitizer.log
+#   4. the kernels' SASS instruction mix (HMMA, LDSM, MUFU.EX2, local memory) and one Nsight Compute
+#      pass over both kernels of a 4K case -> kernels.txt
+# Extra arguments go to kvbench (e.g. --benchmark_min_time=0.05). PEER=0, SAN=0, NCU=0 skip steps.
+set -u
+b=$(cd "${1:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}" && pwd)
+out=${2:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}
+shift 2
+mkdir -p "$out"
+bash "$b/gpu_round.sh" "$out" selective_attn heavy_hitters snapkv "$@"
+if [ "${PEER:-1}" = 1 ]; then
+    PYTHONUNBUFFERED=1 python3 "$b/torch_flash_peer.py" --out "$out/torch_flash.json" 2>&1 | tail -n 8
+fi
+kv="$b/bin/kvbench"
+small=("selective_attn B=1 Hq=8 Hkv=2 L=1000 D=128 causal=1 w0=0 group_sum=1"
+    "selective_attn B=1 Hq=4 Hkv=2 L=127 D=64 causal=0 w0=95 need_out=0 group_sum=1"
+    "snapkv B=1 Hq=8 Hkv=2 L=1000 D=128 budget=256"
+    "heavy_hitters B=1 Hq=8 Hkv=2 L=1000 D=128 select_per=kv"
+    "selective_attn B=1 Hq=4 Hkv=2 L=300 D=128 impl=cublas group_sum=1")
+if [ "${SAN:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool "$kv" check --cases "$b/cases" "${small[@]}" >>"$out/sanitizer.log" 2>&1
+        echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -n 1)"
+    done
+fi
+{
+    echo "== SASS instruction mix per kernel (cuobjdump --dump-sass)"
+    cuobjdump --dump-sass "$kv" 2>/dev/null | awk '
+        /Function :/ { if (name) print name, h, l, m, ll, sl, bar; name = $3; h = l = m = ll = sl = bar = 0 }
+        /HMMA/ { h++ } /LDSM/ { l++ } /MUFU.EX2/ { m++ } /LDL/ { ll++ } /STL/ { sl++ } /BAR.SYNC/ { bar++ }
+        END { if (name) print name, h, l, m, ll, sl, bar }' | grep -E "fwd_kernel|colsum_kernel|topk|maxpool|gather_kernel" |
+        awk 'BEGIN { print "kernel HMMA LDSM MUFU.EX2 LDL STL BAR.SYNC" } { print }'
+    if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+        echo "== ncu (one launch of both passes, B=1 H=32 L=4096 D=128 causal)"
+        ncu --clock-control none --profile-from-start off \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            "$kv" profile --cases "$b/cases" "selective_attn B=1 Hq=32 Hkv=32 L=4096 D=128" 2>&1 | grep -vE '^==PROF==|^\s*$'
+    fi
+} >"$out/kernels.txt" 2>&1
+echo "kernels.txt: $(wc -l <"$out/kernels.txt") lines"

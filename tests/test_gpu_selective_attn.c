@@ -1,0 +1,113 @@
+/* test_gpu_selective_attn.c: the CUDA selective_attn and heavy_hitters families (selective_attn,
+ * heavy_hitters, snapkv) against the C references, one test per check-tier case of their case files
+ * (skipped, and counted as skipped, without a device); each case is validated twice on the same device
+ * state (outputs poisoned before each launch). The API-rejection tests need no device: a bad parameter
+ * must be refused, with a message naming it, before any CUDA call. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../harness/op.h"
+#include "testlib.h"
+#if KVB_HAVE_CUDA
+#include "../kernels/heavy_hitters.h"
+#include "../kernels/selective_attn.h"
+#endif
+
+static void run_case(void **state)
+{
+    const kvb_case *c = *state;
+    if (!kvb_gpu_available()) skip();
+    kvb_run r;
+    if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
+    if (r.op->ref_check && r.op->ref_check(&r) != KVB_OK) fail_msg("%s: reference invariant: %s", c->id, kvb_last_error());
+    if (kvb_run_gpu_setup(&r) != KVB_OK) fail_msg("%s: gpu setup: %s", c->id, kvb_last_error());
+    for (int round = 0; round < 2; round++) {
+        kvb_verdict v;
+        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
+        for (int i = 0; i < v.n; i++)
+            if (!v.res[i].pass)
+                fail_msg("%s (round %d): %s has %lld bad elements (max abs %.3g, rel L2 %.3g), first at %lld: got %.9g, expected %.9g",
+                         c->id, round, v.name[i], (long long)v.res[i].n_bad, v.res[i].max_abs, v.res[i].rel_l2,
+                         (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
+                         v.res[i].n_first ? v.res[i].first[0].out : 0, v.res[i].n_first ? v.res[i].first[0].ref : 0);
+    }
+    kvb_run_teardown(&r);
+}
+
+#if KVB_HAVE_CUDA
+static void test_api_rejects_before_launch(void **state)
+{
+    (void)state;
+    /* dummy non-NULL pointers: nothing may be dereferenced or launched before the checks */
+    kvb_bf16 *b = (kvb_bf16 *)(uintptr_t)0x1000;
+    float *f = (float *)(uintptr_t)0x1000;
+    int32_t *i = (int32_t *)(uintptr_t)0x1000;
+    sattn_params good = {1, 8, 2, 1000, 128, 1, 0, 1, 1}, p;
+    p = good, p.D = 96;
+    assert_int_equal(selective_attn(b, b, b, &p, b, f, f, f, f, 0, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn: D=96 is not supported (supported head dimensions: 64, 128)");
+    p = good, p.Hq = 6, p.Hkv = 4;
+    assert_int_equal(selective_attn(b, b, b, &p, b, f, f, f, f, 0, 0), KVB_EINVAL);
+    assert_error_mentions("Hq=6 is not a multiple of Hkv=4");
+    p = good, p.L = 0;
+    assert_int_equal(selective_attn_fwd(b, b, b, &p, b, f, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_fwd: L=0 out of range [1, 1048576]");
+    p = good, p.w0 = 1000;
+    assert_int_equal(selective_attn_colsum(b, b, f, &p, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_colsum: w0=1000 out of range [0, L-1 = 999]");
+    p = good, p.need_out = 0;
+    assert_int_equal(selective_attn_fwd(b, b, b, &p, b, f, 0), KVB_EINVAL);
+    assert_error_mentions("need_out=0 out of range [1, 1]");
+    p = good, p.need_out = 0, p.w0 = 999; /* splits the keys: needs a workspace */
+    assert_int_equal(selective_attn(b, b, b, &p, NULL, f, f, f, NULL, 0, 0), KVB_EINVAL);
+    assert_error_mentions("workspace_bytes=0 out of range");
+    assert_int_equal(selective_attn(b, b, b, &good, NULL, f, f, f, NULL, 0, 0), KVB_EINVAL);
+    assert_error_mentions("NULL output");
+    p = good, p.L = 65536, p.Hq = 16;
+    size_t bytes;
+    assert_int_equal(selective_attn_materialized_workspace_bytes(&p, &bytes), KVB_EINVAL);
+    assert_error_mentions("L=65536 out of range for the cuBLAS peer");
+    /* selections */
+    assert_int_equal(maxpool_rows(f, 4, 1000, 64, f, 0), KVB_EINVAL);
+    assert_error_mentions("maxpool_rows: ks=64 is not an odd pooling kernel in [1, 8191]");
+    assert_int_equal(topk_rows(f, 4, 1000, 1000, 1001, 0, 0, i, 1001, 0), KVB_EINVAL);
+    assert_error_mentions("topk_rows: k=1001 out of range [0, n = 1000]");
+    assert_int_equal(heavy_hitters_keep(f, 4, 1000, 1001, 0, i, 0), KVB_EINVAL);
+    assert_error_mentions("heavy_hitters_keep: n_hh=1001 out of range [0, L = 1000]");
+    assert_int_equal(heavy_hitters_keep(f, 4, 0, 0, 0, i, 0), KVB_EINVAL);
+    assert_error_mentions("L=0 out of range");
+    assert_int_equal(snapkv_keep(f, 4, 1000, 32, 31, i, 0), KVB_EINVAL);
+    assert_error_mentions("snapkv_keep: n_keep=31 out of range [W = 32, L = 1000]");
+    assert_int_equal(gather_rows(b, 8, 3, 1000, 128, i, 10, b, 0), KVB_EINVAL);
+    assert_error_mentions("gather_rows: group=3 does not divide rows=8");
+    assert_int_equal(gather_rows(b, 8, 4, 1000, 12, i, 10, b, 0), KVB_EINVAL);
+    assert_error_mentions("gather_rows: D=12 is not a positive multiple of 8");
+}
+#endif
+
+int main(void)
+{
+    kvb_case_list all = {0};
+    if (kvb_cases_load(&all, kvb_test_cases_dir()) != KVB_OK) {
+        fprintf(stderr, "%s\n", kvb_last_error());
+        return 1;
+    }
+    struct CMUnitTest *tests = calloc((size_t)all.n + 1, sizeof *tests);
+    int n = 0;
+#if KVB_HAVE_CUDA
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api_rejects_before_launch);
+#endif
+    for (int i = 0; i < all.n; i++) {
+        const kvb_case *c = &all.v[i];
+        if (c->tier != KVB_TIER_CHECK) continue;
+        if (strcmp(c->op->family, "selective_attn") && strcmp(c->op->family, "heavy_hitters")) continue;
+        tests[n].name = c->id;
+        tests[n].test_func = run_case;
+        tests[n].initial_state = (void *)c;
+        n++;
+    }
+    int rc = _cmocka_run_group_tests("gpu selective_attn", tests, (size_t)n, NULL, NULL);
+    free(tests);
+    kvb_cases_free(&all);
+    return rc;
+}
