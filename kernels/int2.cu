@@ -36,6 +36,7 @@
 //   blocks, log-sum-exp merge by the last block of each head (attn_device.h).
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "attn_device.h"
 #include "int2.h"
@@ -92,19 +93,18 @@ __device__ __forceinline__ void group_meta(float mn, float mx, bool bad, __half 
     z = __float2half_rn(mn);
 }
 
-// code = clamp(rint((x - zero) / scale), 0, 3) in fp32, for scale != 0. The quotient is taken as
-// (x - zero) * rcp(scale), within 1.5 ulp of the IEEE quotient; only when that lands within 2^-18 of a
-// rounding boundary (k + 1/2) inside the unclamped range is the IEEE division done, so the code
-// always equals rint of the IEEE quotient (ties to even included).
+// code = clamp(rint((x - zero) / scale), 0, 3) in fp32, for scale != 0, without a division: with
+// r = RN(1/scale), q0 = RN(a r), rem = a - scale q0 (exact by FMA) and q1 = RN(q0 + rem r), q1 is the
+// correctly rounded quotient RN(a / scale) (Markstein's theorem; no overflow or underflow here: |a| <=
+// 2^16, scale >= 2^-24, and a quotient small enough to underflow gives code 0 either way). So the
+// code equals rint of the IEEE fp32 quotient, ties to even included. 7 instructions, no branch.
 __device__ __forceinline__ uint32_t code_of(float x, float s, float z, float r)
 {
     const float a = __fsub_rn(x, z);
-    const float pr = __fmul_rn(a, r);
-    const float rp = rintf(pr);
-    float c = rp;
-    if (fabsf(__fsub_rn(pr, rp)) > 0.5f - 0x1p-18f && pr > -1.0f && pr < 4.0f) c = rintf(__fdiv_rn(a, s));
-    c = fminf(fmaxf(c, 0.0f), 3.0f);
-    return (uint32_t)c;
+    const float q0 = __fmul_rn(a, r);
+    const float rem = __fmaf_rn(-q0, s, a);
+    const float q1 = __fmaf_rn(rem, r, q0);
+    return min(__float2uint_rn(q1), 3u); // round half to even; negative -> 0 (saturating conversion)
 }
 
 __device__ __forceinline__ bool unsupported(float x) { return !(fabsf(x) <= (float)INT2_MAX_ABS); }
@@ -128,63 +128,84 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Keys: one block of 64 threads per tile of 128 (D=128) or 256 (D=64) tokens of one (b, h): the tile
-// lands in shared memory (cp.async), then thread p owns channels 2p, 2p+1 over 128 tokens: min/max on
-// bf16 pairs, then the codes, one 32-bit word per 16 tokens and channel.
-constexpr int QK_THREADS = 64;
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
+__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
+
+// Keys: a block of 256 threads per tile of 128 tokens of one (b, h), staged in shared memory with
+// cp.async. Work unit = (channel pair p, 16-token chunk c): 16 bf16 pairs in registers (one word of
+// codes per channel). The min and max of a group of gs tokens are reduced over its gs/16 chunk lanes
+// with shuffles. Tile layout [token][pair] with the 16-byte chunks of token t XOR-swizzled by t/16,
+// so that the 8 chunk lanes of a pair read 8 different banks.
+constexpr int QK_THREADS = 256, QK_TILE = 128;
 
 template <int D>
-__global__ void __launch_bounds__(QK_THREADS) quant_keys_kernel(const __nv_bfloat16 *__restrict__ K, int64_t src_len,
+__global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bfloat16 *__restrict__ K, int64_t src_len,
                                                                   int64_t n, int64_t t0, uint32_t *__restrict__ Kq,
                                                                   __half *__restrict__ Ks, __half *__restrict__ Kz,
                                                                   int64_t Tcap, int gs)
 {
-    constexpr int SLOTS = 128 / D, TILE = 128 * SLOTS, PAIRS = D / 2;
-    __shared__ __align__(16) __nv_bfloat162 tile[TILE * PAIRS]; // [token][pair], 32 KB
+    constexpr int PAIRS = D / 2, NCH = PAIRS / 4; // 32-bit pairs per token, 16-byte chunks per token
+    __shared__ __align__(16) uint32_t tile[QK_TILE * PAIRS]; // 32 KB (D=128) or 16 KB (D=64)
     const int tid = threadIdx.x;
-    const int64_t bh = blockIdx.y, tile0 = (int64_t)blockIdx.x * TILE;
-    const int ntile = (int)min((int64_t)TILE, n - tile0);
+    const int64_t bh = blockIdx.y, tile0 = (int64_t)blockIdx.x * QK_TILE;
+    const int ntile = (int)min((int64_t)QK_TILE, n - tile0); // a multiple of gs
     const __nv_bfloat16 *src = K + (bh * src_len + tile0) * D;
-    for (int c = tid; c < ntile * D / 8; c += QK_THREADS) cp_async16(&tile[c * 4], src + c * 8, true);
+    for (int c = tid; c < ntile * NCH; c += QK_THREADS) {
+        const int t = c / NCH, ch = c % NCH;
+        cp_async16(&tile[t * PAIRS + ((ch ^ ((t >> 4) & (NCH - 1))) << 2)], src + (int64_t)t * D + ch * 8, true);
+    }
     cp_commit();
     cp_wait<0>();
     __syncthreads();
 
-    const int p = tid % PAIRS, slot = tid / PAIRS;
-    const int tb = slot * 128, nt = min(128, ntile - tb); // this thread's tokens [tb, tb + nt)
     const int64_t words = Tcap / 16, groups = Tcap / gs;
-    const int64_t row0 = bh * D + 2 * p, row1 = row0 + 1;
-    for (int g0 = 0; g0 < nt; g0 += gs) {
-        __nv_bfloat162 mn = tile[(tb + g0) * PAIRS + p], mx = mn;
-        __nv_bfloat162 nan_probe = __floats2bfloat162_rn(0.f, 0.f);
-        for (int i = 0; i < gs; i++) {
-            const __nv_bfloat162 x = tile[(tb + g0 + i) * PAIRS + p];
-            mn = __hmin2(mn, x), mx = __hmax2(mx, x);
-            nan_probe = __hfma2(x, __floats2bfloat162_rn(0.f, 0.f), nan_probe); // inf or NaN -> NaN
+    const int per = gs / 16; // chunk lanes per group
+    for (int u = tid; u < PAIRS * 8; u += QK_THREADS) { // warp-uniform trip count (PAIRS * 8 is a multiple of 256)
+        const int c = u & 7, p = u >> 3;
+        const bool active = 16 * c < ntile;
+        uint32_t x[16];
+        __nv_bfloat162 mn = __floats2bfloat162_rn(INFINITY, INFINITY), mx = __floats2bfloat162_rn(-INFINITY, -INFINITY);
+        __nv_bfloat162 probe = __floats2bfloat162_rn(0.f, 0.f);
+        const __nv_bfloat162 zero2 = __floats2bfloat162_rn(0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int t = 16 * c + i;
+            x[i] = active ? tile[t * PAIRS + ((((p >> 2) ^ c) & (NCH - 1)) << 2) + (p & 3)] : 0u;
+            const __nv_bfloat162 v = bf2_of(x[i]);
+            mn = __hmin2(mn, v), mx = __hmax2(mx, v);
+            probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
         }
+        uint32_t umn = bits_of(mn), umx = bits_of(mx), upr = bits_of(probe);
+        for (int off = 1; off < per; off <<= 1) {
+            mn = __hmin2(bf2_of(umn), bf2_of(__shfl_xor_sync(0xffffffffu, umn, off)));
+            mx = __hmax2(bf2_of(umx), bf2_of(__shfl_xor_sync(0xffffffffu, umx, off)));
+            probe = __hadd2(bf2_of(upr), bf2_of(__shfl_xor_sync(0xffffffffu, upr, off)));
+            umn = bits_of(mn), umx = bits_of(mx), upr = bits_of(probe);
+        }
+        if (!active) continue;
         const float mn0 = __low2float(mn), mn1 = __high2float(mn), mx0 = __low2float(mx), mx1 = __high2float(mx);
-        const bool bad0 = unsupported(mn0) || unsupported(mx0) || isnan(__low2float(nan_probe));
-        const bool bad1 = unsupported(mn1) || unsupported(mx1) || isnan(__high2float(nan_probe));
+        const bool bad0 = unsupported(mn0) || unsupported(mx0) || isnan(__low2float(probe));
+        const bool bad1 = unsupported(mn1) || unsupported(mx1) || isnan(__high2float(probe));
         __half s0, z0, s1, z1;
         group_meta(mn0, mx0, bad0, s0, z0);
         group_meta(mn1, mx1, bad1, s1, z1);
-        const int64_t tg = t0 + tile0 + tb + g0; // first cache token of the group
-        Ks[row0 * groups + tg / gs] = s0, Kz[row0 * groups + tg / gs] = z0;
-        Ks[row1 * groups + tg / gs] = s1, Kz[row1 * groups + tg / gs] = z1;
+        const int64_t tc = t0 + tile0 + 16 * c; // the chunk's first cache token
+        const int64_t row0 = bh * D + 2 * p, row1 = row0 + 1;
+        if (c % per == 0) {
+            Ks[row0 * groups + tc / gs] = s0, Kz[row0 * groups + tc / gs] = z0;
+            Ks[row1 * groups + tc / gs] = s1, Kz[row1 * groups + tc / gs] = z1;
+        }
         const float sf0 = __half2float(s0), zf0 = __half2float(z0), sf1 = __half2float(s1), zf1 = __half2float(z1);
         const bool live0 = !bad0 && sf0 != 0.f, live1 = !bad1 && sf1 != 0.f;
         const float r0 = live0 ? __frcp_rn(sf0) : 0.f, r1 = live1 ? __frcp_rn(sf1) : 0.f;
-        for (int w = 0; w < gs / 16; w++) {
-            uint32_t word0 = 0, word1 = 0;
+        uint32_t w0 = 0, w1 = 0;
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const __nv_bfloat162 x = tile[(tb + g0 + 16 * w + i) * PAIRS + p];
-                if (live0) word0 |= code_of(__low2float(x), sf0, zf0, r0) << (2 * i);
-                if (live1) word1 |= code_of(__high2float(x), sf1, zf1, r1) << (2 * i);
-            }
-            Kq[row0 * words + tg / 16 + w] = word0;
-            Kq[row1 * words + tg / 16 + w] = word1;
+        for (int i = 0; i < 16; i++) {
+            w0 |= code_of(__uint_as_float(x[i] << 16), sf0, zf0, r0) << (2 * i);
+            w1 |= code_of(__uint_as_float(x[i] & 0xFFFF0000u), sf1, zf1, r1) << (2 * i);
         }
+        Kq[row0 * words + tc / 16] = live0 ? w0 : 0u;
+        Kq[row1 * words + tc / 16] = live1 ? w1 : 0u;
     }
 }
 
@@ -204,29 +225,35 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
     const int64_t tok = flat / WPT;
     const int w = (int)(flat % WPT);
     const bool active = tok < n;
-    float x[16];
+    uint32_t u[8];
     if (active) {
         const uint4 *src = reinterpret_cast<const uint4 *>(V + (bh * src_len + tok) * D + 16 * w);
         const uint4 a = __ldg(src), b = __ldg(src + 1);
-        const uint32_t u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) x[2 * i] = __uint_as_float(u[i] << 16), x[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+        u[0] = a.x, u[1] = a.y, u[2] = a.z, u[3] = a.w, u[4] = b.x, u[5] = b.y, u[6] = b.z, u[7] = b.w;
     } else {
 #pragma unroll
-        for (int i = 0; i < 16; i++) x[i] = 0.f;
+        for (int i = 0; i < 8; i++) u[i] = 0u;
     }
-    float mn = x[0], mx = x[0];
-    bool bad = false;
+    // min, max and an inf/NaN probe on bf16 pairs, then over the group's gs/16 lanes
+    const __nv_bfloat162 zero2 = __floats2bfloat162_rn(0.f, 0.f);
+    __nv_bfloat162 mn = bf2_of(u[0]), mx = mn, probe = zero2;
 #pragma unroll
-    for (int i = 0; i < 16; i++) mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]), bad |= unsupported(x[i]);
+    for (int i = 0; i < 8; i++) {
+        const __nv_bfloat162 v = bf2_of(u[i]);
+        mn = __hmin2(mn, v), mx = __hmax2(mx, v);
+        probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
+    }
+    float fmn = fminf(__low2float(mn), __high2float(mn)), fmx = fmaxf(__low2float(mx), __high2float(mx));
+    bool bad = isnan(__low2float(probe)) || isnan(__high2float(probe));
     for (int off = 1; off < gs / 16; off <<= 1) {
-        mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        fmn = fminf(fmn, __shfl_xor_sync(0xffffffffu, fmn, off));
+        fmx = fmaxf(fmx, __shfl_xor_sync(0xffffffffu, fmx, off));
         bad |= __shfl_xor_sync(0xffffffffu, (int)bad, off) != 0;
     }
     if (!active) return;
+    bad |= unsupported(fmn) || unsupported(fmx);
     __half s, z;
-    group_meta(mn, mx, bad, s, z);
+    group_meta(fmn, fmx, bad, s, z);
     const int64_t row = bh * Tcap + t0 + tok;
     const int per = gs / 16;
     if (w % per == 0) Vs[row * (D / gs) + w / per] = s, Vz[row * (D / gs) + w / per] = z;
@@ -235,7 +262,10 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
     if (!bad && sf != 0.f) {
         const float r = __frcp_rn(sf);
 #pragma unroll
-        for (int i = 0; i < 16; i++) word |= code_of(x[i], sf, zf, r) << (2 * i);
+        for (int i = 0; i < 8; i++) {
+            word |= code_of(__uint_as_float(u[i] << 16), sf, zf, r) << (4 * i);
+            word |= code_of(__uint_as_float(u[i] & 0xFFFF0000u), sf, zf, r) << (4 * i + 2);
+        }
     }
     Vq[row * WPT + w] = word;
 }
@@ -317,43 +347,47 @@ __global__ void copy_residual_kernel(CachePtrs c, __nv_bfloat16 *K, __nv_bfloat1
 }
 
 // ================================================================================================
-// Fused dequant-matmul: 256-token tiles in shared memory
+// Fused dequant-matmul: 256-token tiles in shared memory, layouts fixed at compile time per (D, gs)
 // ================================================================================================
 
 constexpr int TILE = 256;
 
-// Byte offsets of one tile buffer. Key codes [D][16 words], the 4-word chunks of channel d at
-// chunk ^ ((d >> 1) & 1) (so the 4 threads t of a warp hit different banks); key scale and zero
-// [D][TILE/gs]; value codes [TILE][D/16] with token tk in row (tk % 16) * 16 + tk / 16 (conflict free for
-// the AV token order); value scale and zero [TILE][D/gs].
-struct TileLayout {
-    int ngk, ngv;
-    int off_ks, off_kz, off_vq, off_vs, off_vz, bytes;
+// One tile buffer. Key codes [D][16 words], the 4-word chunks of channel d at chunk ^ ((d >> 1) & 1)
+// (the 4 threads t of a warp hit different banks); key scale and zero [D][TILE/gs]; value codes
+// [TILE][D/16] with token tk in row swap(tk) (its two 4-bit halves swapped: the 4 tokens a warp reads
+// at once sit in adjacent rows); value scale and zero [TILE][D/gs], rows swapped the same way when a
+// row is 16 bytes (gs = 16 at D = 128, MiniKV's setting), in token order otherwise.
+template <int D, int GS>
+struct Tile {
+    static constexpr int NGK = TILE / GS, NGV = D / GS, VW = D / 16;
+    static constexpr int OFF_KS = D * 16 * 4;
+    static constexpr int OFF_KZ = OFF_KS + D * NGK * 2;
+    static constexpr int OFF_VQ = OFF_KZ + D * NGK * 2;
+    static constexpr int OFF_VS = OFF_VQ + TILE * VW * 4;
+    static constexpr int OFF_VZ = OFF_VS + TILE * NGV * 2;
+    static constexpr int BYTES = OFF_VZ + TILE * NGV * 2;
+    static constexpr bool VPERM = NGV * 2 == 16;
 };
 
-TileLayout tile_layout(int D, int gs)
-{
-    TileLayout t;
-    t.ngk = TILE / gs, t.ngv = D / gs;
-    t.off_ks = D * 16 * 4;
-    t.off_kz = t.off_ks + D * t.ngk * 2;
-    t.off_vq = t.off_kz + D * t.ngk * 2;
-    t.off_vs = t.off_vq + TILE * (D / 16) * 4;
-    t.off_vz = t.off_vs + TILE * t.ngv * 2;
-    t.bytes = t.off_vz + TILE * t.ngv * 2;
-    return t;
-}
+__device__ __forceinline__ int swap_nibbles(int r) { return ((r & 15) << 4) | (r >> 4); } // an involution on 0..255
 
-__device__ __forceinline__ int vq_row(int tk) { return (tk & 15) * 16 + (tk >> 4); }
+template <int BYTES_>
+__device__ __forceinline__ void cp_async_n(void *smem, const void *gmem)
+{
+    if constexpr (BYTES_ == 16) cp_async16(smem, gmem, true);
+    else if constexpr (BYTES_ == 8) cp_async8(smem, gmem);
+    else cp_async4(smem, gmem);
+}
 
 // Issue the cp.async copies of tile `tile` (tokens [256*tile, 256*tile + 256)) of head bh. Value
 // tokens >= T are zero-filled (their probability is 0, and 0 * garbage could be NaN); key tokens past
-// T are read from the (allocated) cache and masked as scores.
-template <int D>
-__device__ __forceinline__ void load_tile(unsigned char *buf, const TileLayout &tl, const CachePtrs &c, int64_t bh,
-                                          int64_t tile, int64_t T, int64_t Tcap, int gs, bool keys, bool values, int tid)
+// T are read from the (allocated) cache and masked as scores. Shared-memory writes are row by row.
+template <int D, int GS>
+__device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c, int64_t bh, int tile, int64_t T,
+                                          int64_t Tcap, bool keys, bool values, int tid)
 {
-    const int64_t tok0 = tile * TILE;
+    using C = Tile<D, GS>;
+    const int64_t tok0 = (int64_t)tile * TILE;
     if (keys) {
         uint32_t *kq = reinterpret_cast<uint32_t *>(buf);
         const uint32_t *src = c.Kq + bh * D * (Tcap / 16) + tok0 / 16;
@@ -361,34 +395,38 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const TileLayout &
             const int d = i >> 2, ch = i & 3;
             cp_async16(kq + d * 16 + ((ch ^ ((d >> 1) & 1)) << 2), src + (int64_t)d * (Tcap / 16) + ch * 4, true);
         }
-        const int row_bytes = tl.ngk * 2, cs = row_bytes < 16 ? row_bytes : 16, cpr = row_bytes / cs;
+        constexpr int ROW = C::NGK * 2, CS = ROW < 16 ? ROW : 16, CPR = ROW / CS;
+#pragma unroll
         for (int part = 0; part < 2; part++) {
-            const __half *msrc = (part ? c.Kz : c.Ks) + bh * D * (Tcap / gs) + tok0 / gs;
-            unsigned char *mdst = buf + (part ? tl.off_kz : tl.off_ks);
-            for (int i = tid; i < D * cpr; i += THREADS) {
-                const int d = i / cpr, ch = i % cpr;
-                const unsigned char *s = reinterpret_cast<const unsigned char *>(msrc + (int64_t)d * (Tcap / gs)) + ch * cs;
-                unsigned char *dd = mdst + d * row_bytes + ch * cs;
-                if (cs == 16) cp_async16(dd, s, true);
-                else if (cs == 8) cp_async8(dd, s);
-                else cp_async4(dd, s);
+            const unsigned char *msrc = reinterpret_cast<const unsigned char *>((part ? c.Kz : c.Ks) + bh * D * (Tcap / GS) + tok0 / GS);
+            unsigned char *mdst = buf + (part ? C::OFF_KZ : C::OFF_KS);
+            for (int i = tid; i < D * CPR; i += THREADS) {
+                const int d = i / CPR, ch = i % CPR;
+                cp_async_n<CS>(mdst + d * ROW + ch * CS, msrc + (int64_t)d * (Tcap / GS) * 2 + ch * CS);
             }
         }
     }
     if (values) {
         constexpr int CPR = D / 64; // 16-byte chunks per value code row
-        uint32_t *vq = reinterpret_cast<uint32_t *>(buf + tl.off_vq);
-        const uint32_t *src = c.Vq + (bh * Tcap + tok0) * (D / 16);
+        uint32_t *vq = reinterpret_cast<uint32_t *>(buf + C::OFF_VQ);
+        const uint32_t *src = c.Vq + (bh * Tcap + tok0) * C::VW;
         for (int i = tid; i < TILE * CPR; i += THREADS) {
-            const int tk = i / CPR, ch = i % CPR;
-            cp_async16(vq + vq_row(tk) * (D / 16) + ch * 4, src + (int64_t)tk * (D / 16) + ch * 4, tok0 + tk < T);
+            const int r = i / CPR, ch = i % CPR, tk = swap_nibbles(r);
+            cp_async16(vq + r * C::VW + ch * 4, src + (int64_t)tk * C::VW + ch * 4, tok0 + tk < T);
         }
-        const int chunks = TILE * tl.ngv * 2 / 16, tpc = TILE / chunks; // tokens per 16-byte chunk
+#pragma unroll
         for (int part = 0; part < 2; part++) {
-            const __half *msrc = (part ? c.Vz : c.Vs) + (bh * Tcap + tok0) * tl.ngv;
-            unsigned char *mdst = buf + (part ? tl.off_vz : tl.off_vs);
-            for (int i = tid; i < chunks; i += THREADS)
-                cp_async16(mdst + 16 * i, reinterpret_cast<const unsigned char *>(msrc) + 16 * i, tok0 + (int64_t)i * tpc < T);
+            const unsigned char *msrc = reinterpret_cast<const unsigned char *>((part ? c.Vz : c.Vs) + (bh * Tcap + tok0) * C::NGV);
+            unsigned char *mdst = buf + (part ? C::OFF_VZ : C::OFF_VS);
+            if constexpr (C::VPERM) {
+                for (int r = tid; r < TILE; r += THREADS) {
+                    const int tk = swap_nibbles(r);
+                    cp_async16(mdst + 16 * r, msrc + 16 * tk, tok0 + tk < T);
+                }
+            } else {
+                constexpr int CHUNKS = TILE * C::NGV * 2 / 16, TPC = TILE / CHUNKS; // tokens per chunk
+                for (int i = tid; i < CHUNKS; i += THREADS) cp_async16(mdst + 16 * i, msrc + 16 * i, tok0 + (int64_t)i * TPC < T);
+            }
         }
     }
 }
@@ -417,20 +455,21 @@ __device__ __forceinline__ void q_frags_f16(uint32_t (&qh)[D / 16][2], const flo
     }
 }
 
-// S^T for the warp's 64 tokens [tb, tb + 64) of the tile: s[i] = m-tile i (rows: tokens
-// tb + 8*(r%8) + 2i + (r>=8)), columns = heads; scaled q, unmasked.
-template <int D>
-__device__ __forceinline__ void qk_tile(float (&s)[4][4], const unsigned char *buf, const TileLayout &tl,
-                                        const uint32_t (&qh)[D / 16][2], int tb, int gs_shift, int lane)
+// S^T for warp w's 64 tokens [64w, 64w + 64) of the tile: s[i] = m-tile i (row r: token
+// 64w + 8*(r%8) + 2i + (r>=8)), columns = heads; scaled q, unmasked. Every shared-memory address is
+// a per-thread base plus a compile-time offset.
+template <int D, int GS>
+__device__ __forceinline__ void qk_tile(float (&s)[4][4], const unsigned char *buf, const uint32_t (&qh)[D / 16][2],
+                                        int warp, int lane)
 {
+    using C = Tile<D, GS>;
     const int g = lane >> 2, t = lane & 3;
-    const uint32_t *kq = reinterpret_cast<const uint32_t *>(buf);
-    const __half *ks = reinterpret_cast<const __half *>(buf + tl.off_ks);
-    const __half *kz = reinterpret_cast<const __half *>(buf + tl.off_kz);
-    const int wchunk = tb >> 6, wsub = g >> 1;    // code word (tb + 8g) / 16 = 4 * wchunk + wsub
+    // channel d = t + 16j + 4e: code word (64w + 8g) / 16 = 4w + g/2, in chunk w ^ ((d >> 1) & 1) = w ^ ((t >> 1) & 1)
+    const uint32_t *kq = reinterpret_cast<const uint32_t *>(buf) + t * 16 + ((warp ^ ((t >> 1) & 1)) << 2) + (g >> 1);
+    const int gk = (64 * warp + 8 * g) / GS; // the group of the thread's 8 tokens
+    const __half *ks = reinterpret_cast<const __half *>(buf + C::OFF_KS) + t * C::NGK + gk;
+    const __half *kz = reinterpret_cast<const __half *>(buf + C::OFF_KZ) + t * C::NGK + gk;
     const uint32_t sel = (g & 1) ? 0x7632 : 0x5410; // which 8-token half of the word
-    const int gk = (tb + 8 * g) >> gs_shift;         // the group of the thread's 8 tokens
-    const int ngk = tl.ngk;
 #pragma unroll
     for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
 #pragma unroll
@@ -439,10 +478,10 @@ __device__ __forceinline__ void qk_tile(float (&s)[4][4], const unsigned char *b
         __half sc[4], zc[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int d = t + 16 * j + 4 * e;
-            w[e] = kq[d * 16 + ((wchunk ^ ((d >> 1) & 1)) << 2) + wsub];
-            sc[e] = ks[d * ngk + gk];
-            zc[e] = kz[d * ngk + gk];
+            const int off = 16 * j + 4 * e; // channel offset from t
+            w[e] = kq[off * 16];
+            sc[e] = ks[off * C::NGK];
+            zc[e] = kz[off * C::NGK];
         }
         const uint32_t m01 = __byte_perm(w[0], w[1], sel), m23 = __byte_perm(w[2], w[3], sel);
         const __half2 s01 = __halves2half2(sc[0], sc[1]), z01 = __halves2half2(zc[0], zc[1]);
@@ -458,29 +497,31 @@ __device__ __forceinline__ void qk_tile(float (&s)[4][4], const unsigned char *b
     }
 }
 
-// O^T += dequant(V)^T . P^T for the warp's 64 tokens: AV k-step i holds tokens tb + 16t + 2i (+8)
-// (+1), matching the S^T rows of m-tile i through movmatrix (pb[i] = {b0, b1}).
-template <int D>
-__device__ __forceinline__ void av_tile(float (&o)[D / 16][4], const unsigned char *buf, const TileLayout &tl,
-                                        const uint32_t (&pb)[4][2], int tb, int gs_shift, int lane)
+// O^T += dequant(V)^T . P^T for warp w's 64 tokens: AV k-step i holds tokens ta = 64w + 16t + 2i, tc = ta + 8
+// (k 2t, 2t+1) and ta+1, tc+1 (k 2t+8, 2t+9), matching the S^T rows of m-tile i through movmatrix.
+// Token ta sits in value row 32i + 4w + t (tc: +128, ta+1: +16, tc+1: +144).
+template <int D, int GS>
+__device__ __forceinline__ void av_tile(float (&o)[D / 16][4], const unsigned char *buf, const uint32_t (&pb)[4][2],
+                                        int warp, int lane)
 {
-    constexpr int VW = D / 16;
+    using C = Tile<D, GS>;
+    constexpr int VW = C::VW, NGV = C::NGV;
     const int g = lane >> 2, t = lane & 3;
-    const uint32_t *vq = reinterpret_cast<const uint32_t *>(buf + tl.off_vq);
-    const __half *vs = reinterpret_cast<const __half *>(buf + tl.off_vs);
-    const __half *vz = reinterpret_cast<const __half *>(buf + tl.off_vz);
-    const int vw = D == 128 ? g : (g >> 1);                 // the code word of the thread's channels
-    const int vg = (D == 128 ? 16 * g : 8 * g) >> gs_shift; // and their group
-    const int ngv = tl.ngv;
+    const int vw = D == 128 ? g : (g >> 1);        // the code word of the thread's channels
+    const int vg = (D == 128 ? 16 * g : 8 * g) / GS; // and their group
+    const uint32_t *vq = reinterpret_cast<const uint32_t *>(buf + C::OFF_VQ) + (4 * warp + t) * VW + vw;
+    const int mrow = C::VPERM ? 4 * warp + t : 64 * warp + 16 * t;
+    const __half *vs = reinterpret_cast<const __half *>(buf + C::OFF_VS) + mrow * NGV + vg;
+    const __half *vz = reinterpret_cast<const __half *>(buf + C::OFF_VZ) + mrow * NGV + vg;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int ta = tb + 16 * t + 2 * i, tc = ta + 8; // k 2t, 2t+1 -> ta, tc; k 2t+8, 2t+9 -> ta+1, tc+1
-        const uint32_t Wa = vq[vq_row(ta) * VW + vw], Wb = vq[vq_row(tc) * VW + vw];
-        const uint32_t Wc = vq[vq_row(ta + 1) * VW + vw], Wd = vq[vq_row(tc + 1) * VW + vw];
-        const __half2 sab = __halves2half2(vs[ta * ngv + vg], vs[tc * ngv + vg]);
-        const __half2 zab = __halves2half2(vz[ta * ngv + vg], vz[tc * ngv + vg]);
-        const __half2 scd = __halves2half2(vs[(ta + 1) * ngv + vg], vs[(tc + 1) * ngv + vg]);
-        const __half2 zcd = __halves2half2(vz[(ta + 1) * ngv + vg], vz[(tc + 1) * ngv + vg]);
+        const uint32_t Wa = vq[(32 * i) * VW], Wb = vq[(32 * i + 128) * VW];
+        const uint32_t Wc = vq[(32 * i + 16) * VW], Wd = vq[(32 * i + 144) * VW];
+        // metadata rows of ta, tc, ta+1, tc+1
+        const int ma = C::VPERM ? 32 * i : 2 * i, mc = C::VPERM ? 32 * i + 128 : 2 * i + 8;
+        const int ma1 = C::VPERM ? 32 * i + 16 : 2 * i + 1, mc1 = C::VPERM ? 32 * i + 144 : 2 * i + 9;
+        const __half2 sab = __halves2half2(vs[ma * NGV], vs[mc * NGV]), zab = __halves2half2(vz[ma * NGV], vz[mc * NGV]);
+        const __half2 scd = __halves2half2(vs[ma1 * NGV], vs[mc1 * NGV]), zcd = __halves2half2(vz[ma1 * NGV], vz[mc1 * NGV]);
         uint32_t mab[2], mcd[2];
         if constexpr (D == 128) {
             mab[0] = __byte_perm(Wa, Wb, 0x5410), mab[1] = __byte_perm(Wa, Wb, 0x7632);
@@ -533,36 +574,34 @@ struct AttnParams {
     const __nv_bfloat16 *q;
     CachePtrs c;
     __nv_bfloat16 *o;
-    int Hkv, Hq, G, gs, gs_shift, Rcap, R;
+    int Hkv, Hq, G, Rcap, R;
     int64_t heads, Tcap, T;
     int64_t nr, nq; // residual (16-token) and quantized (64-token) steps per head
     float scale;    // log2(e) / sqrt(D)
     int *counters;
     float *parts;
-    TileLayout tl;
 };
 
-template <int D>
-__host__ __device__ constexpr size_t tiles_bytes(int tile_bytes)
+template <int D, int GS>
+__host__ __device__ constexpr size_t attn_tiles_bytes()
 {
-    return 2 * (size_t)tile_bytes > sizeof(MergeSmem<D>) ? 2 * (size_t)tile_bytes : sizeof(MergeSmem<D>);
+    return 2 * (size_t)Tile<D, GS>::BYTES > sizeof(MergeSmem<D>) ? 2 * (size_t)Tile<D, GS>::BYTES : sizeof(MergeSmem<D>);
 }
 
-template <int D>
-size_t attn_smem_bytes(const TileLayout &tl)
+template <int D, int GS>
+constexpr size_t attn_smem_bytes()
 {
-    return tiles_bytes<D>(tl.bytes) + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return attn_tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
 
-template <int D, int MINB>
+template <int D, int GS, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB) int2_attn_kernel(AttnParams p)
 {
     constexpr int MT = D / 16;
+    constexpr int BUF = Tile<D, GS>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
-    const TileLayout tl = p.tl;
-    const size_t tiles = tiles_bytes<D>(tl.bytes);
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
-    float *q_s = reinterpret_cast<float *>(smem + tiles);
+    float *q_s = reinterpret_cast<float *>(smem + attn_tiles_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
@@ -596,32 +635,30 @@ __global__ void __launch_bounds__(THREADS, MINB) int2_attn_kernel(AttnParams p)
         }
 
         // the quantized tokens: steps [qa, qe) of 64 tokens, tiles of 4 steps, double buffered
-        const int64_t qa = max(s0, p.nr) - p.nr, qe = s1 - p.nr;
+        const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
         if (qa < qe) {
             uint32_t qh[D / 16][2];
             q_frags_f16<D>(qh, q_s, f_s, G, lane);
             const float sc0 = 2 * t < G ? p.scale * u_s[2 * t] : 0.f;
             const float sc1 = 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f;
-            const int64_t ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
-            load_tile<D>(smem, tl, p.c, head, ta0, p.T, p.Tcap, p.gs, true, true, tid);
+            const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
+            load_tile<D, GS>(smem, p.c, head, ta0, p.T, p.Tcap, true, true, tid);
             cp_commit();
-            for (int64_t tile = ta0; tile <= ta1; tile++) {
-                unsigned char *buf = smem + (size_t)((tile - ta0) & 1) * tl.bytes;
+            for (int tile = ta0; tile <= ta1; tile++) {
+                const unsigned char *buf = smem + ((tile - ta0) & 1) * BUF;
                 if (tile < ta1) {
-                    load_tile<D>(smem + (size_t)((tile - ta0 + 1) & 1) * tl.bytes, tl, p.c, head, tile + 1, p.T, p.Tcap,
-                                 p.gs, true, true, tid);
+                    load_tile<D, GS>(smem + ((tile - ta0 + 1) & 1) * BUF, p.c, head, tile + 1, p.T, p.Tcap, true, true, tid);
                     cp_commit();
                     cp_wait<1>();
                 } else {
                     cp_wait<0>();
                 }
                 __syncthreads();
-                const int64_t step = tile * 4 + warp;
+                const int step = tile * 4 + warp;
                 if (step >= qa && step < qe) {
-                    const int tb = 64 * warp;
                     float s[4][4];
-                    qk_tile<D>(s, buf, tl, qh, tb, p.gs_shift, lane);
-                    const int64_t tok = tile * TILE + tb + 8 * g;
+                    qk_tile<D, GS>(s, buf, qh, warp, lane);
+                    const int64_t tok = (int64_t)tile * TILE + 64 * warp + 8 * g;
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const bool v0 = tok + 2 * i < p.T, v1 = tok + 2 * i + 1 < p.T;
@@ -632,7 +669,7 @@ __global__ void __launch_bounds__(THREADS, MINB) int2_attn_kernel(AttnParams p)
                     }
                     uint32_t pb[4][2];
                     softmax_update<4, MT, true>(st, s, pb);
-                    av_tile<D>(st.o, buf, tl, pb, tb, p.gs_shift, lane);
+                    av_tile<D, GS>(st.o, buf, pb, warp, lane);
                 }
                 __syncthreads(); // the buffer is refilled in the next iteration
             }
@@ -653,33 +690,34 @@ struct QKParams {
     const __nv_bfloat16 *q;
     CachePtrs c;
     float *scores;
-    int Hkv, Hq, G, gs, gs_shift;
+    int Hkv, Hq, G;
     int64_t Tcap, T;
-    TileLayout tl;
 };
 
-template <int D>
+template <int D, int GS>
+constexpr size_t qk_smem_bytes() { return (size_t)Tile<D, GS>::OFF_VQ + sizeof(float) * (MAXG * D + 2 * MAXG); }
+
+template <int D, int GS>
 __global__ void __launch_bounds__(THREADS) int2_qk_kernel(QKParams p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    const TileLayout tl = p.tl;
-    float *q_s = reinterpret_cast<float *>(smem + tl.off_vq); // only the key part of the tile is used
+    float *q_s = reinterpret_cast<float *>(smem + Tile<D, GS>::OFF_VQ); // only the key part of the tile is used
     float *f_s = q_s + MAXG * D, *u_s = f_s + MAXG;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t tile = blockIdx.x, head = blockIdx.y, b = head / p.Hkv;
+    const int tile = blockIdx.x;
+    const int64_t head = blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
-    load_tile<D>(smem, tl, p.c, head, tile, p.T, p.Tcap, p.gs, true, false, tid);
+    load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, true, false, tid);
     cp_commit();
     stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid); // while the tile lands
     cp_wait<0>();
     __syncthreads();
-    const int tb = 64 * warp;
-    const int64_t tok = tile * TILE + tb + 8 * g; // the thread's 8 tokens; T is a multiple of 16
-    if (tile * TILE + tb >= p.T) return;
+    const int64_t tok = (int64_t)tile * TILE + 64 * warp + 8 * g; // the thread's 8 tokens; T is a multiple of 16
+    if ((int64_t)tile * TILE + 64 * warp >= p.T) return;
     uint32_t qh[D / 16][2];
     q_frags_f16<D>(qh, q_s, f_s, G, lane);
     float s[4][4];
-    qk_tile<D>(s, smem, tl, qh, tb, p.gs_shift, lane);
+    qk_tile<D, GS>(s, smem, qh, warp, lane);
     if (tok >= p.T) return;
 #pragma unroll
     for (int c = 0; c < 2; c++) {
@@ -698,45 +736,42 @@ struct AVParams {
     const float *p;
     CachePtrs c;
     float *out;
-    int Hkv, Hq, G, gs, gs_shift, nsplit;
+    int Hkv, Hq, G, nsplit;
     int64_t Tcap, T, ntiles;
     int *counters;
     float *parts;
-    TileLayout tl;
 };
 
-template <int D>
-size_t av_smem_bytes(const TileLayout &tl)
+template <int D, int GS>
+constexpr size_t av_smem_bytes()
 {
-    const size_t o = sizeof(float) * WARPS * MAXG * D;
-    return (size_t)tl.bytes > o ? (size_t)tl.bytes : o;
+    return (size_t)Tile<D, GS>::BYTES > sizeof(float) * WARPS * MAXG * D ? (size_t)Tile<D, GS>::BYTES
+                                                                        : sizeof(float) * WARPS * MAXG * D;
 }
 
-template <int D>
+template <int D, int GS>
 __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
 {
     constexpr int MT = D / 16;
     extern __shared__ __align__(16) unsigned char smem[];
     float(*o_s)[MAXG][D] = reinterpret_cast<float(*)[MAXG][D]>(smem); // aliases the tile at the end
     __shared__ int flag_s;
-    const TileLayout tl = p.tl;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t split = blockIdx.x, head = blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
-    const int64_t tile_a = split * p.ntiles / p.nsplit, tile_b = (split + 1) * p.ntiles / p.nsplit;
+    const int tile_a = (int)(split * p.ntiles / p.nsplit), tile_b = (int)((split + 1) * p.ntiles / p.nsplit);
     const float *prow = p.p + (b * p.Hq + (int64_t)kvh * G + g) * p.T; // head g of the thread's B column
     float o[MT][4];
 #pragma unroll
     for (int m = 0; m < MT; m++) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.f;
     int e_run = 127; // O columns of head g are scaled by 2^e_run: p values enter fp16 below 2^15
-    for (int64_t tile = tile_a; tile < tile_b; tile++) {
-        load_tile<D>(smem, tl, p.c, head, tile, p.T, p.Tcap, p.gs, false, true, tid);
+    for (int tile = tile_a; tile < tile_b; tile++) {
+        load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, false, true, tid);
         cp_commit();
         cp_wait<0>();
         __syncthreads();
-        const int tb = 64 * warp;
-        const int64_t tok = tile * TILE + tb + 16 * t; // the thread's 16 tokens (all or none below T)
-        if (tile * TILE + tb < p.T) {
+        const int64_t tok = (int64_t)tile * TILE + 64 * warp + 16 * t; // the thread's 16 tokens (all or none below T)
+        if ((int64_t)tile * TILE + 64 * warp < p.T) {
             float pv[16];
             const bool ok = g < G && tok < p.T;
 #pragma unroll
@@ -771,7 +806,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
                 pb[i][0] = pack_f16(pv[2 * i] * f, pv[2 * i + 8] * f);
                 pb[i][1] = pack_f16(pv[2 * i + 1] * f, pv[2 * i + 9] * f);
             }
-            av_tile<D>(o, smem, tl, pb, tb, p.gs_shift, lane);
+            av_tile<D, GS>(o, smem, pb, warp, lane);
         }
         __syncthreads();
     }
@@ -813,9 +848,24 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
     if (tid == 0) p.counters[head] = 0;
 }
 
-// ---- host helpers ----
+// (D, gs) at compile time: f(integral_constant<int, D>, integral_constant<int, gs>); the layout checks
+// have already admitted only D in {64, 128} and gs in {16, 32, 64, 128} dividing D.
+template <typename F>
+int with_cfg(int D, int gs, F &&f)
+{
+    using std::integral_constant;
+    if (D == 64) {
+        if (gs == 16) return f(integral_constant<int, 64>{}, integral_constant<int, 16>{});
+        if (gs == 32) return f(integral_constant<int, 64>{}, integral_constant<int, 32>{});
+        return f(integral_constant<int, 64>{}, integral_constant<int, 64>{});
+    }
+    if (gs == 16) return f(integral_constant<int, 128>{}, integral_constant<int, 16>{});
+    if (gs == 32) return f(integral_constant<int, 128>{}, integral_constant<int, 32>{});
+    if (gs == 64) return f(integral_constant<int, 128>{}, integral_constant<int, 64>{});
+    return f(integral_constant<int, 128>{}, integral_constant<int, 128>{});
+}
 
-int gs_shift_of(int gs) { return gs == 16 ? 4 : gs == 32 ? 5 : gs == 64 ? 6 : 7; }
+// ---- host helpers ----
 
 int check_fused(const int2_layout *l, const char *who)
 {
@@ -851,24 +901,19 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-template <int D, int MINB>
-int attn_capacity(size_t smem, int *cap)
-{
-    CUDA_TRY(cudaFuncSetAttribute(int2_attn_kernel<D, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, int2_attn_kernel<D, MINB>, THREADS, smem));
-    *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
-    return KVB_OK;
-}
-
 // variant 0: no register cap (2 blocks per SM at D=128); variant 1: capped for 3 blocks per SM
 int attn_capacity_of(const int2_layout *l, int variant, int *cap)
 {
-    const TileLayout tl = tile_layout(l->D, l->gs);
-    if (l->D == 64)
-        return variant ? attn_capacity<64, 3>(attn_smem_bytes<64>(tl), cap) : attn_capacity<64, 1>(attn_smem_bytes<64>(tl), cap);
-    return variant ? attn_capacity<128, 3>(attn_smem_bytes<128>(tl), cap)
-                   : attn_capacity<128, 1>(attn_smem_bytes<128>(tl), cap);
+    return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+        constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        constexpr size_t smem = attn_smem_bytes<D, GS>();
+        auto kernel = variant ? int2_attn_kernel<D, GS, 3> : int2_attn_kernel<D, GS, 1>;
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0;
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem));
+        *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
+        return KVB_OK;
+    });
 }
 
 size_t attn_workspace(const int2_layout *l, int cap, size_t *parts_off)
@@ -899,8 +944,7 @@ extern "C" int int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n,
     if (rc) return rc;
     if (!K || (rc = check_keys_present(c, who))) return rc ? rc : kvb_fail(KVB_EINVAL, "%s: K is NULL", who);
     if (n == 0) return KVB_OK;
-    const int tile = 128 * (128 / l->D);
-    dim3 grid((unsigned)((n + tile - 1) / tile), (unsigned)(l->B * l->Hkv));
+    dim3 grid((unsigned)((n + QK_TILE - 1) / QK_TILE), (unsigned)(l->B * l->Hkv));
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(K);
     __half *Ks = reinterpret_cast<__half *>(c->Ks), *Kz = reinterpret_cast<__half *>(c->Kz);
     if (l->D == 64) quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs);
@@ -1001,15 +1045,15 @@ extern "C" int int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, co
     p.q = reinterpret_cast<const __nv_bfloat16 *>(q);
     p.c = ptrs_of(c);
     p.scores = scores;
-    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv, p.gs = l->gs, p.gs_shift = gs_shift_of(l->gs);
+    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv;
     p.Tcap = l->Tcap, p.T = l->T;
-    p.tl = tile_layout(l->D, l->gs);
-    const size_t smem = (size_t)p.tl.off_vq + sizeof(float) * (MAXG * l->D + 2 * MAXG);
     dim3 grid((unsigned)((l->T + TILE - 1) / TILE), (unsigned)(l->B * l->Hkv));
-    if (l->D == 64) int2_qk_kernel<64><<<grid, THREADS, smem, stream>>>(p);
-    else int2_qk_kernel<128><<<grid, THREADS, smem, stream>>>(p);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+        constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        int2_qk_kernel<D, GS><<<grid, THREADS, qk_smem_bytes<D, GS>(), stream>>>(p);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" size_t int2_av_workspace_bytes(const int2_layout *l)
@@ -1037,24 +1081,20 @@ extern "C" int int2_av(const float *pr, const int2_cache *c, float *out, const i
     p.p = pr;
     p.c = ptrs_of(c);
     p.out = out;
-    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv, p.gs = l->gs, p.gs_shift = gs_shift_of(l->gs);
+    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv;
     p.nsplit = av_splits(l);
     p.Tcap = l->Tcap, p.T = l->T, p.ntiles = (l->T + TILE - 1) / TILE;
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + off);
-    p.tl = tile_layout(l->D, l->gs);
     dim3 grid((unsigned)p.nsplit, (unsigned)(l->B * l->Hkv));
-    if (l->D == 64) {
-        const size_t smem = av_smem_bytes<64>(p.tl);
-        CUDA_TRY(cudaFuncSetAttribute(int2_av_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int2_av_kernel<64><<<grid, THREADS, smem, stream>>>(p);
-    } else {
-        const size_t smem = av_smem_bytes<128>(p.tl);
-        CUDA_TRY(cudaFuncSetAttribute(int2_av_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int2_av_kernel<128><<<grid, THREADS, smem, stream>>>(p);
-    }
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+        constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        constexpr size_t smem = av_smem_bytes<D, GS>();
+        CUDA_TRY(cudaFuncSetAttribute(int2_av_kernel<D, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int2_av_kernel<D, GS><<<grid, THREADS, smem, stream>>>(p);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
@@ -1086,25 +1126,23 @@ extern "C" int int2_decode_attn_variant(const kvb_bf16 *q, const int2_cache *c, 
     p.q = reinterpret_cast<const __nv_bfloat16 *>(q);
     p.c = ptrs_of(c);
     p.o = reinterpret_cast<__nv_bfloat16 *>(o);
-    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv, p.gs = l->gs, p.gs_shift = gs_shift_of(l->gs);
+    p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv;
     p.Rcap = l->Rcap, p.R = l->R;
     p.heads = (int64_t)l->B * l->Hkv, p.Tcap = l->Tcap, p.T = l->T;
     p.nr = (l->R + 15) / 16, p.nq = (l->T + 63) / 64;
     p.scale = LOG2E / sqrtf((float)l->D);
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + off);
-    p.tl = tile_layout(l->D, l->gs);
     const int64_t N = p.heads * (p.nr + p.nq), want = (N + 7) / 8;
     const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
-    if (l->D == 64) {
-        if (variant) int2_attn_kernel<64, 3><<<grid, THREADS, attn_smem_bytes<64>(p.tl), stream>>>(p);
-        else int2_attn_kernel<64, 1><<<grid, THREADS, attn_smem_bytes<64>(p.tl), stream>>>(p);
-    } else {
-        if (variant) int2_attn_kernel<128, 3><<<grid, THREADS, attn_smem_bytes<128>(p.tl), stream>>>(p);
-        else int2_attn_kernel<128, 1><<<grid, THREADS, attn_smem_bytes<128>(p.tl), stream>>>(p);
-    }
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+        constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        constexpr size_t smem = attn_smem_bytes<D, GS>();
+        if (variant) int2_attn_kernel<D, GS, 3><<<grid, THREADS, smem, stream>>>(p);
+        else int2_attn_kernel<D, GS, 1><<<grid, THREADS, smem, stream>>>(p);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,

@@ -283,6 +283,49 @@ static void test_attention_exact_data_matches_dense(void **state)
     free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
 }
 
+/* The CUDA quantizers compute (x - zero) / scale without a division: r = RN(1/s), q0 = RN(a r),
+ * rem = fma(-q0, s, a), q1 = RN(q0 + rem r) is the IEEE quotient (Markstein). Checked here over random,
+ * tie-heavy (halves in [0, 3]) and narrow-range groups in the supported input range. */
+static void test_division_free_quotient_is_ieee(void **state)
+{
+    (void)state;
+    uint64_t st = 88172645463325252ull;
+    long n = 0, ties = 0;
+    for (long g = 0; g < 200000; g++) {
+        float x[16];
+        int kind = (int)(g % 4);
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        double scale = ldexp(1.0, (int)(st % 30) - 15), off = ((double)(st % 2001) - 1000) / 100.0 * scale;
+        for (int i = 0; i < 16; i++) {
+            st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+            double u = (double)(st % 1000000) / 1e6;
+            double v = kind == 0 ? off + scale * (u * 6 - 3) : kind == 1 ? 0.5 * (double)(st % 7)
+                     : kind == 2 ? scale * ((double)(st % 13) - 6) : off + scale * 1e-3 * u;
+            x[i] = kvb_bf16_to_float(bf(v));
+        }
+        int skip = 0; /* inside the supported input range only */
+        for (int i = 0; i < 16; i++) skip |= fabsf(x[i]) > (float)INT2_MAX_ABS;
+        if (skip) continue;
+        uint8_t codes[16];
+        kvb_fp16 sh, zh;
+        int2_quantize_group(x, 16, codes, &sh, &zh);
+        float s = kvb_fp16_to_float(sh), z = kvb_fp16_to_float(zh);
+        if (s == 0.0f) continue;
+        volatile float r = 1.0f / s;
+        for (int i = 0; i < 16; i++) {
+            volatile float a = x[i] - z, q0 = a * r, q_ieee = a / s;
+            volatile float rem = fmaf(-q0, s, a);
+            volatile float q1 = fmaf(rem, r, q0);
+            float c = rintf(q1);
+            c = c < 0 ? 0 : c > 3 ? 3 : c;
+            n++, ties += q_ieee - floorf(q_ieee) == 0.5f;
+            if (q1 != q_ieee || (uint8_t)c != codes[i])
+                fail_msg("x=%.9g zero=%.9g scale=%.9g: IEEE %.9g, division-free %.9g", x[i], z, s, q_ieee, q1);
+        }
+    }
+    assert_true(n > 1500000 && ties > 100000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_append_and_flush),
         cmocka_unit_test(test_matmuls_against_direct_sums),
         cmocka_unit_test(test_attention_exact_data_matches_dense),
+        cmocka_unit_test(test_division_free_quotient_is_ieee),
     };
     return cmocka_run_group_tests_name("int2 reference", tests, NULL, NULL);
 }
