@@ -594,8 +594,8 @@ constexpr size_t attn_smem_bytes()
     return attn_tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
 
-template <int D, int GS, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB) int2_attn_kernel(AttnParams p)
+template <int D, int GS>
+__global__ void __launch_bounds__(THREADS) int2_attn_kernel(AttnParams p)
 {
     constexpr int MT = D / 16;
     constexpr int BUF = Tile<D, GS>::BYTES;
@@ -901,13 +901,12 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-// variant 0: no register cap (2 blocks per SM at D=128); variant 1: capped for 3 blocks per SM
-int attn_capacity_of(const int2_layout *l, int variant, int *cap)
+int attn_capacity_of(const int2_layout *l, int *cap)
 {
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         constexpr size_t smem = attn_smem_bytes<D, GS>();
-        auto kernel = variant ? int2_attn_kernel<D, GS, 3> : int2_attn_kernel<D, GS, 1>;
+        auto kernel = int2_attn_kernel<D, GS>;
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         int per_sm = 0;
         CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem));
@@ -1100,14 +1099,14 @@ extern "C" int int2_av(const float *pr, const int2_cache *c, float *out, const i
 extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 {
     if (int2_attn_check(l, "int2_decode_attn_workspace_bytes")) return 0;
-    int c0 = 0, c1 = 0;
-    if (attn_capacity_of(l, 0, &c0) || attn_capacity_of(l, 1, &c1)) return 0;
+    int cap = 0;
+    if (attn_capacity_of(l, &cap)) return 0;
     size_t off;
-    return attn_workspace(l, c0 > c1 ? c0 : c1, &off);
+    return attn_workspace(l, cap, &off);
 }
 
-extern "C" int int2_decode_attn_variant(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                                        void *workspace, int variant, cudaStream_t stream)
+extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
+                                void *workspace, cudaStream_t stream)
 {
     const char *who = "int2_decode_attn";
     int rc = check_fused(l, who);
@@ -1117,9 +1116,8 @@ extern "C" int int2_decode_attn_variant(const kvb_bf16 *q, const int2_cache *c, 
     if (!q || !o) return kvb_fail(KVB_EINVAL, "%s: q or o is NULL", who);
     if (!workspace)
         return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate int2_decode_attn_workspace_bytes(), zeroed once)", who);
-    if (variant != 0 && variant != 1) return kvb_fail(KVB_EINVAL, "%s: variant=%d out of range [0, 1]", who, variant);
     int cap = 0;
-    if ((rc = attn_capacity_of(l, variant, &cap))) return rc;
+    if ((rc = attn_capacity_of(l, &cap))) return rc;
     AttnParams p;
     size_t off;
     attn_workspace(l, cap, &off);
@@ -1138,15 +1136,9 @@ extern "C" int int2_decode_attn_variant(const kvb_bf16 *q, const int2_cache *c, 
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         constexpr size_t smem = attn_smem_bytes<D, GS>();
-        if (variant) int2_attn_kernel<D, GS, 3><<<grid, THREADS, smem, stream>>>(p);
-        else int2_attn_kernel<D, GS, 1><<<grid, THREADS, smem, stream>>>(p);
+        int2_attn_kernel<D, GS><<<grid, THREADS, smem, stream>>>(p);
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     });
 }
 
-extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                                void *workspace, cudaStream_t stream)
-{
-    return int2_decode_attn_variant(q, c, o, l, workspace, 0, stream);
-}

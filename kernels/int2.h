@@ -56,11 +56,6 @@ size_t int2_decode_attn_workspace_bytes(const int2_layout *l);
 int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
                      cudaStream_t stream);
 
-/* The same with a register budget variant kept for comparison: 0 = the compiler's choice (int2_decode_attn),
- * 1 = capped so that 3 blocks of 128 threads fit an SM. */
-int int2_decode_attn_variant(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                             void *workspace, int variant, cudaStream_t stream);
-
 /* Write the dequantized cache as bf16 rows: K, V [B, Hkv, L, D] with tokens [0, T) dequantized
  * (code * scale + zero in fp32, rounded to bf16) and [T, T + R) copied from the residual; L >= T + R.
  * The first half of the in-suite peer "dequantize, then dense decode attention". */
