@@ -44,8 +44,8 @@ void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n,
     r->pass = r->n_bad == 0;
 }
 
-void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
-                       int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+static void compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,
+                          int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
 {
     reset(r, KVB_CMP_FLOAT);
     double err2 = 0, ref2 = 0;
@@ -60,7 +60,7 @@ void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n,
             if (!same) note_bad(r, i, a, b);
             continue;
         }
-        double e = fabs(a - b), lim = tol.atol + tol.rtol * fabs(b);
+        double e = fabs(a - b), lim = tol.atol + tol.rtol * (mag ? mag[i] : fabs(b));
         if (e > r->max_abs) r->max_abs = e;
         double used = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0);
         if (used > r->tol_used) r->tol_used = used;
@@ -70,6 +70,18 @@ void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n,
     }
     r->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
     r->pass = r->n_bad == 0 && r->rel_l2 <= tol.l2;
+}
+
+void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
+                       int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_float(out, ref, t, n, tol, NULL, slice_len, mask, r);
+}
+
+void kvb_compare_float_mag(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,
+                           int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_float(out, ref, t, n, tol, mag, slice_len, mask, r);
 }
 
 static int cmp_desc_double(const void *a, const void *b)

@@ -5,7 +5,9 @@
  * first mismatches with their indices.
  *   exact    data movement: bit-exact; % of tolerance is 0 or 100
  *   float    |out - ref| <= atol + rtol*|ref| per element, and rel L2 <= l2; NaN/Inf where the
- *            reference is finite fails
+ *            reference is finite fails. Where a spec states the bound relative to another
+ *            magnitude (int2.md: 1e-3 * sum |a_k w_k| + 1e-5 for a dot product), the tensor carries
+ *            that magnitude per element and rtol multiplies it instead of |ref|
  *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
  *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of
  *            the reference top-k sum; the list must be strictly ascending
@@ -49,6 +51,9 @@ void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n,
                        const uint8_t *mask, kvb_cmp_result *r);
 void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
                        int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r);
+/* The same with the element bound atol + rtol * mag[i] (mag: n non-negative magnitudes). */
+void kvb_compare_float_mag(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,
+                           int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r);
 
 /* out_idx, ref_idx: [rows, k] int32; scores: [rows, n] reference scores (fp32 or fp64). */
 void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,

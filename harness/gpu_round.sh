@@ -3,6 +3,7 @@
 # the test programs, check over the check tier, bench over the bench tier (and, with SANITIZE=1,
 # compute-sanitizer memcheck over the check tier's FILTER). Writes to OUT: round.log, check.json,
 # bench.json, summary.md (and sanitizer.log). Files stay few: the device tool returns at most 8.
+# TESTS=0 skips the test programs (a second round in the same call, for another family's filter).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_round.sh OUT [FILTER...]}
@@ -18,8 +19,10 @@ kv="$here/bin/kvbench"
 cd "$here"
 {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total --format=csv
-    echo "== tests"
-    KVB_CASES="$here/cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' 
+    if [ "${TESTS:-1}" = 1 ]; then
+        echo "== tests"
+        KVB_CASES="$here/cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) '
+    fi
     echo "== check"
     "$kv" check --cases cases --json "$out/check.json" "$@"
     echo "check exit $?"

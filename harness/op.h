@@ -45,6 +45,7 @@ typedef struct kvb_tensor {
     kvb_tol tol;
     int64_t slice_len;         /* elements per slice, for a sampled reference */
     const uint8_t *slice_mask; /* NULL: the reference covers every element */
+    const double *tol_mag;     /* KVB_CMP_FLOAT: per-element magnitude that rtol multiplies (NULL: |ref|) */
     /* KVB_CMP_INDEXSET: the tensor is [rows, k] int32 indices; scores [rows, scores_n] are the
      * reference scores the selection is judged by (tie-tolerant, compare.h), set_tol its tolerance */
     const void *scores;

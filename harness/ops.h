@@ -17,4 +17,13 @@ void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old,
 int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, const int32_t *cached_after,
                               const int32_t *offsets, const int32_t *cnts, int rows, int M);
 
+/* A deterministic sample of n slices for a reference too large to compute whole (spec README: about
+ * 2 s at most): NULL (every slice) when n * work_per_slice <= budget, otherwise a mask of n bytes
+ * holding the first and the last slice and evenly spaced ones between them, as many as the budget
+ * allows (at least 2). *chosen receives the count. The caller frees the mask. */
+uint8_t *kvb_sample_slices(int64_t n, double work_per_slice, double budget, int64_t *chosen);
+
+/* Reference budget in multiply-adds per case (a couple of seconds with OpenMP). */
+#define KVB_REF_BUDGET 6e8
+
 #endif

@@ -159,6 +159,8 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
         snprintf(v->name[v->n], sizeof v->name[v->n], "%s", t->name);
         if (t->cmp == KVB_CMP_EXACT)
             kvb_compare_exact(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
+        else if (t->cmp == KVB_CMP_FLOAT && t->tol_mag)
+            kvb_compare_float_mag(t->out, t->ref, t->dtype, t->n, t->tol, t->tol_mag, t->slice_len, t->slice_mask, res);
         else if (t->cmp == KVB_CMP_FLOAT)
             kvb_compare_float(t->out, t->ref, t->dtype, t->n, t->tol, t->slice_len, t->slice_mask, res);
         else if (t->cmp == KVB_CMP_INDEXSET) {

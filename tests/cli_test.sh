@@ -63,6 +63,20 @@ if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.np
 else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: json and npy files exist"
 fi
+# decode and int2 families (issue 4): each bad input named with its value and range, nothing runs
+expect "gs not in the supported set" 2 'int2_quantize: gs=24 is not one of \{16, 32, 64, 128\}' -- check --cases "$cases" "int2_quantize gs=24"
+expect "T not a multiple of gs" 2 'int2_decode_attn: T=1000 is not a multiple of gs=16' -- check --cases "$cases" "int2_decode_attn T=1000 gs=16"
+expect "D not a multiple of gs" 2 'int2_qk: D=64 is not a multiple of gs=128' -- check --cases "$cases" "int2_qk D=64 gs=128"
+expect "length beyond the allocated cache" 2 'decode_attn: len=40000 out of range \[1, L = 32768\]' -- check --cases "$cases" "decode_attn L=32768 len=40000"
+expect "residual beyond its bound" 2 'int2_decode_attn: R=200 out of range \[0, min\(Rcap = 200, 128 \+ gs - 1 = 143\)\]' -- check --cases "$cases" "int2_decode_attn R=200"
+expect "G above 8" 2 'decode_attn: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "decode_attn Hq=72 Hkv=8"
+expect "non-finite quantizer input (rejected by the reference, nothing launched)" 1 'K\[0,0,0,5\]=nan out of range \[-32768, 32768\]' -- check --cases "$cases" "int2_quantize B=1 Hkv=1 D=64 gs=16 T=64 dist=nonfinite"
+if ! grep -qE '^PASS ' <<<"$("$kvbench" check --cases "$cases" "int2_quantize B=1 Hkv=1 D=64 gs=16 T=64 dist=nonfinite" 2>&1)"; then
+    passed=$((passed + 1)); echo "[       OK ] cli: the rejected case did not pass"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: the rejected case did not pass"
+fi
+expect "list shows the decode and int2 cases" 0 '^bench +int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64' -- list --cases "$cases" int2_decode_attn
 expect "help" 0 'usage: kvbench' -- help
 
 # compare: a 10% slower case beyond the noise is a regression, a 1% change within noise is not

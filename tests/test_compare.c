@@ -101,9 +101,30 @@ static void test_indexset_tie_tolerant(void **state)
     assert_int_equal(r.first[0].index, 1);
 }
 
+/* A bound relative to a per-element magnitude (int2.md's 1e-3 * sum |a_k w_k| + 1e-5): an error that
+ * |ref| would forbid passes when the magnitude allows it, and the reverse. */
+static void test_float_magnitude(void **state)
+{
+    (void)state;
+    kvb_cmp_result r;
+    float ref[3] = {0.0f, 1.0f, 100.0f}, out[3] = {0.009f, 1.0f, 100.0f};
+    double mag[3] = {10.0, 1.0, 100.0};
+    kvb_tol tol = {1e-5, 1e-3, 1.0};
+    kvb_compare_float_mag(out, ref, KVB_FP32, 3, tol, mag, 3, NULL, &r); /* 0.009 <= 1e-5 + 1e-3 * 10 */
+    assert_true(r.pass);
+    kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r); /* against |ref| = 0 it fails */
+    assert_false(r.pass);
+    out[0] = 0.011f; /* > 1e-5 + 1e-2 */
+    kvb_compare_float_mag(out, ref, KVB_FP32, 3, tol, mag, 3, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.first[0].index, 0);
+    assert_true(r.tol_used > 1.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_float_magnitude),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_float_tolerances),
         cmocka_unit_test(test_float_nonfinite),

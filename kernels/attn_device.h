@@ -1,0 +1,377 @@
+// attn_device.h: device code shared by kernels/decode.cu and kernels/int2.cu (CUDA C++ only; not a C
+// header). Tensor-core fragments, the flash-decoding warp state, the dense bf16 decode step, and the
+// stream-K partition with its log-sum-exp merge.
+//
+// Fragments (mma.sync m16n8k16, row.col; g = lane / 4, t = lane % 4):
+//   A 16x16: a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..), a3 = (row g+8, k 2t+8..)
+//   B 16x8:  b0 = (k 2t..2t+1, col g), b1 = (k 2t+8..2t+9, col g)
+//   C 16x8:  c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g+8, cols 2t, 2t+1)
+// Decode is computed transposed, so that the (at most 8) query heads of a KV head are the MMA's
+// n = 8 columns and the tokens / channels are its 16 rows:
+//   S^T [tokens x heads] = K [tokens x D] . q^T [D x heads]          (A = K rows, B = q)
+//   O^T [D x heads]     += V^T [D x tokens] . P^T [tokens x heads]    (A = V columns, B = P)
+// The C fragment of S^T (token rows, head columns) becomes the B fragment of P^T with one
+// movmatrix.trans per 8x8 tile. The contraction index k may map to any channel (QK) or token (AV)
+// as long as both operands agree, and the rows of O^T to any channel: each kernel picks the mapping
+// that lets a thread load 16 contiguous bytes (or whole code words) straight into its fragments.
+#ifndef KVB_KERNELS_ATTN_DEVICE_H
+#define KVB_KERNELS_ATTN_DEVICE_H
+#ifndef __CUDACC__
+#error "attn_device.h is CUDA C++ (kernels/*.cu only)"
+#endif
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kvb_attn {
+
+constexpr int WARPS = 4;
+constexpr int THREADS = 32 * WARPS;
+constexpr int MAXG = 8;
+constexpr float LOG2E = 1.4426950408889634f;
+
+// ---- instructions ----
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Transpose an 8x8 matrix of 16-bit values held one row-pair per thread (movmatrix layout = C/A layout).
+__device__ __forceinline__ uint32_t movmatrix_t(uint32_t x)
+{
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float ex2(float x) // 2^x; ex2(-inf) = 0
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+// ---- the flash-decoding state of one warp for its KV head ----
+// Heads 2t and 2t+1 (the thread's two C columns): running max m (log2 domain), this thread's part of
+// the running sum l, and the O^T accumulators (MT m-tiles of 16 channels).
+template <int MT>
+struct WarpState {
+    float m[2], l[2];
+    float o[MT][4];
+    __device__ __forceinline__ void init()
+    {
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+#pragma unroll
+        for (int i = 0; i < MT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    }
+};
+
+// Fold NT tiles of scores (C fragments of S^T, already in the log2 domain, masked tokens = -inf)
+// into the state, and turn the probabilities into B fragments of P^T (pb[i] = {b0, b1}) in the
+// requested 16-bit type. A warp-uniform running max per head: reduced over the 8 row groups.
+template <int NT, int MT, bool F16>
+__device__ __forceinline__ void softmax_update(WarpState<MT> &st, float (&s)[NT][4], uint32_t (&pb)[NT][2])
+{
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][2]));
+        mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
+    }
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
+    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; // nothing seen yet
+    const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
+    st.m[0] = n0, st.m[1] = n1;
+    st.l[0] *= a0, st.l[1] *= a1;
+#pragma unroll
+    for (int i = 0; i < MT; i++) st.o[i][0] *= a0, st.o[i][1] *= a1, st.o[i][2] *= a0, st.o[i][3] *= a1;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        float p0 = ex2(s[i][0] - b0), p1 = ex2(s[i][1] - b1), p2 = ex2(s[i][2] - b0), p3 = ex2(s[i][3] - b1);
+        st.l[0] += p0 + p2, st.l[1] += p1 + p3;
+        pb[i][0] = movmatrix_t(F16 ? pack_f16(p0, p1) : pack_bf16(p0, p1));
+        pb[i][1] = movmatrix_t(F16 ? pack_f16(p2, p3) : pack_bf16(p2, p3));
+    }
+}
+
+// ---- the dense bf16 step: 16 tokens of one KV head ----
+// K mapping (QK contraction): thread t holds channels [t*D/4, (t+1)*D/4) of token rows g and g+8;
+//   k-step j uses channels t*D/4 + 4j + {0,1} (a0/a1) and + {2,3} (a2/a3): its own registers.
+// V mapping (rows of O^T), by VMAP:
+//   VMAP_SPLIT (decode_attn): m-tile i < 4: channels 8g + 2i, +1; i >= 4: 64 + 8g + 2(i-4), +1
+//              (two 16-byte loads per token that a warp reads as two whole 128-byte rows)
+//   VMAP_WORD  (int2): m-tile i: channels 16g + 2i, +1 for D=128 (one INT2 code word per thread),
+//              8g + 2i, +1 for D=64
+// Row g of m-tile i is the first channel of the pair, row g+8 the second.
+enum { VMAP_SPLIT = 0, VMAP_WORD = 1 };
+
+template <int D, int VMAP>
+__device__ __forceinline__ int vmap_channel(int i, int g) // channel of row g of O^T m-tile i (row g+8: +1)
+{
+    if constexpr (D == 64) return 8 * g + 2 * i;
+    if constexpr (VMAP == VMAP_SPLIT) return i < 4 ? 8 * g + 2 * i : 64 + 8 * g + 2 * (i - 4);
+    return 16 * g + 2 * i;
+}
+
+// q^T B fragments (bf16) for the K mapping above: qb[j] = {q[g][c0..c0+1], q[g][c0+2..c0+3]},
+// c0 = t*D/4 + 4j, read from fp32 q rows in shared memory (heads >= G: zero).
+template <int D>
+__device__ __forceinline__ void q_frags_bf16(uint32_t (&qb)[D / 16][2], const float *q_s, int G, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) {
+        const float *r = q_s + g * D + t * (D / 4) + 4 * j;
+        qb[j][0] = g < G ? pack_bf16(r[0], r[1]) : 0u;
+        qb[j][1] = g < G ? pack_bf16(r[2], r[3]) : 0u;
+    }
+}
+
+// One 16-token step over bf16 K, V rows (row stride D) starting at token `tok0`; `nvalid` of the 16
+// are real (the rest are neither loaded nor counted). Split in a load and a compute half, so that a
+// warp can have several steps' loads in flight.
+template <int D>
+struct DenseRegs {
+    uint32_t k0[D / 8], k8[D / 8]; // K rows g, g+8: channels [t*D/4, (t+1)*D/4)
+    uint32_t v[4][D / 16];         // V tokens 2t, 2t+1, 2t+8, 2t+9: word i = channel pair of m-tile i
+};
+
+template <int D, int VMAP>
+__device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
+                                           const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
+{
+    constexpr int KW = D / 8;
+    const int g = lane >> 2, t = lane & 3;
+    const bool ok0 = g < nvalid, ok8 = g + 8 < nvalid;
+    const __nv_bfloat16 *r0 = K + (tok0 + g) * D + t * (D / 4), *r8 = r0 + 8 * D;
+#pragma unroll
+    for (int c = 0; c < KW / 4; c++) {
+        uint4 x = ok0 ? ldg16(r0 + 8 * c) : make_uint4(0, 0, 0, 0);
+        uint4 y = ok8 ? ldg16(r8 + 8 * c) : make_uint4(0, 0, 0, 0);
+        r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
+        r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int tk = 2 * t + (q & 1) + 8 * (q >> 1);
+        const bool ok = tk < nvalid;
+        const __nv_bfloat16 *row = V + (tok0 + tk) * D;
+        if constexpr (D == 64) {
+            uint4 x = ok ? ldg16(row + 8 * g) : make_uint4(0, 0, 0, 0);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+        } else {
+            const __nv_bfloat16 *p0 = VMAP == VMAP_SPLIT ? row + 8 * g : row + 16 * g;
+            const __nv_bfloat16 *p1 = VMAP == VMAP_SPLIT ? row + 64 + 8 * g : row + 16 * g + 8;
+            uint4 x = ok ? ldg16(p0) : make_uint4(0, 0, 0, 0), y = ok ? ldg16(p1) : make_uint4(0, 0, 0, 0);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+            r.v[q][4] = y.x, r.v[q][5] = y.y, r.v[q][6] = y.z, r.v[q][7] = y.w;
+        }
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void dense_compute(WarpState<D / 16> &st, const uint32_t (&qb)[D / 16][2],
+                                              const DenseRegs<D> &r, int nvalid, float scale, int lane)
+{
+    constexpr int MT = D / 16;
+    const int g = lane >> 2;
+    float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
+    s[0][0] = g < nvalid ? s[0][0] * scale : -INFINITY;
+    s[0][1] = g < nvalid ? s[0][1] * scale : -INFINITY;
+    s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
+    s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
+    uint32_t pb[1][2];
+    softmax_update<1, MT, false>(st, s, pb);
+#pragma unroll
+    for (int i = 0; i < MT; i++) // A = V^T: (channel pair of m-tile i) x (tokens 2t, 2t+1 | 2t+8, 2t+9)
+        mma_bf16(st.o[i], __byte_perm(r.v[0][i], r.v[1][i], 0x5410), __byte_perm(r.v[0][i], r.v[1][i], 0x7632),
+                 __byte_perm(r.v[2][i], r.v[3][i], 0x5410), __byte_perm(r.v[2][i], r.v[3][i], 0x7632), pb[0][0],
+                 pb[0][1]);
+}
+
+// ---- stream-K partition and the log-sum-exp merge ----
+// The work of every head is a run of steps on one line of N steps; block k of `grid` takes steps
+// [k*N/grid, (k+1)*N/grid). A head touched by several blocks gets one partial (m, l, O) per block in
+// slot (head + k) (unique: see merge_slot), and the last block to finish it merges them.
+
+__device__ __forceinline__ int64_t part_begin(int64_t k, int64_t N, int64_t grid) { return k * N / grid; }
+
+// The block whose range holds step u: the largest k with k*N/grid <= u.
+__device__ __forceinline__ int64_t block_of(int64_t u, int64_t N, int64_t grid) { return ((u + 1) * grid - 1) / N; }
+
+// The merge buffer of a block: per warp and head the max, sum and O row.
+template <int D>
+struct MergeSmem {
+    float m[WARPS][MAXG], l[WARPS][MAXG];
+    float o[WARPS][MAXG][D];
+};
+
+// Every warp deposits its state (channel mapping VMAP) in shared memory.
+template <int D, int VMAP>
+__device__ __forceinline__ void warp_deposit(MergeSmem<D> &ms, WarpState<D / 16> &st, int warp, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    float l0 = st.l[0], l1 = st.l[1];
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if (g == 0) {
+        ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
+        ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 16; i++) {
+        const int c = vmap_channel<D, VMAP>(i, g);
+        ms.o[warp][2 * t][c] = st.o[i][0];
+        ms.o[warp][2 * t + 1][c] = st.o[i][1];
+        ms.o[warp][2 * t][c + 1] = st.o[i][2];
+        ms.o[warp][2 * t + 1][c + 1] = st.o[i][3];
+    }
+}
+
+// After a __syncthreads: combine the 4 warps of the block for heads [0, G) and either write the
+// final rows (out_bf16 / out_f32 != NULL, row stride D) or the block's partial into `part`
+// (layout per slot: O [G][D], then m [G], then l [G]).
+template <int D>
+__device__ __forceinline__ void block_combine(const MergeSmem<D> &ms, int G, float *part, __nv_bfloat16 *out_bf16,
+                                              int tid)
+{
+    for (int idx = tid; idx < G * D; idx += THREADS) {
+        const int h = idx / D, c = idx % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) M = fmaxf(M, ms.m[w][h]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float O = 0.f, L = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float a = ex2(ms.m[w][h] - base);
+            O += a * ms.o[w][h][c];
+            L += a * ms.l[w][h];
+        }
+        if (out_bf16) {
+            out_bf16[idx] = __float2bfloat16_rn(O / L);
+        } else {
+            part[idx] = O;
+            if (c == 0) part[G * D + h] = M, part[G * D + G + h] = L;
+        }
+    }
+}
+
+// The last of `n` contributors of a head merges their partials (slots first .. first+n-1 of
+// `parts`, each G*(D+2) floats) into the output row block out [G][D] (bf16). `w_s`: shared
+// scratch of at least 64*MAXG floats.
+template <int D>
+__device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
+                                               __nv_bfloat16 *out, float *w_s, int tid)
+{
+    const int stride = G * (D + 2);
+    // running (M, L, O) per output element; weights of a chunk of 64 contributors in shared memory
+    float M[8], L[8], O[8];
+    const int per = (G * D + THREADS - 1) / THREADS; // <= 8
+#pragma unroll
+    for (int e = 0; e < 8; e++) M[e] = -INFINITY, L[e] = 0.f, O[e] = 0.f;
+    for (int c0 = 0; c0 < n; c0 += 64) {
+        const int cn = min(64, n - c0);
+        __syncthreads();
+        for (int k = tid; k < cn * G; k += THREADS) { // m of each contributor and head
+            const float *p = parts + (first + c0 + k / G) * stride;
+            w_s[k] = __ldcg(p + G * D + k % G);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int idx = tid + e * THREADS;
+            if (e >= per || idx >= G * D) break;
+            const int h = idx / D;
+            float mloc = M[e];
+            for (int k = 0; k < cn; k++) mloc = fmaxf(mloc, w_s[k * G + h]);
+            const float base = mloc == -INFINITY ? 0.f : mloc;
+            float a = ex2(M[e] - base);
+            O[e] *= a, L[e] *= a;
+            for (int k = 0; k < cn; k++) {
+                const float *p = parts + (first + c0 + k) * stride;
+                const float w = ex2(w_s[k * G + h] - base);
+                O[e] += w * __ldcg(p + idx);
+                L[e] += w * __ldcg(p + G * D + G + h);
+            }
+            M[e] = mloc;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int idx = tid + e * THREADS;
+        if (e >= per || idx >= G * D) break;
+        out[idx] = __float2bfloat16_rn(O[e] / L[e]);
+    }
+}
+
+// Finish one head segment of a block: `ms` holds every warp's state (after a __syncthreads).
+// With one contributor, write o directly; otherwise deposit the partial in slot (head + k) and let
+// the last contributor (an arrival counter per head, reset by it) merge.
+template <int D>
+__device__ __forceinline__ void finish_head(const MergeSmem<D> &ms, int G, int64_t head, int64_t first, int64_t last,
+                                            int64_t k, float *parts, int *counters, __nv_bfloat16 *out, float *w_s,
+                                            int *flag_s, int tid)
+{
+    if (first == last) {
+        block_combine<D>(ms, G, nullptr, out, tid);
+        return;
+    }
+    const int stride = G * (D + 2);
+    block_combine<D>(ms, G, parts + (head + k) * stride, nullptr, tid);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *flag_s = atomicAdd(&counters[head], 1) == (int)(last - first);
+    __syncthreads();
+    if (*flag_s) {
+        __threadfence();
+        merge_partials<D>(parts, head + first, (int)(last - first + 1), G, out, w_s, tid);
+        if (tid == 0) counters[head] = 0; // ready for the next launch
+    }
+}
+
+} // namespace kvb_attn
+
+#endif

@@ -1,0 +1,357 @@
+/* int2.c: plain C references for int2.md. Read them against the spec: the quantizer computes in fp32
+ * exactly where the spec says so (min, max, (mx - mn) / 3, (x - zero) / scale, rint) and rounds the
+ * metadata to fp16; everything downstream (dequant, products, softmax) is in double from the stored
+ * codes and fp16 metadata, rounded once at the end. */
+#include "int2.h"
+
+#include <stdlib.h>
+
+#define CHECK_RANGE(who, name, v, lo, hi)                                                            \
+    do {                                                                                             \
+        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
+            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
+                            (long long)(v), (long long)(lo), (long long)(hi));                       \
+    } while (0)
+
+int int2_layout_check(const int2_layout *l, const char *who)
+{
+    CHECK_RANGE(who, "B", l->B, 1, 1024);
+    CHECK_RANGE(who, "Hkv", l->Hkv, 1, 256);
+    if (l->D != 64 && l->D != 128) return kvb_fail(KVB_EINVAL, "%s: D=%d is not one of {64, 128}", who, l->D);
+    if (l->gs != 16 && l->gs != 32 && l->gs != 64 && l->gs != 128)
+        return kvb_fail(KVB_EINVAL, "%s: gs=%d is not one of {16, 32, 64, 128}", who, l->gs);
+    if (l->D % l->gs != 0)
+        return kvb_fail(KVB_EINVAL, "%s: D=%d is not a multiple of gs=%d (value groups run along the channels)", who,
+                        l->D, l->gs);
+    CHECK_RANGE(who, "Tcap", l->Tcap, 0, INT2_MAX_TCAP);
+    if (l->Tcap % l->gs != 0)
+        return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of gs=%d", who, (long long)l->Tcap, l->gs);
+    CHECK_RANGE(who, "T", l->T, 0, l->Tcap);
+    if (l->T % l->gs != 0)
+        return kvb_fail(KVB_EINVAL, "%s: T=%lld is not a multiple of gs=%d (only whole groups are quantized; the rest "
+                        "stays in the residual)", who, (long long)l->T, l->gs);
+    CHECK_RANGE(who, "Rcap", l->Rcap, 0, 1 << 20);
+    int rmax = INT2_FLUSH + l->gs - 1;
+    if (l->R < 0 || l->R > rmax || l->R > l->Rcap)
+        return kvb_fail(KVB_EINVAL, "%s: R=%d out of range [0, min(Rcap = %d, 128 + gs - 1 = %d)]", who, l->R, l->Rcap,
+                        rmax);
+    return KVB_OK;
+}
+
+int int2_attn_check(const int2_layout *l, const char *who)
+{
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    CHECK_RANGE(who, "Hq", l->Hq, l->Hkv, (int64_t)l->Hkv * INT2_MAX_G);
+    if (l->Hq % l->Hkv != 0)
+        return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: G = Hq/Hkv query heads per KV head)",
+                        who, l->Hq, l->Hkv);
+    if (l->T + l->R < 1)
+        return kvb_fail(KVB_EINVAL, "%s: T + R = 0: attention needs at least one token", who);
+    return KVB_OK;
+}
+
+/* ---- quantize ---- */
+
+void int2_quantize_group(const float *x, int n, uint8_t *codes, kvb_fp16 *scale, kvb_fp16 *zero)
+{
+    float mn = x[0], mx = x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < mn) mn = x[i];
+        if (x[i] > mx) mx = x[i];
+    }
+    float range = mx - mn;   /* fp32 */
+    float third = range / 3.0f; /* fp32 */
+    *scale = kvb_float_to_fp16(third);
+    *zero = kvb_float_to_fp16(mn);
+    float s = kvb_fp16_to_float(*scale), z = kvb_fp16_to_float(*zero);
+    for (int i = 0; i < n; i++) {
+        if (s == 0.0f) {
+            codes[i] = 0;
+            continue;
+        }
+        float diff = x[i] - z;     /* fp32, from the stored zero */
+        float ratio = diff / s;    /* fp32, by the stored scale */
+        float r = rintf(ratio);    /* round half to even (default rounding mode) */
+        codes[i] = (uint8_t)(r < 0.0f ? 0 : r > 3.0f ? 3 : r);
+    }
+}
+
+/* Quantizer inputs are finite and within +-32768 (int2.h): tokens [0, n) of x [B, Hkv, src_len, D].
+ * The first offending element in (b, h, t, d) order is named, whatever the thread count. */
+static int check_inputs(const kvb_bf16 *x, int64_t src_len, int64_t n, const int2_layout *l, const char *who,
+                        const char *what)
+{
+    const int64_t heads = (int64_t)l->B * l->Hkv, per = n * l->D;
+    int64_t first_head = heads;
+#pragma omp parallel for schedule(static) reduction(min : first_head)
+    for (int64_t h = 0; h < heads; h++) {
+        const kvb_bf16 *row = x + h * src_len * l->D;
+        for (int64_t i = 0; i < per; i++) {
+            float v = kvb_bf16_to_float(row[i]);
+            if (!isfinite(v) || fabsf(v) > (float)INT2_MAX_ABS) {
+                if (h < first_head) first_head = h;
+                break;
+            }
+        }
+    }
+    if (first_head == heads) return KVB_OK;
+    const kvb_bf16 *row = x + first_head * src_len * l->D;
+    for (int64_t i = 0; i < per; i++) {
+        float v = kvb_bf16_to_float(row[i]);
+        if (!isfinite(v) || fabsf(v) > (float)INT2_MAX_ABS)
+            return kvb_fail(KVB_EINVAL, "%s: %s[%lld,%lld,%lld,%lld]=%g out of range [-32768, 32768]: quantizer inputs must "
+                            "be finite and within 2^15 (fp16 metadata and operands)", who, what,
+                            (long long)(first_head / l->Hkv), (long long)(first_head % l->Hkv), (long long)(i / l->D),
+                            (long long)(i % l->D), v);
+    }
+    return KVB_OK;
+}
+
+int int2_span_check(const int2_layout *l, int64_t src_len, int64_t n, int64_t t0, const char *who)
+{
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    if (n < 0 || n % l->gs != 0)
+        return kvb_fail(KVB_EINVAL, "%s: n=%lld tokens to quantize is not a non-negative multiple of gs=%d", who,
+                        (long long)n, l->gs);
+    if (t0 < 0 || t0 % l->gs != 0)
+        return kvb_fail(KVB_EINVAL, "%s: t0=%lld is not a non-negative multiple of gs=%d", who, (long long)t0, l->gs);
+    if (t0 + n > l->Tcap)
+        return kvb_fail(KVB_EINVAL, "%s: t0 + n = %lld out of range [0, Tcap = %lld]: beyond the allocated cache", who,
+                        (long long)(t0 + n), (long long)l->Tcap);
+    if (n > src_len)
+        return kvb_fail(KVB_EINVAL, "%s: n=%lld out of range [0, src_len = %lld]", who, (long long)n, (long long)src_len);
+    return KVB_OK;
+}
+
+int ref_int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n, int64_t t0, uint32_t *Kq, kvb_fp16 *Ks,
+                           kvb_fp16 *Kz, const int2_layout *l)
+{
+    const char *who = "int2_quantize_keys";
+    int rc = int2_span_check(l, src_len, n, t0, who);
+    if (rc) return rc;
+    const int D = l->D, gs = l->gs;
+    if ((rc = check_inputs(K, src_len, n, l, who, "K"))) return rc;
+    const int64_t words = l->Tcap / 16, groups = l->Tcap / gs;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < l->B; b++)
+        for (int h = 0; h < l->Hkv; h++) {
+            const kvb_bf16 *src = K + ((int64_t)b * l->Hkv + h) * src_len * D;
+            float x[128];
+            uint8_t codes[128];
+            for (int d = 0; d < D; d++) {
+                int64_t row = ((int64_t)b * l->Hkv + h) * D + d; /* channel d of (b, h) */
+                for (int64_t g = 0; g < n / gs; g++) {
+                    for (int i = 0; i < gs; i++) x[i] = kvb_bf16_to_float(src[(g * gs + i) * D + d]);
+                    int64_t tg = t0 + g * gs; /* first cache token of the group */
+                    int2_quantize_group(x, gs, codes, &Ks[row * groups + tg / gs], &Kz[row * groups + tg / gs]);
+                    for (int w = 0; w < gs / 16; w++) {
+                        uint32_t word = 0;
+                        for (int i = 0; i < 16; i++) word |= (uint32_t)codes[w * 16 + i] << (2 * i);
+                        Kq[row * words + tg / 16 + w] = word;
+                    }
+                }
+            }
+        }
+    return KVB_OK;
+}
+
+int ref_int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0, uint32_t *Vq, kvb_fp16 *Vs,
+                             kvb_fp16 *Vz, const int2_layout *l)
+{
+    const char *who = "int2_quantize_values";
+    int rc = int2_span_check(l, src_len, n, t0, who);
+    if (rc) return rc;
+    const int D = l->D, gs = l->gs;
+    if ((rc = check_inputs(V, src_len, n, l, who, "V"))) return rc;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < l->B; b++)
+        for (int h = 0; h < l->Hkv; h++) {
+            float x[128];
+            uint8_t codes[128];
+            for (int64_t t = 0; t < n; t++) {
+                const kvb_bf16 *src = V + (((int64_t)b * l->Hkv + h) * src_len + t) * D;
+                int64_t row = ((int64_t)b * l->Hkv + h) * l->Tcap + t0 + t; /* cache token t0 + t of (b, h) */
+                for (int g = 0; g < D / gs; g++) {
+                    for (int i = 0; i < gs; i++) x[i] = kvb_bf16_to_float(src[g * gs + i]);
+                    int2_quantize_group(x, gs, codes, &Vs[row * (D / gs) + g], &Vz[row * (D / gs) + g]);
+                    for (int w = 0; w < gs / 16; w++) {
+                        uint32_t word = 0;
+                        for (int i = 0; i < 16; i++) word |= (uint32_t)codes[w * 16 + i] << (2 * i);
+                        Vq[row * (D / 16) + (g * gs) / 16 + w] = word;
+                    }
+                }
+            }
+        }
+    return KVB_OK;
+}
+
+/* ---- append and flush ---- */
+
+int int2_append_check(const int2_layout *l, const char *who)
+{
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    if (l->R + 1 > l->Rcap)
+        return kvb_fail(KVB_EINVAL, "%s: R + 1 = %d out of range [1, Rcap = %d]: the residual buffer is full", who,
+                        l->R + 1, l->Rcap);
+    if (l->R + 1 >= INT2_FLUSH && l->T + INT2_FLUSH > l->Tcap)
+        return kvb_fail(KVB_EINVAL, "%s: T + 128 = %lld out of range [0, Tcap = %lld]: no room to flush the residual",
+                        who, (long long)(l->T + INT2_FLUSH), (long long)l->Tcap);
+    return KVB_OK;
+}
+
+int ref_int2_append(int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
+                    int64_t *T_after, int *R_after)
+{
+    int rc = int2_append_check(l, "int2_append");
+    if (rc) return rc;
+    const int D = l->D;
+    const int flush = l->R + 1 >= INT2_FLUSH;
+    /* the new token goes to residual slot R */
+    for (int64_t bh = 0; bh < (int64_t)l->B * l->Hkv; bh++)
+        for (int d = 0; d < D; d++) {
+            c->Kr[(bh * l->Rcap + l->R) * D + d] = knew[bh * D + d];
+            c->Vr[(bh * l->Rcap + l->R) * D + d] = vnew[bh * D + d];
+        }
+    int R = l->R + 1;
+    int64_t T = l->T;
+    if (flush) { /* quantize residual tokens [0, 128) into cache tokens [T, T + 128), keep the rest */
+        if ((rc = ref_int2_quantize_keys(c->Kr, l->Rcap, INT2_FLUSH, T, c->Kq, c->Ks, c->Kz, l))) return rc;
+        if ((rc = ref_int2_quantize_values(c->Vr, l->Rcap, INT2_FLUSH, T, c->Vq, c->Vs, c->Vz, l))) return rc;
+        for (int64_t bh = 0; bh < (int64_t)l->B * l->Hkv; bh++)
+            for (int t = INT2_FLUSH; t < R; t++)
+                for (int d = 0; d < D; d++) {
+                    c->Kr[(bh * l->Rcap + t - INT2_FLUSH) * D + d] = c->Kr[(bh * l->Rcap + t) * D + d];
+                    c->Vr[(bh * l->Rcap + t - INT2_FLUSH) * D + d] = c->Vr[(bh * l->Rcap + t) * D + d];
+                }
+        T += INT2_FLUSH;
+        R -= INT2_FLUSH;
+    }
+    *T_after = T;
+    *R_after = R;
+    return KVB_OK;
+}
+
+/* ---- dequantized reads ---- */
+
+/* dequant(K)[b,h,d,t] and dequant(V)[b,h,t,d] of the cache, in double */
+static double key_at(const int2_cache *c, const int2_layout *l, int64_t bh, int d, int64_t t)
+{
+    int64_t row = bh * l->D + d;
+    uint32_t word = c->Kq[row * (l->Tcap / 16) + t / 16];
+    unsigned code = (word >> (2 * (t % 16))) & 3u;
+    int64_t g = row * (l->Tcap / l->gs) + t / l->gs;
+    return int2_dequant(code, c->Ks[g], c->Kz[g]);
+}
+
+static double value_at(const int2_cache *c, const int2_layout *l, int64_t bh, int64_t t, int d)
+{
+    int64_t row = bh * l->Tcap + t;
+    uint32_t word = c->Vq[row * (l->D / 16) + d / 16];
+    unsigned code = (word >> (2 * (d % 16))) & 3u;
+    int64_t g = row * (l->D / l->gs) + d / l->gs;
+    return int2_dequant(code, c->Vs[g], c->Vz[g]);
+}
+
+int ref_int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, double *mag, const int2_layout *l,
+                const uint8_t *slices)
+{
+    int rc = int2_attn_check(l, "ref_int2_qk");
+    if (rc) return rc;
+    const int G = l->Hq / l->Hkv, D = l->D;
+    const int n_slices = l->B * l->Hkv;
+#pragma omp parallel for schedule(dynamic)
+    for (int sl = 0; sl < n_slices; sl++) {
+        if (slices && !slices[sl]) continue;
+        int b = sl / l->Hkv;
+        for (int g = 0; g < G; g++) {
+            int64_t hq = (int64_t)b * l->Hq + (sl % l->Hkv) * G + g;
+            for (int64_t t = 0; t < l->T; t++) {
+                double s = 0, a = 0;
+                for (int d = 0; d < D; d++) {
+                    double prod = kvb_bf16_to_double(q[hq * D + d]) * key_at(c, l, sl, d, t);
+                    s += prod;
+                    a += fabs(prod);
+                }
+                scores[hq * l->T + t] = (float)s;
+                mag[hq * l->T + t] = a;
+            }
+        }
+    }
+    return KVB_OK;
+}
+
+int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, const int2_layout *l,
+                const uint8_t *slices)
+{
+    int rc = int2_attn_check(l, "ref_int2_av");
+    if (rc) return rc;
+    const int G = l->Hq / l->Hkv, D = l->D;
+    const int n_slices = l->B * l->Hkv;
+#pragma omp parallel for schedule(dynamic)
+    for (int sl = 0; sl < n_slices; sl++) {
+        if (slices && !slices[sl]) continue;
+        int b = sl / l->Hkv;
+        for (int g = 0; g < G; g++) {
+            int64_t hq = (int64_t)b * l->Hq + (sl % l->Hkv) * G + g;
+            for (int d = 0; d < D; d++) {
+                double s = 0, a = 0;
+                for (int64_t t = 0; t < l->T; t++) {
+                    double prod = (double)p[hq * l->T + t] * value_at(c, l, sl, t, d);
+                    s += prod;
+                    a += fabs(prod);
+                }
+                out[hq * D + d] = (float)s;
+                mag[hq * D + d] = a;
+            }
+        }
+    }
+    return KVB_OK;
+}
+
+int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
+                         const uint8_t *slices)
+{
+    int rc = int2_attn_check(l, "ref_int2_decode_attn");
+    if (rc) return rc;
+    const int G = l->Hq / l->Hkv, D = l->D;
+    const int64_t n = l->T + l->R;
+    const double scale = 1.0 / sqrt((double)D);
+    const int n_slices = l->B * l->Hkv;
+#pragma omp parallel for schedule(dynamic)
+    for (int sl = 0; sl < n_slices; sl++) {
+        if (slices && !slices[sl]) continue;
+        int b = sl / l->Hkv;
+        const kvb_bf16 *Kr = c->Kr + (int64_t)sl * l->Rcap * D, *Vr = c->Vr + (int64_t)sl * l->Rcap * D;
+        /* the G heads share the dequantized keys: one pass per (b, kv head) */
+        double *s = malloc(sizeof(double) * (size_t)n * G), qd[INT2_MAX_G][128], acc[128];
+        for (int g = 0; g < G; g++)
+            for (int d = 0; d < D; d++) qd[g][d] = kvb_bf16_to_double(q[((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D + d]);
+        for (int64_t t = 0; t < n; t++) { /* s = [q . dequant(K)[:, t] ; q . Kr[t]] / sqrt(D) */
+            double dot[INT2_MAX_G] = {0};
+            for (int d = 0; d < D; d++) {
+                double k = t < l->T ? key_at(c, l, sl, d, t) : kvb_bf16_to_double(Kr[(t - l->T) * D + d]);
+                for (int g = 0; g < G; g++) dot[g] += qd[g][d] * k;
+            }
+            for (int g = 0; g < G; g++) s[(int64_t)g * n + t] = dot[g] * scale;
+        }
+        for (int g = 0; g < G; g++) {
+            double *sg = s + (int64_t)g * n, m = -INFINITY, sum = 0;
+            for (int64_t t = 0; t < n; t++)
+                if (sg[t] > m) m = sg[t];
+            for (int d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t t = 0; t < n; t++) { /* o = sum_t p_t V_t, p = softmax(s) */
+                double p = exp(sg[t] - m);
+                sum += p;
+                for (int d = 0; d < D; d++)
+                    acc[d] += p * (t < l->T ? value_at(c, l, sl, t, d) : kvb_bf16_to_double(Vr[(t - l->T) * D + d]));
+            }
+            kvb_bf16 *oh = o + ((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D;
+            for (int d = 0; d < D; d++) oh[d] = kvb_double_to_bf16(acc[d] / sum);
+        }
+        free(s);
+    }
+    return KVB_OK;
+}

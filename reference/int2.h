@@ -1,0 +1,132 @@
+/* int2.h: the INT2 KV cache of MiniKV/KIVI (spec: int2.md): quantize and pack, the bf16 residual
+ * buffer with its flush every 128 tokens, and the fused dequant-matmuls of decode.
+ *
+ * Group of gs values (gs in {16, 32, 64, 128}) along the quantized axis:
+ *   mn, mx = min, max of the group        from the bf16 inputs, in fp32
+ *   scale  = fp16((mx - mn) / 3),  zero = fp16(mn)                     the stored metadata
+ *   code   = scale == 0 ? 0 : clamp(rint((x - zero) / scale), 0, 3)    in fp32 from the stored
+ *            fp16 scale and zero; rint rounds half to even
+ *   dequant(code) = code * scale + zero
+ * Packing: 16 codes per uint32, code i of the 16 in bits [2i, 2i+1].
+ *
+ * Layouts (Tcap = token capacity of the quantized cache, Rcap = of the residual buffer):
+ *   keys, per channel (groups run along tokens):   Kq [B, Hkv, D, Tcap/16] uint32, Ks, Kz [B, Hkv, D, Tcap/gs] fp16
+ *   values, per token (groups run along channels): Vq [B, Hkv, Tcap, D/16] uint32, Vs, Vz [B, Hkv, Tcap, D/gs] fp16
+ *   residual: Kr, Vr [B, Hkv, Rcap, D] bf16
+ * A cache holds T quantized tokens (a multiple of gs) followed by R residual tokens, R < 128 + gs.
+ *
+ * Supported input range: finite values with |x| <= 32768 (2^15). The fp16 metadata and the fp16
+ * tensor-core operands of the fused kernels then stay finite (a group spanning the whole fp16 range
+ * would dequantize past the fp16 maximum). The references reject anything else, naming the element.
+ */
+#ifndef REF_INT2_H
+#define REF_INT2_H
+
+#include "kvb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INT2_FLUSH 128            /* the residual is quantized and appended every 128 tokens */
+#define INT2_MAX_ABS 32768.0      /* supported |x| of quantizer inputs */
+#define INT2_MAX_TCAP (1 << 21)
+#define INT2_MAX_G 8
+
+typedef struct int2_layout {
+    int B, Hkv, Hq, D, gs;
+    int64_t Tcap; /* token capacity of the quantized cache, a multiple of gs */
+    int64_t T;    /* quantized tokens held, a multiple of gs, <= Tcap */
+    int Rcap;     /* token capacity of the residual buffer */
+    int R;        /* residual tokens held, 0 <= R < 128 + gs, R <= Rcap */
+} int2_layout;
+
+/* Pointers of one cache (host or device). */
+typedef struct int2_cache {
+    uint32_t *Kq;
+    kvb_fp16 *Ks, *Kz;
+    uint32_t *Vq;
+    kvb_fp16 *Vs, *Vz;
+    kvb_bf16 *Kr, *Vr;
+} int2_cache;
+
+/* Element counts of each array of a layout. */
+static inline int64_t int2_kq_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->D * (l->Tcap / 16); }
+static inline int64_t int2_kmeta_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->D * (l->Tcap / l->gs); }
+static inline int64_t int2_vq_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->Tcap * (l->D / 16); }
+static inline int64_t int2_vmeta_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->Tcap * (l->D / l->gs); }
+static inline int64_t int2_res_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->Rcap * l->D; }
+
+/* Bytes a decode step reads from a cache of T quantized and R residual tokens per (b, kv head):
+ * 2-bit codes, fp16 scale and zero, bf16 residual. */
+static inline double int2_cache_bytes(const int2_layout *l)
+{
+    double heads = (double)l->B * l->Hkv, T = (double)l->T;
+    return heads * (2.0 * T * l->D / 4.0 + 2.0 * 2.0 * 2.0 * T * l->D / l->gs + 2.0 * 2.0 * l->R * l->D);
+}
+
+/* Every field against its range: B in [1, 1024], Hkv in [1, 256], D in {64, 128}, gs in
+ * {16, 32, 64, 128} with D a multiple of gs, Tcap in [0, 2^21] a multiple of gs, T in [0, Tcap] a
+ * multiple of gs, Rcap >= 0, R in [0, min(Rcap, 128 + gs - 1)]. Messages name the field, its value and
+ * the allowed range (kvb_last_error()). */
+int int2_layout_check(const int2_layout *l, const char *who);
+
+/* The above, plus what attention over the cache needs: Hq a multiple of Hkv with G = Hq/Hkv in
+ * [1, 8], and T + R >= 1. */
+int int2_attn_check(const int2_layout *l, const char *who);
+
+/* A span of tokens to quantize: the layout, n and t0 multiples of gs, t0 + n <= Tcap, n <= src_len. */
+int int2_span_check(const int2_layout *l, int64_t src_len, int64_t n, int64_t t0, const char *who);
+
+/* An append: the layout, R + 1 <= Rcap, and room for a flush (T + 128 <= Tcap) when R + 1 >= 128. */
+int int2_append_check(const int2_layout *l, const char *who);
+
+/* dequant(code) = code * scale + zero, exact in double (it differs from the fp32 value by at most one
+ * fp32 rounding). */
+static inline double int2_dequant(unsigned code, kvb_fp16 scale, kvb_fp16 zero)
+{
+    return (double)code * (double)kvb_fp16_to_float(scale) + (double)kvb_fp16_to_float(zero);
+}
+
+/* Quantize one group of n values (fp32 from bf16) as int2.md says: codes[i] in 0..3, the fp16 scale
+ * and zero. */
+void int2_quantize_group(const float *x, int n, uint8_t *codes, kvb_fp16 *scale, kvb_fp16 *zero);
+
+/* Quantize tokens [0, n) of K [B, Hkv, src_len, D] into cache tokens [t0, t0 + n) of Kq, Ks, Kz
+ * (keys: per channel, groups of gs tokens). n and t0 are multiples of gs, t0 + n <= Tcap, n <= src_len.
+ * Rejects a non-finite input or |x| > 32768, naming the element. */
+int ref_int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n, int64_t t0, uint32_t *Kq, kvb_fp16 *Ks,
+                           kvb_fp16 *Kz, const int2_layout *l);
+
+/* The same for values (per token, groups of gs channels): Vq, Vs, Vz. */
+int ref_int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0, uint32_t *Vq, kvb_fp16 *Vs,
+                             kvb_fp16 *Vz, const int2_layout *l);
+
+/* One decode step's append: token knew, vnew [B, Hkv, D] goes to residual slot R; when the residual
+ * then holds 128 tokens or more, its first 128 tokens are quantized (keys and values) and appended
+ * at cache token T, and the rest (fewer than gs) move to the front. Needs R + 1 <= Rcap and, for a
+ * flush, T + 128 <= Tcap. *T_after and *R_after receive the new counts. */
+int ref_int2_append(int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
+                    int64_t *T_after, int *R_after);
+
+/* scores[b,h,t] = sum_d q[b,h,d] * dequant(K)[b,h/G,d,t] for t < T, and mag[b,h,t] = sum_d |q * dequant(K)|
+ * (the magnitude the tolerance is relative to). q [B, Hq, D] bf16; scores [B, Hq, T] fp32, mag double.
+ * `slices`: NULL or one byte per (b, kv head), b-major (as in decode.h). */
+int ref_int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, double *mag, const int2_layout *l,
+                const uint8_t *slices);
+
+/* out[b,h,d] = sum_t p[b,h,t] * dequant(V)[b,h/G,t,d] for t < T, and mag = sum_t |p * dequant(V)|.
+ * p [B, Hq, T] fp32; out [B, Hq, D] fp32, mag double. */
+int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, const int2_layout *l,
+                const uint8_t *slices);
+
+/* The fused decode step: per query head, s = [q . dequant(K)[:, t] for t < T ; q . Kr[t] for t < R] / sqrt(D),
+ * p = softmax(s), o = sum_t p_t dequant(V)[t] + sum_t p_{T+t} Vr[t]; double throughout, o rounded once to
+ * bf16. q, o [B, Hq, D]. */
+int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
+                         const uint8_t *slices);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

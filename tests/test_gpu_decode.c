@@ -1,0 +1,128 @@
+/* test_gpu_decode.c: the CUDA kernels of the decode and int2 families against their C references,
+ * one test per check-tier case of cases/decode.cases and cases/int2.cases (skipped, and counted as
+ * skipped, without a device). Each case is validated twice on the same device state, so the
+ * split-merge arrival counters in the workspaces must be back at zero after every launch. The
+ * API-rejection tests need no device: a bad parameter must be refused before any CUDA call. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../harness/op.h"
+#include "testlib.h"
+#if KVB_HAVE_CUDA
+#include "../kernels/decode.h"
+#include "../kernels/int2.h"
+#endif
+
+static void run_case(void **state)
+{
+    const kvb_case *c = *state;
+    if (!kvb_gpu_available()) skip();
+    kvb_run r;
+    if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
+    kvb_run_gpu_setup(&r);
+    for (int round = 0; round < 2; round++) {
+        kvb_verdict v;
+        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
+        for (int i = 0; i < v.n; i++)
+            if (!v.res[i].pass)
+                fail_msg("%s (round %d): %s has %lld bad elements (first at %lld: %g vs %g), rel L2 %g", c->id, round,
+                         v.name[i], (long long)v.res[i].n_bad, (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
+                         v.res[i].n_first ? v.res[i].first[0].out : 0.0, v.res[i].n_first ? v.res[i].first[0].ref : 0.0,
+                         v.res[i].rel_l2);
+    }
+    kvb_run_teardown(&r);
+}
+
+#if KVB_HAVE_CUDA
+static void test_decode_api_rejects_before_launch(void **state)
+{
+    (void)state;
+    kvb_bf16 *b = (kvb_bf16 *)(uintptr_t)0x1000;
+    int32_t *p = (int32_t *)(uintptr_t)0x1000;
+    decode_layout d = {2, 32, 8, 96, 1024};
+    assert_int_equal(decode_attn(b, b, b, p, p, b, &d, p, 0), KVB_EINVAL);
+    assert_error_mentions("decode_attn: D=96 is not one of {64, 128}");
+    d.D = 128, d.Hq = 24, d.Hkv = 2;
+    assert_int_equal(decode_attn(b, b, b, p, p, b, &d, p, 0), KVB_EINVAL);
+    assert_error_mentions("Hq=24 out of range [2, 16]");
+    d.Hq = 32, d.Hkv = 8;
+    int32_t len[2] = {1024, 2000};
+    assert_int_equal(decode_attn(b, b, b, p, len, b, &d, p, 0), KVB_EINVAL);
+    assert_error_mentions("decode_attn: len[1]=2000 out of range [1, L = 1024]", "allocated cache");
+    len[1] = 100;
+    assert_int_equal(decode_attn(b, b, b, p, len, b, &d, NULL, 0), KVB_EINVAL);
+    assert_error_mentions("workspace is NULL");
+    assert_int_equal(decode_attn(b, b, b, NULL, len, b, &d, p, 0), KVB_EINVAL);
+    assert_error_mentions("pointer is NULL");
+}
+
+static void test_int2_api_rejects_before_launch(void **state)
+{
+    (void)state;
+    kvb_bf16 *b = (kvb_bf16 *)(uintptr_t)0x1000;
+    void *w = (void *)(uintptr_t)0x1000;
+    int2_cache c = {(uint32_t *)w, (kvb_fp16 *)w, (kvb_fp16 *)w, (uint32_t *)w, (kvb_fp16 *)w, (kvb_fp16 *)w, b, b};
+    int2_layout l = {2, 8, 32, 128, 24, 1024, 1024, 128, 64};
+    assert_int_equal(int2_quantize_keys(b, 1024, 1024, 0, &c, &l, 0), KVB_EINVAL);
+    assert_error_mentions("int2_quantize_keys: gs=24 is not one of {16, 32, 64, 128}");
+    l.gs = 16, l.T = 1000;
+    assert_int_equal(int2_decode_attn(b, &c, b, &l, w, 0), KVB_EINVAL);
+    assert_error_mentions("int2_decode_attn: T=1000 is not a multiple of gs=16");
+    l.T = 1024, l.D = 64, l.gs = 128;
+    assert_int_equal(int2_quantize_values(b, 1024, 1024, 0, &c, &l, 0), KVB_EINVAL);
+    assert_error_mentions("int2_quantize_values: D=64 is not a multiple of gs=128");
+    l.D = 128, l.gs = 16;
+    assert_int_equal(int2_quantize_values(b, 1024, 40, 0, &c, &l, 0), KVB_EINVAL);
+    assert_error_mentions("n=40 tokens to quantize is not a non-negative multiple of gs=16");
+    l.Tcap = 1040, l.T = 1040;
+    assert_int_equal(int2_decode_attn(b, &c, b, &l, w, 0), KVB_EINVAL);
+    assert_error_mentions("Tcap=1040 is not a multiple of 256");
+    assert_int_equal(int2_qk(b, &c, (float *)w, &l, 0), KVB_EINVAL);
+    assert_error_mentions("int2_qk: Tcap=1040 is not a multiple of 256");
+    l.Tcap = 1280, l.R = 150;
+    assert_int_equal(int2_decode_attn(b, &c, b, &l, w, 0), KVB_EINVAL);
+    assert_error_mentions("R=150 out of range");
+    l.R = 64;
+    assert_int_equal(int2_decode_attn(b, &c, b, &l, NULL, 0), KVB_EINVAL);
+    assert_error_mentions("workspace is NULL");
+    assert_int_equal(int2_av((float *)w, &c, (float *)w, &l, NULL, 0), KVB_EINVAL);
+    assert_error_mentions("int2_av: workspace is NULL");
+    l.T = 1280, l.Tcap = 1280, l.R = 127; /* a flush with no room */
+    assert_int_equal(int2_append(&c, b, b, &l, 0), KVB_EINVAL);
+    assert_error_mentions("int2_append: T + 128 = 1408 out of range [0, Tcap = 1280]");
+    l.Rcap = 100, l.R = 100;
+    assert_int_equal(int2_append(&c, b, b, &l, 0), KVB_EINVAL);
+    assert_error_mentions("R + 1 = 101 out of range [1, Rcap = 100]");
+    l.Rcap = 128, l.R = 10, l.T = 1024;
+    assert_int_equal(int2_dequantize(&c, b, b, 1000, &l, 0), KVB_EINVAL);
+    assert_error_mentions("int2_dequantize: L=1000 out of range [T + R = 1034, inf)");
+}
+#endif
+
+int main(void)
+{
+    kvb_case_list all = {0};
+    if (kvb_cases_load(&all, kvb_test_cases_dir()) != KVB_OK) {
+        fprintf(stderr, "%s\n", kvb_last_error());
+        return 1;
+    }
+    struct CMUnitTest *tests = calloc((size_t)all.n + 2, sizeof *tests);
+    int n = 0;
+#if KVB_HAVE_CUDA
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_decode_api_rejects_before_launch);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_int2_api_rejects_before_launch);
+#endif
+    for (int i = 0; i < all.n; i++) {
+        const kvb_case *c = &all.v[i];
+        if (c->tier != KVB_TIER_CHECK || (strcmp(c->op->family, "decode") != 0 && strcmp(c->op->family, "int2") != 0))
+            continue;
+        tests[n].name = c->id;
+        tests[n].test_func = run_case;
+        tests[n].initial_state = (void *)c;
+        n++;
+    }
+    int rc = _cmocka_run_group_tests("gpu decode and int2", tests, (size_t)n, NULL, NULL);
+    free(tests);
+    kvb_cases_free(&all);
+    return rc;
+}

@@ -1,0 +1,142 @@
+/* test_ref_decode.c: the dense decode attention reference (decode.md) on hand-checked cases, its
+ * checks of bad input, and the sampled-reference helper. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../harness/ops.h"
+#include "../reference/decode.h"
+#include "testlib.h"
+
+static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
+
+/* q = 0: every score is 0, the softmax is uniform, o = mean of V over the first len[b] tokens (the
+ * tokens past len[b] hold huge values that must not count). GQA: heads 0, 1 read KV head 0, heads
+ * 2, 3 read KV head 1. */
+static void test_uniform_softmax_is_the_mean(void **state)
+{
+    (void)state;
+    enum { B = 2, Hq = 4, Hkv = 2, D = 64, L = 5 };
+    decode_layout d = {B, Hq, Hkv, D, L};
+    kvb_bf16 q[B * Hq * D], K[B * Hkv * L * D], V[B * Hkv * L * D], o[B * Hq * D];
+    int32_t len[B] = {3, 5};
+    for (int i = 0; i < B * Hq * D; i++) q[i] = bf(0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hkv; h++)
+            for (int t = 0; t < L; t++)
+                for (int c = 0; c < D; c++) {
+                    int64_t i = (((int64_t)b * Hkv + h) * L + t) * D + c;
+                    K[i] = bf(c % 7 - 3);
+                    V[i] = bf(t < len[b] ? (double)(t + 1) * (h + 1) + 0.25 * c : 1000.0);
+                }
+    assert_int_equal(ref_decode_attn(q, K, V, len, o, &d, NULL), KVB_OK);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < Hq; h++) {
+            int kvh = h / 2;
+            for (int c = 0; c < D; c++) {
+                double mean = 0; /* (1 + ... + len) / len * (kvh + 1) + 0.25 c */
+                for (int t = 0; t < len[b]; t++) mean += (double)(t + 1) * (kvh + 1) + 0.25 * c;
+                mean /= len[b];
+                assert_int_equal(o[((int64_t)b * Hq + h) * D + c], bf(mean));
+            }
+        }
+}
+
+/* One key matches q: s = [0, 8, 0] (q . K_1 = 8 sqrt(D), scaled by 1/sqrt(D)), so
+ * o = (e^8 V_1 + V_0 + V_2) / (e^8 + 2). */
+static void test_one_token_dominates(void **state)
+{
+    (void)state;
+    enum { D = 128, L = 3 };
+    decode_layout d = {1, 1, 1, D, L};
+    kvb_bf16 q[D], K[L * D], V[L * D], o[D];
+    int32_t len[1] = {3};
+    double sq = sqrt((double)D);
+    for (int c = 0; c < D; c++) {
+        q[c] = bf(c == 0 ? 8.0 * sq / 16.0 : 0); /* 8 sqrt(D) / 16 ... */
+        for (int t = 0; t < L; t++) {
+            K[t * D + c] = bf(c == 0 && t == 1 ? 16.0 : 0); /* ... times 16 */
+            V[t * D + c] = bf(t == 1 ? 2.0 : (t == 0 ? -1.0 : 0.5) + c / 256.0);
+        }
+    }
+    assert_int_equal(ref_decode_attn(q, K, V, len, o, &d, NULL), KVB_OK);
+    double qk = kvb_bf16_to_double(q[0]) * 16.0 / sq; /* the score of token 1 as the reference sees it */
+    double w = exp(qk);
+    for (int c = 0; c < D; c++) {
+        double v0 = kvb_bf16_to_double(V[c]), v1 = kvb_bf16_to_double(V[D + c]), v2 = kvb_bf16_to_double(V[2 * D + c]);
+        assert_int_equal(o[c], bf((w * v1 + v0 + v2) / (w + 2.0)));
+    }
+}
+
+static void test_bad_layouts_and_lengths(void **state)
+{
+    (void)state;
+    decode_layout d = {2, 32, 8, 96, 1024};
+    assert_int_equal(decode_layout_check(&d, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("decode_attn: D=96 is not one of {64, 128}");
+    d.D = 128, d.Hq = 30;
+    assert_int_equal(decode_layout_check(&d, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("Hq=30 is not a multiple of Hkv=8");
+    d.Hq = 72;
+    assert_int_equal(decode_layout_check(&d, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("Hq=72 out of range [8, 64]");
+    d.Hq = 32, d.L = (1 << 20) + 1;
+    assert_int_equal(decode_layout_check(&d, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("L=1048577 out of range [1, 1048576]");
+    d.L = 1024;
+    assert_int_equal(decode_layout_check(&d, "decode_attn"), KVB_OK);
+    int32_t len[2] = {1024, 1025};
+    assert_int_equal(decode_lengths_check(&d, len, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("len[1]=1025 out of range [1, L = 1024]", "allocated cache");
+    len[1] = 0;
+    assert_int_equal(decode_lengths_check(&d, len, "decode_attn"), KVB_EINVAL);
+    assert_error_mentions("len[1]=0 out of range");
+    kvb_bf16 x[1];
+    assert_int_equal(ref_decode_attn(x, x, x, len, x, &d, NULL), KVB_EINVAL); /* checked before any read */
+}
+
+/* A sampled reference leaves the other slices untouched. */
+static void test_slices_mask(void **state)
+{
+    (void)state;
+    enum { B = 2, Hq = 2, Hkv = 2, D = 64, L = 4 };
+    decode_layout d = {B, Hq, Hkv, D, L};
+    kvb_bf16 q[B * Hq * D], K[B * Hkv * L * D], V[B * Hkv * L * D], o[B * Hq * D];
+    int32_t len[B] = {4, 2};
+    for (int i = 0; i < B * Hq * D; i++) q[i] = bf(0.01 * (i % 13)), o[i] = KVB_BF16_NAN;
+    for (int i = 0; i < B * Hkv * L * D; i++) K[i] = bf(0.1 * (i % 5)), V[i] = bf(i % 9);
+    uint8_t mask[B * Hkv] = {1, 0, 0, 1};
+    assert_int_equal(ref_decode_attn(q, K, V, len, o, &d, mask), KVB_OK);
+    for (int sl = 0; sl < B * Hkv; sl++)
+        for (int c = 0; c < D; c++) /* G = 1: slice sl is output row sl */
+            assert_true(mask[sl] ? o[sl * D + c] != KVB_BF16_NAN : o[sl * D + c] == KVB_BF16_NAN);
+}
+
+static void test_sample_slices(void **state)
+{
+    (void)state;
+    int64_t chosen;
+    assert_null(kvb_sample_slices(10, 1.0, 100.0, &chosen));
+    assert_int_equal(chosen, 10);
+    uint8_t *m = kvb_sample_slices(64, 1e8, 6e8, &chosen);
+    assert_non_null(m);
+    assert_int_equal(chosen, 6);
+    assert_true(m[0] && m[63]);
+    int n = 0;
+    for (int i = 0; i < 64; i++) n += m[i];
+    assert_int_equal(n, 6);
+    free(m);
+    m = kvb_sample_slices(64, 1e12, 6e8, &chosen); /* at least the first and the last */
+    assert_int_equal(chosen, 2);
+    assert_true(m[0] && m[63]);
+    free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_uniform_softmax_is_the_mean), cmocka_unit_test(test_one_token_dominates),
+        cmocka_unit_test(test_bad_layouts_and_lengths),     cmocka_unit_test(test_slices_mask),
+        cmocka_unit_test(test_sample_slices),
+    };
+    return cmocka_run_group_tests_name("decode reference", tests, NULL, NULL);
+}
