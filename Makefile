@@ -31,12 +31,12 @@ else
 endif
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -DKVB_HAVE_CUDA=$(HAVE_CUDA) \
+CFLAGS   += -std=gnu11 -fPIC -Wall -Wextra -Wno-unused-parameter -fopenmp -DKVB_HAVE_CUDA=$(HAVE_CUDA) \
             -DKVB_GIT_REV=\"$(GIT_REV)\" $(CUDA_INC)
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++17 -Wall -Wextra
+CXXFLAGS += -std=c++17 -fPIC -Wall -Wextra
 NVFLAGS  ?= -O3 -lineinfo
-NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -Xcompiler -Wall
+NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -Xcompiler -Wall,-fPIC
 LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
 LDLIBS   := $(CUDA_LIBS) -lbenchmark -lstdc++ -lm
 
@@ -70,9 +70,12 @@ $(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/libkvbench.a: $(LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
+# One shared library holds the references, the harness and every kernel (the device code is
+# stored once, not in every test program); binaries find it through rpath $ORIGIN/../lib.
+KVBLIB := $(BUILD)/lib/libkvbench.so
+$(KVBLIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fopenmp $^ -o $@ $(LDLIBS)
 
 # the revision is compiled into main.o: rebuild it when the revision changes
 $(BUILD)/git_rev: FORCE
@@ -82,13 +85,13 @@ $(OBJ)/harness/main.o: $(BUILD)/git_rev
 .PHONY: FORCE
 FORCE:
 
-$(KVBENCH): $(OBJ)/harness/main.o $(BUILD)/libkvbench.a
+$(KVBENCH): $(OBJ)/harness/main.o $(KVBLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(LDFLAGS) $< -o $@ -L$(BUILD)/lib -lkvbench $(LDLIBS)
 
-$(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(BUILD)/libkvbench.a
+$(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(KVBLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ -L$(BUILD)/lib -lkvbench -lcmocka $(LDLIBS)
 
 $(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h
 	@mkdir -p $(dir $@)
