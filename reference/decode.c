@@ -5,24 +5,17 @@
 
 #include <stdlib.h>
 
-#define CHECK_RANGE(who, name, v, lo, hi)                                                            \
-    do {                                                                                             \
-        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
-            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
-                            (long long)(v), (long long)(lo), (long long)(hi));                       \
-    } while (0)
-
 int decode_layout_check(const decode_layout *d, const char *who)
 {
-    CHECK_RANGE(who, "B", d->B, 1, DECODE_MAX_B);
-    CHECK_RANGE(who, "Hkv", d->Hkv, 1, DECODE_MAX_HKV);
-    CHECK_RANGE(who, "Hq", d->Hq, d->Hkv, (int64_t)d->Hkv * DECODE_MAX_G);
+    KVB_CHECK_RANGE(who, "B", d->B, 1, DECODE_MAX_B);
+    KVB_CHECK_RANGE(who, "Hkv", d->Hkv, 1, DECODE_MAX_HKV);
+    KVB_CHECK_RANGE(who, "Hq", d->Hq, d->Hkv, (int64_t)d->Hkv * DECODE_MAX_G);
     if (d->Hq % d->Hkv != 0)
         return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: G = Hq/Hkv query heads per KV head)",
                         who, d->Hq, d->Hkv);
     if (d->D != 64 && d->D != 128)
         return kvb_fail(KVB_EINVAL, "%s: D=%d is not one of {64, 128}", who, d->D);
-    CHECK_RANGE(who, "L", d->L, 1, DECODE_MAX_L);
+    KVB_CHECK_RANGE(who, "L", d->L, 1, DECODE_MAX_L);
     return KVB_OK;
 }
 

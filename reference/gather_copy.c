@@ -3,26 +3,19 @@
 
 #include <stdlib.h>
 
-#define CHECK_RANGE(who, name, v, lo, hi)                                                            \
-    do {                                                                                             \
-        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
-            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
-                            (long long)(v), (long long)(lo), (long long)(hi));                       \
-    } while (0)
-
 int gather_layout_check(const gather_layout *g, const char *who)
 {
-    CHECK_RANGE(who, "B", g->B, 1, 1024);
-    CHECK_RANGE(who, "Hkv", g->Hkv, 1, 256);
-    CHECK_RANGE(who, "M", g->M, 1, GATHER_MAX_M);
-    CHECK_RANGE(who, "c", g->c, 1, 4096);
-    CHECK_RANGE(who, "D", g->D, 1, 1024);
+    KVB_CHECK_RANGE(who, "B", g->B, 1, 1024);
+    KVB_CHECK_RANGE(who, "Hkv", g->Hkv, 1, 256);
+    KVB_CHECK_RANGE(who, "M", g->M, 1, GATHER_MAX_M);
+    KVB_CHECK_RANGE(who, "c", g->c, 1, 4096);
+    KVB_CHECK_RANGE(who, "D", g->D, 1, 1024);
     int64_t bytes = gather_chunk_bytes(g);
     if (bytes % 16 != 0 || bytes > GATHER_MAX_CHUNK_BYTES)
         return kvb_fail(KVB_EINVAL,
                         "%s: chunk bytes c*D*2 = %d*%d*2 = %lld must be a multiple of 16 in [16, %d]",
                         who, g->c, g->D, (long long)bytes, GATHER_MAX_CHUNK_BYTES);
-    CHECK_RANGE(who, "sparse_start", g->sparse_start, 0, INT32_MAX);
+    KVB_CHECK_RANGE(who, "sparse_start", g->sparse_start, 0, INT32_MAX);
     int64_t need = (int64_t)g->sparse_start + (int64_t)g->M * g->c;
     if (need > INT32_MAX || g->NB < need)
         return kvb_fail(KVB_EINVAL, "%s: NB=%d out of range [sparse_start + M*c = %lld, %d]", who,
@@ -31,7 +24,7 @@ int gather_layout_check(const gather_layout *g, const char *who)
         return kvb_fail(KVB_EINVAL,
                         "%s: sparse_start*D*2 = %lld and NB*D*2 = %lld must be multiples of 16 (slots start "
                         "16-byte aligned)", who, (long long)g->sparse_start * g->D * 2, (long long)g->NB * g->D * 2);
-    CHECK_RANGE(who, "host_chunks", g->host_chunks, g->M, INT32_MAX);
+    KVB_CHECK_RANGE(who, "host_chunks", g->host_chunks, g->M, INT32_MAX);
     if (g->host_stride < g->host_chunks)
         return kvb_fail(KVB_EINVAL, "%s: host_stride=%lld out of range [host_chunks = %lld, inf)",
                         who, (long long)g->host_stride, (long long)g->host_chunks);
@@ -40,12 +33,12 @@ int gather_layout_check(const gather_layout *g, const char *who)
 
 int packed_layout_check(const packed_layout *p, const char *who)
 {
-    CHECK_RANGE(who, "B", p->B, 1, 1024);
-    CHECK_RANGE(who, "layers", p->layers, 1, PACKED_MAX_LAYERS);
-    CHECK_RANGE(who, "T", p->T, 1, 1 << 24);
-    CHECK_RANGE(who, "k", p->k, 1, p->T);
-    CHECK_RANGE(who, "Hkv", p->Hkv, 1, 256);
-    CHECK_RANGE(who, "D", p->D, 1, 1024);
+    KVB_CHECK_RANGE(who, "B", p->B, 1, 1024);
+    KVB_CHECK_RANGE(who, "layers", p->layers, 1, PACKED_MAX_LAYERS);
+    KVB_CHECK_RANGE(who, "T", p->T, 1, 1 << 24);
+    KVB_CHECK_RANGE(who, "k", p->k, 1, p->T);
+    KVB_CHECK_RANGE(who, "Hkv", p->Hkv, 1, 256);
+    KVB_CHECK_RANGE(who, "D", p->D, 1, 1024);
     if ((packed_row_elems(p) * 2) % 16 != 0)
         return kvb_fail(KVB_EINVAL, "%s: row bytes 2*Hkv*D*2 = %lld must be a multiple of 16", who,
                         (long long)packed_row_elems(p) * 2);
@@ -79,9 +72,9 @@ static int first_repeat(const int32_t *ids, int n, int allow_empty)
 int ref_index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *offsets, int32_t *cnts,
                    int B, int Hkv, int M)
 {
-    CHECK_RANGE("ref_index_scan", "B", B, 1, 1024);
-    CHECK_RANGE("ref_index_scan", "Hkv", Hkv, 1, 256);
-    CHECK_RANGE("ref_index_scan", "M", M, 1, GATHER_MAX_M);
+    KVB_CHECK_RANGE("ref_index_scan", "B", B, 1, 1024);
+    KVB_CHECK_RANGE("ref_index_scan", "Hkv", Hkv, 1, 256);
+    KVB_CHECK_RANGE("ref_index_scan", "M", M, 1, GATHER_MAX_M);
     int32_t *hit_slot = malloc(sizeof(int32_t) * M), *hit_id = malloc(sizeof(int32_t) * M);
     int32_t *miss = malloc(sizeof(int32_t) * M);
     if (!hit_slot || !hit_id || !miss) {

@@ -6,31 +6,24 @@
 
 #include <stdlib.h>
 
-#define CHECK_RANGE(who, name, v, lo, hi)                                                            \
-    do {                                                                                             \
-        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
-            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
-                            (long long)(v), (long long)(lo), (long long)(hi));                       \
-    } while (0)
-
 int int2_layout_check(const int2_layout *l, const char *who)
 {
-    CHECK_RANGE(who, "B", l->B, 1, 1024);
-    CHECK_RANGE(who, "Hkv", l->Hkv, 1, 256);
+    KVB_CHECK_RANGE(who, "B", l->B, 1, 1024);
+    KVB_CHECK_RANGE(who, "Hkv", l->Hkv, 1, 256);
     if (l->D != 64 && l->D != 128) return kvb_fail(KVB_EINVAL, "%s: D=%d is not one of {64, 128}", who, l->D);
     if (l->gs != 16 && l->gs != 32 && l->gs != 64 && l->gs != 128)
         return kvb_fail(KVB_EINVAL, "%s: gs=%d is not one of {16, 32, 64, 128}", who, l->gs);
     if (l->D % l->gs != 0)
         return kvb_fail(KVB_EINVAL, "%s: D=%d is not a multiple of gs=%d (value groups run along the channels)", who,
                         l->D, l->gs);
-    CHECK_RANGE(who, "Tcap", l->Tcap, 0, INT2_MAX_TCAP);
+    KVB_CHECK_RANGE(who, "Tcap", l->Tcap, 0, INT2_MAX_TCAP);
     if (l->Tcap % l->gs != 0)
         return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of gs=%d", who, (long long)l->Tcap, l->gs);
-    CHECK_RANGE(who, "T", l->T, 0, l->Tcap);
+    KVB_CHECK_RANGE(who, "T", l->T, 0, l->Tcap);
     if (l->T % l->gs != 0)
         return kvb_fail(KVB_EINVAL, "%s: T=%lld is not a multiple of gs=%d (only whole groups are quantized; the rest "
                         "stays in the residual)", who, (long long)l->T, l->gs);
-    CHECK_RANGE(who, "Rcap", l->Rcap, 0, 1 << 20);
+    KVB_CHECK_RANGE(who, "Rcap", l->Rcap, 0, 1 << 20);
     int rmax = INT2_FLUSH + l->gs - 1;
     if (l->R < 0 || l->R > rmax || l->R > l->Rcap)
         return kvb_fail(KVB_EINVAL, "%s: R=%d out of range [0, min(Rcap = %d, 128 + gs - 1 = %d)]", who, l->R, l->Rcap,
@@ -42,7 +35,7 @@ int int2_attn_check(const int2_layout *l, const char *who)
 {
     int rc = int2_layout_check(l, who);
     if (rc) return rc;
-    CHECK_RANGE(who, "Hq", l->Hq, l->Hkv, (int64_t)l->Hkv * INT2_MAX_G);
+    KVB_CHECK_RANGE(who, "Hq", l->Hq, l->Hkv, (int64_t)l->Hkv * INT2_MAX_G);
     if (l->Hq % l->Hkv != 0)
         return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: G = Hq/Hkv query heads per KV head)",
                         who, l->Hq, l->Hkv);

@@ -38,6 +38,15 @@ int kvb_fail(int code, const char *fmt, ...)
 #endif
     ;
 const char *kvb_last_error(void); /* "" when nothing failed since kvb_clear_error() */
+
+/* Return KVB_EINVAL from the calling function, with "who: name=v out of range [lo, hi]", unless
+ * lo <= v <= hi (integers). */
+#define KVB_CHECK_RANGE(who, name, v, lo, hi)                                                        \
+    do {                                                                                             \
+        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
+            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
+                            (long long)(v), (long long)(lo), (long long)(hi));                       \
+    } while (0)
 void kvb_clear_error(void);
 
 /* ---- bf16 / fp16 ---------------------------------------------------------------------------- */

@@ -11,28 +11,21 @@
 
 #include <stdlib.h>
 
-#define CHECK_RANGE(who, name, v, lo, hi)                                                            \
-    do {                                                                                             \
-        if ((int64_t)(v) < (int64_t)(lo) || (int64_t)(v) > (int64_t)(hi))                           \
-            return kvb_fail(KVB_EINVAL, "%s: %s=%lld out of range [%lld, %lld]", who, name,          \
-                            (long long)(v), (long long)(lo), (long long)(hi));                       \
-    } while (0)
-
 int sattn_check(const sattn_params *p, const char *who)
 {
-    CHECK_RANGE(who, "B", p->B, 1, 1024);
-    CHECK_RANGE(who, "Hkv", p->Hkv, 1, 256);
-    CHECK_RANGE(who, "Hq", p->Hq, 1, 1024);
+    KVB_CHECK_RANGE(who, "B", p->B, 1, 1024);
+    KVB_CHECK_RANGE(who, "Hkv", p->Hkv, 1, 256);
+    KVB_CHECK_RANGE(who, "Hq", p->Hq, 1, 1024);
     if (p->Hq % p->Hkv != 0)
         return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: Hq = G * Hkv)", who, p->Hq, p->Hkv);
-    CHECK_RANGE(who, "L", p->L, 1, SATTN_MAX_L);
+    KVB_CHECK_RANGE(who, "L", p->L, 1, SATTN_MAX_L);
     if (p->D != 64 && p->D != 128)
         return kvb_fail(KVB_EINVAL, "%s: D=%d is not supported (supported head dimensions: 64, 128)", who, p->D);
-    CHECK_RANGE(who, "causal", p->causal, 0, 1);
+    KVB_CHECK_RANGE(who, "causal", p->causal, 0, 1);
     if (p->w0 < 0 || p->w0 >= p->L)
         return kvb_fail(KVB_EINVAL, "%s: w0=%d out of range [0, L-1 = %d]", who, p->w0, p->L - 1);
-    CHECK_RANGE(who, "need_out", p->need_out, 0, 1);
-    CHECK_RANGE(who, "group_sum", p->group_sum, 0, 1);
+    KVB_CHECK_RANGE(who, "need_out", p->need_out, 0, 1);
+    KVB_CHECK_RANGE(who, "group_sum", p->group_sum, 0, 1);
     return KVB_OK;
 }
 

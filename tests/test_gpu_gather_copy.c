@@ -12,24 +12,6 @@
 #include "../kernels/gather_copy.h"
 #endif
 
-static void run_case(void **state)
-{
-    const kvb_case *c = *state;
-    if (!kvb_gpu_available()) skip();
-    kvb_run r;
-    if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
-    kvb_run_gpu_setup(&r);
-    for (int round = 0; round < 3; round++) {
-        kvb_verdict v;
-        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
-        for (int i = 0; i < v.n; i++)
-            if (!v.res[i].pass)
-                fail_msg("%s (round %d): %s has %lld bad elements, first at %lld", c->id, round, v.name[i],
-                         (long long)v.res[i].n_bad, (long long)v.res[i].first[0].index);
-    }
-    kvb_run_teardown(&r);
-}
-
 #if KVB_HAVE_CUDA
 static void test_api_rejects_before_launch(void **state)
 {
@@ -66,27 +48,13 @@ static void test_api_rejects_before_launch(void **state)
 
 int main(void)
 {
-    kvb_case_list all = {0};
-    if (kvb_cases_load(&all, kvb_test_cases_dir()) != KVB_OK) {
-        fprintf(stderr, "%s\n", kvb_last_error());
-        return 1;
-    }
-    struct CMUnitTest *tests = calloc((size_t)all.n + 1, sizeof *tests);
-    int n = 0;
+    static const char *const families[] = {"gather_copy", NULL};
 #if KVB_HAVE_CUDA
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api_rejects_before_launch);
+    const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_api_rejects_before_launch),
+    };
+    return kvb_test_run_gpu_cases("gpu gather_copy", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 3);
+#else
+    return kvb_test_run_gpu_cases("gpu gather_copy", NULL, 0, families, 3);
 #endif
-    for (int i = 0; i < all.n; i++) {
-        const kvb_case *c = &all.v[i];
-        if (c->tier != KVB_TIER_CHECK || strcmp(c->op->family, "gather_copy") != 0) continue;
-        tests[n].name = c->id;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)c;
-        n++;
-    }
-    int rc = _cmocka_run_group_tests("gpu gather_copy", tests, (size_t)n, NULL, NULL);
-    free(tests);
-    kvb_host_pool_release();
-    kvb_cases_free(&all);
-    return rc;
 }

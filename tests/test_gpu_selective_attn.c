@@ -13,27 +13,6 @@
 #include "../kernels/selective_attn.h"
 #endif
 
-static void run_case(void **state)
-{
-    const kvb_case *c = *state;
-    if (!kvb_gpu_available()) skip();
-    kvb_run r;
-    if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
-    if (r.op->ref_check && r.op->ref_check(&r) != KVB_OK) fail_msg("%s: reference invariant: %s", c->id, kvb_last_error());
-    if (kvb_run_gpu_setup(&r) != KVB_OK) fail_msg("%s: gpu setup: %s", c->id, kvb_last_error());
-    for (int round = 0; round < 2; round++) {
-        kvb_verdict v;
-        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
-        for (int i = 0; i < v.n; i++)
-            if (!v.res[i].pass)
-                fail_msg("%s (round %d): %s has %lld bad elements (max abs %.3g, rel L2 %.3g), first at %lld: got %.9g, expected %.9g",
-                         c->id, round, v.name[i], (long long)v.res[i].n_bad, v.res[i].max_abs, v.res[i].rel_l2,
-                         (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
-                         v.res[i].n_first ? v.res[i].first[0].out : 0, v.res[i].n_first ? v.res[i].first[0].ref : 0);
-    }
-    kvb_run_teardown(&r);
-}
-
 #if KVB_HAVE_CUDA
 static void test_api_rejects_before_launch(void **state)
 {
@@ -87,27 +66,13 @@ static void test_api_rejects_before_launch(void **state)
 
 int main(void)
 {
-    kvb_case_list all = {0};
-    if (kvb_cases_load(&all, kvb_test_cases_dir()) != KVB_OK) {
-        fprintf(stderr, "%s\n", kvb_last_error());
-        return 1;
-    }
-    struct CMUnitTest *tests = calloc((size_t)all.n + 1, sizeof *tests);
-    int n = 0;
+    static const char *const families[] = {"selective_attn", "heavy_hitters", NULL};
 #if KVB_HAVE_CUDA
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api_rejects_before_launch);
+    const struct CMUnitTest fixed[] = {
+        cmocka_unit_test(test_api_rejects_before_launch),
+    };
+    return kvb_test_run_gpu_cases("gpu selective_attn", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
+#else
+    return kvb_test_run_gpu_cases("gpu selective_attn", NULL, 0, families, 2);
 #endif
-    for (int i = 0; i < all.n; i++) {
-        const kvb_case *c = &all.v[i];
-        if (c->tier != KVB_TIER_CHECK) continue;
-        if (strcmp(c->op->family, "selective_attn") && strcmp(c->op->family, "heavy_hitters")) continue;
-        tests[n].name = c->id;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)c;
-        n++;
-    }
-    int rc = _cmocka_run_group_tests("gpu selective_attn", tests, (size_t)n, NULL, NULL);
-    free(tests);
-    kvb_cases_free(&all);
-    return rc;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../harness/op.h"
 #include "../reference/kvb.h"
 
 void kvb_test_error_mentions(const char *file, int line, ...)
@@ -25,4 +26,55 @@ const char *kvb_test_cases_dir(void)
 {
     const char *d = getenv("KVB_CASES");
     return d ? d : "cases";
+}
+
+static int g_rounds = 1;
+
+static void run_gpu_case(void **state)
+{
+    const kvb_case *c = *state;
+    if (!kvb_gpu_available()) skip();
+    kvb_run r;
+    if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
+    kvb_run_gpu_setup(&r);
+    for (int round = 0; round < g_rounds; round++) {
+        kvb_verdict v;
+        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
+        for (int i = 0; i < v.n; i++)
+            if (!v.res[i].pass)
+                fail_msg("%s (round %d): %s has %lld bad elements (first at %lld: %g vs %g), rel L2 %g", c->id, round,
+                         v.name[i], (long long)v.res[i].n_bad, (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
+                         v.res[i].n_first ? v.res[i].first[0].out : 0.0, v.res[i].n_first ? v.res[i].first[0].ref : 0.0,
+                         v.res[i].rel_l2);
+    }
+    kvb_run_teardown(&r);
+}
+
+int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, int n_fixed,
+                           const char *const *families, int rounds)
+{
+    kvb_case_list all = {0};
+    if (kvb_cases_load(&all, kvb_test_cases_dir()) != KVB_OK) {
+        fprintf(stderr, "%s\n", kvb_last_error());
+        return 1;
+    }
+    g_rounds = rounds;
+    struct CMUnitTest *tests = calloc((size_t)(all.n + n_fixed), sizeof *tests);
+    int n = 0;
+    for (int i = 0; i < n_fixed; i++) tests[n++] = fixed[i];
+    for (int i = 0; i < all.n; i++) {
+        const kvb_case *c = &all.v[i];
+        int mine = 0;
+        for (const char *const *f = families; *f && !mine; f++) mine = !strcmp(c->op->family, *f);
+        if (c->tier != KVB_TIER_CHECK || !mine) continue;
+        tests[n].name = c->id;
+        tests[n].test_func = run_gpu_case;
+        tests[n].initial_state = (void *)c;
+        n++;
+    }
+    int rc = _cmocka_run_group_tests(group, tests, (size_t)n, NULL, NULL);
+    free(tests);
+    kvb_host_pool_release();
+    kvb_cases_free(&all);
+    return rc;
 }

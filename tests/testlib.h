@@ -17,4 +17,11 @@ void kvb_test_error_mentions(const char *file, int line, ...);
 /* The cases directory (env KVB_CASES, default "cases"). */
 const char *kvb_test_cases_dir(void);
 
+/* A GPU test program's main: the `fixed` tests (API rejections, which need no device), then one test
+ * per check-tier case of cases/ whose family is listed in `families` (NULL-terminated), each
+ * validated `rounds` times on the same device state (workspaces must be reusable) and skipped, and
+ * counted as skipped, without a device. Returns cmocka's status. */
+int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, int n_fixed,
+                           const char *const *families, int rounds);
+
 #endif
