@@ -30,18 +30,11 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "kvb_cuda.h"
 #include "attn_device.h"
 #include "decode.h"
 
 using namespace kvb_attn;
-
-#define CUDA_TRY(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return kvb_fail(KVB_EDEVICE, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
-                            __FILE__, __LINE__);                                                   \
-    } while (0)
 
 namespace {
 

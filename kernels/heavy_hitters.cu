@@ -5,15 +5,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "kvb_cuda.h"
 #include "heavy_hitters.h"
-
-#define CUDA_TRY(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return kvb_fail(KVB_EDEVICE, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
-                            __FILE__, __LINE__);                                                   \
-    } while (0)
 
 namespace {
 

@@ -22,23 +22,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include "kvb_cuda.h"
 #include "selective_attn.h"
-
-#define CUDA_TRY(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return kvb_fail(KVB_EDEVICE, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
-                            __FILE__, __LINE__);                                                   \
-    } while (0)
-
-#define CUBLAS_TRY(call)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return kvb_fail(KVB_EDEVICE, "%s failed: cuBLAS status %d (%s:%d)", #call, (int)s_,    \
-                            __FILE__, __LINE__);                                                   \
-    } while (0)
 
 typedef __nv_bfloat16 bf16;
 
