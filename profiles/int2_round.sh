@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# int2_round.sh BUNDLE OUT [kvbench args]: the INT2 decode-attention GPU round, from a bundle (make bundle),
+# in one command on the GPU machine:
+#   1. test_gpu_decode (every decode and int2 check-tier case validated twice on the same workspace, and the
+#      API rejections) -> tests.log
+#   2. gpu_round.sh over the int2 cases: device facts, kvbench check (check tier), kvbench bench (bench
+#      tier) -> round.log, check.json, bench.json, summary.md (FILTER=... narrows it, default int2_)
+#   3. v2's measured variants next to v2 at T=32K and 128K (VARIANTS=0 skips) -> variants.md, variants.json
+#   4. the spiky-keys case on every version, for the record (v1 is expected to fail it) -> spiky.log
+#   5. SASS instruction mix of the fused kernels (D=128, gs=16) and the SASS of v2's -> kernels.txt, sass_v2.txt
+#   6. Nsight Compute on one launch of v2 (and v2_2blk) at T=32K (NCU=0 skips) -> kernels.txt
+set -u
+b=$(cd "${1:?usage: int2_round.sh BUNDLE OUT [kvbench args]}" && pwd)
+out=${2:?usage: int2_round.sh BUNDLE OUT [kvbench args]}
+shift 2
+mkdir -p "$out"
+kv="$b/bin/kvbench"
+if [ "${TESTS:-1}" = 1 ]; then
+    (cd "$b" && KVB_CASES="$b/cases" timeout 300 bin/test_gpu_decode) >"$out/tests.log" 2>&1
+    echo "test_gpu_decode exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \]|error:' "$out/tests.log" | head -n 20
+fi
+TESTS=0 bash "$b/gpu_round.sh" "$out" ${FILTER:-int2_} "$@"
+shape32="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1"
+shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal seed=1"
+if [ "${VARIANTS:-1}" = 1 ]; then
+    cases=()
+    for s in "$shape32" "$shape128"; do
+        for i in kernel kernel_v2_2blk kernel_v2_nolo kernel_v2_magic kernel_v1; do cases+=("$s impl=$i"); done
+    done
+    "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$out/variants.json" --summary "$out/variants.md" "$@" \
+        >"$out/variants.log" 2>&1
+    echo "variants exit $?"
+    cat "$out/variants.md"
+fi
+spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
+"$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=kernel_v2_nolo" "$spiky impl=kernel_v2_magic" \
+    "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" >"$out/spiky.log" 2>&1
+echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
+{
+    echo "== SASS instruction mix per fused kernel (cuobjdump --dump-sass lib/libkvbench.so)"
+    cuobjdump --dump-sass "$b/lib/libkvbench.so" 2>/dev/null | awk '
+        /Function :/ { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar; name = $3; n = h = lds = prmt = lop = ldl = stl = bar = 0 }
+        /^ +\/\*[0-9a-f]+\*\// { n++ }
+        /HMMA/ { h++ } /LDS/ { lds++ } /PRMT/ { prmt++ } /LOP3/ { lop++ } /LDL/ { ldl++ } /STL/ { stl++ } /BAR.SYNC/ { bar++ }
+        END { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar }' | grep -E "attn_kernel" |
+        awk 'BEGIN { print "kernel instructions HMMA LDS PRMT LOP3 LDL STL BAR.SYNC" } { print }'
+    if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+        for i in kernel kernel_v2_2blk; do
+            echo "== ncu: $shape32 impl=$i"
+            ncu --clock-control none --profile-from-start off \
+                --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+                --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+                --section InstructionStats --metrics smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_local_ld.sum \
+                "$kv" profile --cases "$b/cases" "$shape32 impl=$i" 2>&1 | grep -vE '^==PROF==|^\s*$'
+        done
+    fi
+} >"$out/kernels.txt" 2>&1
+cuobjdump --dump-sass "$b/lib/libkvbench.so" 2>/dev/null |
+    awk '/Function :/ { p = ($0 ~ /v211attn_kernelILi128ELi16ELb0ELb1ELi[23]E/) } p' |
+    gzip >"$out/sass_v2.txt.gz"
+echo "kernels.txt: $(wc -l <"$out/kernels.txt") lines; sass_v2: $(zcat "$out/sass_v2.txt.gz" | wc -l) lines"
