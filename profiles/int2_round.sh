@@ -16,7 +16,7 @@ shift 2
 mkdir -p "$out"
 kv="$b/bin/kvbench"
 if [ "${TESTS:-1}" = 1 ]; then
-    (cd "$b" && KVB_CASES="$b/cases" timeout 300 bin/test_gpu_decode) >"$out/tests.log" 2>&1
+    (cd "$b" && KVB_CASES="$b/cases" timeout 120 bin/test_gpu_decode) >"$out/tests.log" 2>&1
     echo "test_gpu_decode exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \]|error:' "$out/tests.log" | head -n 20
 fi
