@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <type_traits>
+#include <vector>
 
 #include "attn_device.h"
 #include "int2.h"
@@ -750,7 +751,7 @@ struct Lay {
 // serves two k-steps.
 __host__ __device__ constexpr int kpos(int c) { return 32 * (c >> 5) + 8 * ((c >> 2) & 3) + 4 * ((c >> 4) & 1) + (c & 3); }
 template <int D>
-__device__ __forceinline__ int kphys(int g, int c) { return g * D + (kpos(c) ^ (32 * (g & 1))); }
+__host__ __device__ __forceinline__ int kphys(int g, int c) { return g * D + (kpos(c) ^ (32 * (g & 1))); }
 // AV contraction order: k-step i = the warp's 16-token m-tile i; thread t holds tokens 4t, 4t+2 (b0) and
 // 4t+1, 4t+3 (b1): the order movmatrix leaves the probabilities in (QK row r = token 2r, row r+8 =
 // token 2r+1). In the transposed value metadata these 4 tokens are contiguous, next to those of m-tile i^1.
@@ -758,7 +759,7 @@ __host__ __device__ constexpr int vpos(int tau)
 {
     return 64 * (tau >> 6) + 32 * ((tau >> 5) & 1) + 8 * ((tau >> 2) & 3) + 4 * ((tau >> 4) & 1) + (((tau & 1) << 1) | ((tau >> 1) & 1));
 }
-__device__ __forceinline__ int vphys(int g, int tau) { return g * TILE + (vpos(tau) ^ (32 * (g & 1))); }
+__host__ __device__ __forceinline__ int vphys(int g, int tau) { return g * TILE + (vpos(tau) ^ (32 * (g & 1))); }
 __host__ __device__ constexpr int rho(int tau) { return (tau & ~15) | ((tau & 3) << 2) | ((tau >> 2) & 3); }
 
 // cp.async of N bytes (4, 8 or 16), zero-filled when !pred
@@ -787,55 +788,74 @@ __device__ __forceinline__ void lds_words(uint32_t (&w)[N], const void *p)
     }
 }
 
-// Issue the cp.async copies of tile `tile` of head bh (all of it: keys past T are read from the
-// allocated cache and masked as scores; value tokens past T are zero-filled).
+// Per-thread copy plan of one segment (head): the cp.async sources at tile 0 (element offsets into the
+// cache arrays) and the fixed shared-memory offsets of this thread's copies and of its metadata-pass
+// stores. A tile only adds its token offset. Every thread copies, and later transposes, the same parts
+// of every tile:
+//   key codes    chunk k < D/32: channel tid/4 + 32k, 16-byte chunk tid%4 (at chunk ^ ((d >> 2) & 3))
+//   Ks, Kz       item tid < KITEMS: channels c0, c0+1 = 2 (tid / NPP), groups part*PG .. +PG, part = tid % NPP
+//   value codes  chunk k < 2 CPR: token tau0 + k * 128/CPR (tau0 = tid / CPR), 16-byte chunk tid % CPR
+//   Vs, Vz       tokens t0, t0 + 2 (t0 = 4(tid/2) + tid%2); NGV = 1: tokens 4 tid .. 4 tid + 3 (tid < 64)
 template <int D, int GS>
-__device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c, int64_t bh, int tile, int64_t T,
-                                          int64_t Tcap, int tid)
+struct Plan {
+    int64_t kq, vq, km, vm;      // element offsets at tile 0: Kq words, Vq words, Ks/Kz halves, Vs/Vz halves
+    int kqd, vqd, kmd, vmd, t0;  // shared-memory byte offsets of the copies; t0: first value-metadata token
+    int kst[2], vst[2];          // pass stores: byte offsets for even / odd groups (+ 2 g D, + 2 g TILE)
+
+    __host__ __device__ __forceinline__ void init(int64_t bh, int64_t Tcap, int tid)
+    {
+        using L = Lay<D, GS>;
+        constexpr int CPR = D / 64, NPP = L::NGK / L::PG;
+        const int d0 = tid >> 2, ch = tid & 3;
+        kq = (bh * D + d0) * (Tcap / 16) + 4 * ch;
+        kqd = L::KQ + d0 * 64 + 16 * (ch ^ ((d0 >> 2) & 3));
+        const int tau0 = tid / CPR, vch = tid % CPR;
+        vq = (bh * Tcap + tau0) * L::VW + 4 * vch;
+        vqd = L::VQ + rho(tau0) * (D / 4) + 16 * vch;
+        const int pair = tid / NPP, part = tid % NPP, c0 = 2 * pair;
+        km = (bh * D + c0) * (Tcap / GS) + part * L::PG;
+        kmd = (c0 * L::NGK + part * L::PG) * 2;
+        kst[0] = 2 * (part * L::PG * D + kpos(c0)), kst[1] = 2 * (part * L::PG * D + (kpos(c0) ^ 32));
+        t0 = L::NGV >= 2 ? 4 * (tid >> 1) + (tid & 1) : 4 * tid;
+        vm = (bh * Tcap + t0) * L::NGV;
+        vmd = t0 * 2 * L::NGV;
+        vst[0] = 2 * vpos(t0), vst[1] = 2 * (vpos(t0) ^ 32);
+    }
+};
+
+// Issue the cp.async copies of tile `tile` (all of it: keys past T are read from the allocated cache and
+// masked as scores; value tokens past T are zero-filled: their p is 0, and 0 * NaN would be NaN).
+template <int D, int GS>
+__device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c, const Plan<D, GS> &pl, int tile,
+                                          int64_t T, int64_t Tcap, int tid)
 {
     using L = Lay<D, GS>;
+    constexpr int CPR = D / 64, VSTEP = THREADS / CPR;
     const int64_t tok0 = (int64_t)tile * TILE;
-    {
-        const uint32_t *src = c.Kq + bh * D * (Tcap / 16) + tok0 / 16;
-        for (int i = tid; i < D * 4; i += THREADS) {
-            const int d = i >> 2, ch = i & 3;
-            cp_async16(buf + L::KQ + d * 64 + 16 * (ch ^ ((d >> 2) & 3)), src + (int64_t)d * (Tcap / 16) + 4 * ch, true);
-        }
-    }
-    if (tid < L::KITEMS) { // rows c0, c0 + 1, groups [part*PG, part*PG + PG) of Ks and Kz
-        constexpr int NPP = L::NGK / L::PG;
-        const int pair = tid / NPP, part = tid % NPP, c0 = 2 * pair;
-        const int64_t gstride = Tcap / GS, off = (bh * D + c0) * gstride + tok0 / GS + part * L::PG;
+    const uint32_t *kq = c.Kq + pl.kq + tok0 / 16;
 #pragma unroll
-        for (int a = 0; a < 2; a++) {
-            const __half *src = (a ? c.Kz : c.Ks) + off;
-            unsigned char *dst = buf + (a ? L::KZ : L::KS) + (c0 * L::NGK + part * L::PG) * 2;
-            cp_async_z<2 * L::PG>(dst, src, true);
-            cp_async_z<2 * L::PG>(dst + L::NGK * 2, src + gstride, true);
-        }
+    for (int k = 0; k < D / 32; k++) cp_async16(buf + pl.kqd + k * 32 * 64, kq + k * 32 * (Tcap / 16), true);
+    if (tid < L::KITEMS) {
+        const int64_t off = pl.km + tok0 / GS;
+        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd, c.Ks + off, true);
+        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd + L::NGK * 2, c.Ks + off + Tcap / GS, true);
+        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd, c.Kz + off, true);
+        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd + L::NGK * 2, c.Kz + off + Tcap / GS, true);
     }
-    {
-        constexpr int CPR = D / 64;
-        const uint32_t *src = c.Vq + (bh * Tcap + tok0) * L::VW;
-        for (int i = tid; i < TILE * CPR; i += THREADS) {
-            const int tau = i / CPR, ch = i % CPR;
-            cp_async16(buf + L::VQ + rho(tau) * (D / 4) + 16 * ch, src + (int64_t)tau * L::VW + 4 * ch, tok0 + tau < T);
-        }
-    }
-    { // Vs, Vz: tokens (t0, t0 + 2), t0 = 4a + b, b < 2, one pair per thread (NGV = 1: 4 tokens, 64 threads)
-        const int64_t base = (bh * Tcap + tok0) * L::NGV;
+    const uint32_t *vq = c.Vq + pl.vq + tok0 * L::VW;
+    const int64_t vt = tok0 + tid / CPR; // token of chunk 0
 #pragma unroll
-        for (int a = 0; a < 2; a++) {
-            const __half *src = (a ? c.Vz : c.Vs) + base;
-            unsigned char *dst = buf + (a ? L::VZ : L::VS);
-            if constexpr (L::NGV >= 2) {
-                const int t0 = 4 * (tid >> 1) + (tid & 1);
-                cp_async_z<2 * L::NGV>(dst + t0 * 2 * L::NGV, src + t0 * L::NGV, tok0 + t0 < T);
-                cp_async_z<2 * L::NGV>(dst + (t0 + 2) * 2 * L::NGV, src + (t0 + 2) * L::NGV, tok0 + t0 + 2 < T);
-            } else if (tid < TILE / 4) {
-                cp_async_z<8>(dst + 8 * tid, src + 4 * tid, tok0 + 4 * tid < T);
-            }
-        }
+    for (int k = 0; k < 2 * CPR; k++)
+        cp_async16(buf + pl.vqd + k * VSTEP * (D / 4), vq + k * VSTEP * L::VW, vt + k * VSTEP < T);
+    const int64_t voff = pl.vm + tok0 * L::NGV, vt0 = tok0 + pl.t0;
+    if constexpr (L::NGV >= 2) {
+        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd + 4 * L::NGV, c.Vs + voff + 2 * L::NGV, vt0 + 2 < T);
+        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
+        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd + 4 * L::NGV, c.Vz + voff + 2 * L::NGV, vt0 + 2 < T);
+    } else if (tid < TILE / 4) {
+        cp_async_z<8>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_z<8>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
     }
 }
 
@@ -843,20 +863,19 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c
 // barrier, write it transposed in place.
 template <int D, int GS>
 struct PassRegs {
-    uint32_t k[2][Lay<D, GS>::PG];                                       // (m(c0, g), m(c0 + 1, g)) for Ks, Kz
-    uint32_t v[2][Lay<D, GS>::NGV >= 2 ? Lay<D, GS>::NGV : 2];            // (m(t0, g), m(t0 + 2, g)) for Vs, Vz
+    uint32_t k[2][Lay<D, GS>::PG];                             // (m(c0, g), m(c0 + 1, g)) for Ks, Kz
+    uint32_t v[2][Lay<D, GS>::NGV >= 2 ? Lay<D, GS>::NGV : 2]; // (m(t0, g), m(t0 + 2, g)) for Vs, Vz
 };
 
 template <int D, int GS>
-__device__ __forceinline__ void pass_read(PassRegs<D, GS> &r, const unsigned char *buf, int tid)
+__device__ __forceinline__ void pass_read(PassRegs<D, GS> &r, const unsigned char *buf, const Plan<D, GS> &pl, int tid)
 {
     using L = Lay<D, GS>;
     if (tid < L::KITEMS) {
-        constexpr int NPP = L::NGK / L::PG, NW = L::PG / 2;
-        const int pair = tid / NPP, part = tid % NPP, c0 = 2 * pair;
+        constexpr int NW = L::PG / 2;
 #pragma unroll
         for (int a = 0; a < 2; a++) {
-            const unsigned char *x = buf + (a ? L::KZ : L::KS) + (c0 * L::NGK + part * L::PG) * 2;
+            const unsigned char *x = buf + (a ? L::KZ : L::KS) + pl.kmd;
             uint32_t w0[NW], w1[NW];
             lds_words<NW>(w0, x);
             lds_words<NW>(w1, x + L::NGK * 2);
@@ -866,46 +885,41 @@ __device__ __forceinline__ void pass_read(PassRegs<D, GS> &r, const unsigned cha
     }
 #pragma unroll
     for (int a = 0; a < 2; a++) {
-        const unsigned char *x = buf + (a ? L::VZ : L::VS);
+        const unsigned char *x = buf + (a ? L::VZ : L::VS) + pl.vmd;
         if constexpr (L::NGV >= 2) {
             constexpr int NW = L::NGV / 2;
-            const int t0 = 4 * (tid >> 1) + (tid & 1);
             uint32_t w0[NW], w1[NW];
-            lds_words<NW>(w0, x + t0 * 2 * L::NGV);
-            lds_words<NW>(w1, x + (t0 + 2) * 2 * L::NGV);
+            lds_words<NW>(w0, x);
+            lds_words<NW>(w1, x + 4 * L::NGV);
 #pragma unroll
             for (int k = 0; k < NW; k++) r.v[a][2 * k] = __byte_perm(w0[k], w1[k], 0x5410), r.v[a][2 * k + 1] = __byte_perm(w0[k], w1[k], 0x7632);
         } else if (tid < TILE / 4) {
             uint32_t w[2];
-            lds_words<2>(w, x + 8 * tid); // tokens 4a..4a+3
+            lds_words<2>(w, x); // tokens 4a..4a+3
             r.v[a][0] = __byte_perm(w[0], w[1], 0x5410), r.v[a][1] = __byte_perm(w[0], w[1], 0x7632); // (4a, 4a+2), (4a+1, 4a+3)
         }
     }
 }
 
 template <int D, int GS>
-__device__ __forceinline__ void pass_write(const PassRegs<D, GS> &r, unsigned char *buf, int tid)
+__device__ __forceinline__ void pass_write(const PassRegs<D, GS> &r, unsigned char *buf, const Plan<D, GS> &pl, int tid)
 {
     using L = Lay<D, GS>;
     if (tid < L::KITEMS) {
-        constexpr int NPP = L::NGK / L::PG;
-        const int pair = tid / NPP, part = tid % NPP, c0 = 2 * pair;
 #pragma unroll
         for (int a = 0; a < 2; a++)
 #pragma unroll
-            for (int k = 0; k < L::PG; k++)
-                *reinterpret_cast<uint32_t *>(buf + (a ? L::KZ : L::KS) + 2 * kphys<D>(part * L::PG + k, c0)) = r.k[a][k];
+            for (int k = 0; k < L::PG; k++) // group part*PG + k (PG is even: its parity is k's)
+                *reinterpret_cast<uint32_t *>(buf + (a ? L::KZ : L::KS) + pl.kst[k & 1] + 2 * k * D) = r.k[a][k];
     }
 #pragma unroll
     for (int a = 0; a < 2; a++) {
         unsigned char *x = buf + (a ? L::VZ : L::VS);
         if constexpr (L::NGV >= 2) {
-            const int t0 = 4 * (tid >> 1) + (tid & 1);
 #pragma unroll
-            for (int g = 0; g < L::NGV; g++) *reinterpret_cast<uint32_t *>(x + 2 * vphys(g, t0)) = r.v[a][g];
-        } else if (tid < TILE / 4) {
-            *reinterpret_cast<uint32_t *>(x + 2 * vphys(0, 4 * tid)) = r.v[a][0];
-            *reinterpret_cast<uint32_t *>(x + 2 * vphys(0, 4 * tid + 1)) = r.v[a][1];
+            for (int g = 0; g < L::NGV; g++) *reinterpret_cast<uint32_t *>(x + pl.vst[g & 1] + 2 * g * TILE) = r.v[a][g];
+        } else if (tid < TILE / 4) { // vpos(4a + 1) = vpos(4a) + 2
+            *reinterpret_cast<uint2 *>(x + pl.vst[0]) = make_uint2(r.v[a][0], r.v[a][1]);
         }
     }
 }
@@ -996,8 +1010,9 @@ __device__ __forceinline__ void q_frags_store(uint2 *qf_s, const float *q_s, con
 
 // Fold NT tiles of log2-domain scores (C fragments of S^T, masked = -inf) into the state and return
 // the probabilities as B fragments of P^T (16-bit: fp16 or bf16). The O and Z rescale is skipped when
-// no running max of the warp moved.
-template <int NT, int MT, bool F16>
+// no running max of the warp moved. SUM: add the probabilities to st.l here (the residual steps); the
+// quantized steps get their sums from row 8 of the zeros' MMA instead (Z row 8 = sum of the fp16 p).
+template <int NT, int MT, bool F16, bool SUM>
 __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32_t (&pb)[NT][2])
 {
     float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -1024,7 +1039,7 @@ __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32
 #pragma unroll
     for (int i = 0; i < NT; i++) {
         float p0 = ex2(s[i][0] - b0), p1 = ex2(s[i][1] - b1), p2 = ex2(s[i][2] - b0), p3 = ex2(s[i][3] - b1);
-        st.l[0] += p0 + p2, st.l[1] += p1 + p3;
+        if constexpr (SUM) st.l[0] += p0 + p2, st.l[1] += p1 + p3;
         pb[i][0] = movmatrix_t(F16 ? pack_f16(p0, p1) : pack_bf16(p0, p1));
         pb[i][1] = movmatrix_t(F16 ? pack_f16(p2, p3) : pack_bf16(p2, p3));
     }
@@ -1048,25 +1063,33 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     float bacc[4] = {0.f, 0.f, 0.f, 0.f}; // rows g < NGS: the step's key group g
     const int gk0 = (64 * w) / GS;         // the tile's key group of the step's first m-tile
     const unsigned char *kq = buf + L::KQ + (4 * t) * 64 + 16 * (w ^ t);
+    // Transposed key metadata of group gr, channels 16j + 4t..: element gr*D + (kpos ^ 32 (gr & 1)), and
+    // kpos ^ 32p = 32 ((j >> 1) ^ p) + 8t + 4 (j & 1): one base per parity of (j >> 1) ^ p, the rest immediate.
+    const unsigned char *ks_b = buf + L::KS + 2 * (gk0 * D + 8 * t); // step group r: + 2 r D
+    const int pk = GS >= 64 ? (gk0 & 1) : 0;                          // parity of group gk0 (0 when GS <= 32)
+    const unsigned char *kz_b[2] = {nullptr, nullptr};               // Kz^T of step group g, by (j >> 1) & 1
+    if (g < NGS) {
+        const int pz = (gk0 + g) & 1;
+        const unsigned char *b = buf + L::KZ + 2 * ((gk0 + g) * D + 8 * t);
+        kz_b[0] = b + 64 * pz, kz_b[1] = b + 64 * (1 - pz);
+    }
 #pragma unroll
     for (int j = 0; j < MT; j++) {
-        const int kp = 32 * (j >> 1) + 8 * t + 4 * (j & 1); // kpos of channel 16j + 4t
+        const int jo = 2 * (32 * ((j >> 1) & ~1) + 4 * (j & 1)); // byte offset of k-step j past its parity base
         const uint2 qj = qf_s[32 * j + lane];
         uint4 wv[4]; // channels 16j + 4t + e: code words of the step's 4 m-tiles
 #pragma unroll
         for (int e = 0; e < 4; e++) wv[e] = *reinterpret_cast<const uint4 *>(kq + j * 1024 + e * 64);
         uint2 zk = make_uint2(0u, 0u); // Kz^T of step group g (rows >= NGS: 0)
-        if (g < NGS) {
-            const int gr = gk0 + g;
-            zk = *reinterpret_cast<const uint2 *>(buf + L::KZ + 2 * (gr * D + (kp ^ (32 * (gr & 1)))));
-        }
+        if (g < NGS) zk = *reinterpret_cast<const uint2 *>(kz_b[(j >> 1) & 1] + jo);
         mma_f16(bacc, zk.x, 0u, zk.y, 0u, qj.x, qj.y);
         uint32_t bh[2], bl[2];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             if (i == 0 || (GS < 64 && (16 * i) % GS == 0)) { // q s_g of this m-tile's group, hi and lo
-                const int gr = gk0 + (GS >= 64 ? 0 : (16 * i) / GS);
-                const uint2 sk = *reinterpret_cast<const uint2 *>(buf + L::KS + 2 * (gr * D + (kp ^ (32 * (gr & 1)))));
+                const int r = GS >= 64 ? 0 : (16 * i) / GS;
+                const int par = ((j >> 1) & 1) ^ ((GS >= 64 ? pk : r) & 1); // (j >> 1) ^ parity of group gk0 + r
+                const uint2 sk = *reinterpret_cast<const uint2 *>(ks_b + 2 * r * D + 64 * par + jo);
                 bh[0] = hmul2u(qj.x, sk.x), bh[1] = hmul2u(qj.y, sk.y);
                 if constexpr (LO) bl[0] = hfms2u(qj.x, sk.x, bh[0]), bl[1] = hfms2u(qj.y, sk.y, bh[1]);
             }
@@ -1092,23 +1115,34 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = GS >= 64 ? 0 : (16 * i) / GS;
-        const bool v = tok + 16 * i < T;
-        s[i][0] = v ? fmaf(acc[i][0], f00, bz[r][0]) : -INFINITY;
-        s[i][1] = v ? fmaf(acc[i][1], f01, bz[r][1]) : -INFINITY;
-        s[i][2] = v ? fmaf(acc[i][2], f10, bz[r][0]) : -INFINITY;
-        s[i][3] = v ? fmaf(acc[i][3], f11, bz[r][1]) : -INFINITY;
+        s[i][0] = fmaf(acc[i][0], f00, bz[r][0]);
+        s[i][1] = fmaf(acc[i][1], f01, bz[r][1]);
+        s[i][2] = fmaf(acc[i][2], f10, bz[r][0]);
+        s[i][3] = fmaf(acc[i][3], f11, bz[r][1]);
     }
+    if (tok + 64 > T) // the step ends past T (T is a multiple of 16: whole m-tiles are masked)
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (tok + 16 * i >= T) s[i][0] = s[i][1] = s[i][2] = s[i][3] = -INFINITY;
     uint32_t pb[4][2];
-    softmax<4, MT, true>(st, s, pb);
+    softmax<4, MT, true, false>(st, s, pb);
 
     // ---- O^T += codes^T . (p s_g) per value group, Z += zeros^T . p ----
     const unsigned char *vq = buf + L::VQ + (64 * w + t) * (D / 4);
+    const uint32_t one8 = g == 0 ? 0x3C003C00u : 0u; // A row 8 (lanes g = 0, registers a1, a3): fp16 1.0
+    // Transposed value metadata of group gv, tokens 64w + 16i + 4t..: element gv*TILE + (vpos ^ 32 (gv & 1)),
+    // vpos ^ 32p = 64w + 32 ((i >> 1) ^ p) + 8t + 4 (i & 1).
+    const unsigned char *vs_b = buf + L::VS + 2 * (64 * w + 8 * t);
+    const unsigned char *vz_b[2] = {nullptr, nullptr}; // Vz^T of value group g, by (i >> 1)
+    if (g < NGV) {
+        const unsigned char *b = buf + L::VZ + 2 * (g * TILE + 64 * w + 8 * t);
+        vz_b[0] = b + 64 * (g & 1), vz_b[1] = b + 64 * (1 - (g & 1));
+    }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int vp = 64 * w + 32 * (i >> 1) + 8 * t + 4 * (i & 1); // vpos of token 64w + 16i + 4t
         uint2 zv = make_uint2(0u, 0u); // (z(4t), z(4t+2)), (z(4t+1), z(4t+3)) of value group g (rows >= NGV: 0)
-        if (g < NGV) zv = *reinterpret_cast<const uint2 *>(buf + L::VZ + 2 * (g * TILE + (vp ^ (32 * (g & 1)))));
-        mma_f16(st.z, zv.x, 0u, zv.y, 0u, pb[i][0], pb[i][1]);
+        if (g < NGV) zv = *reinterpret_cast<const uint2 *>(vz_b[i >> 1] + 8 * (i & 1));
+        mma_f16(st.z, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]); // row 8: the sum of p
         uint32_t pp0 = 0, pp1 = 0;
 #pragma unroll
         for (int ch = 0; ch < D / 64; ch++) { // channels 64ch .. 64ch + 63: value m-tiles 4ch .. 4ch + 3
@@ -1119,7 +1153,7 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
             for (int mm = 0; mm < 4; mm++) {
                 const int mv = 4 * ch + mm, gv = (16 * mv) / GS;
                 if ((16 * mv) % GS == 0) { // p s_g of this m-tile's value group
-                    const uint2 sv = *reinterpret_cast<const uint2 *>(buf + L::VS + 2 * (gv * TILE + (vp ^ (32 * (gv & 1)))));
+                    const uint2 sv = *reinterpret_cast<const uint2 *>(vs_b + 2 * gv * TILE + 64 * ((i >> 1) ^ (gv & 1)) + 8 * (i & 1));
                     pp0 = hmul2u(pb[i][0], sv.x), pp1 = hmul2u(pb[i][1], sv.y);
                 }
                 const uint32_t m02 = __byte_perm(word_of(wv[0], mm), word_of(wv[2], mm), k.sel);
@@ -1180,7 +1214,7 @@ __device__ __forceinline__ void dense_step_v2(State<D / 16> &st, const uint32_t 
     s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
     s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
     uint32_t pb[1][2];
-    softmax<1, MT, false>(st, s, pb);
+    softmax<1, MT, false, true>(st, s, pb);
     const __nv_bfloat162 f0 = bf2_of(vs0), f1 = bf2_of(vs1);
 #pragma unroll
     for (int mv = 0; mv < MT; mv++) {
@@ -1197,7 +1231,7 @@ template <int D, int GS>
 __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &st, const Consts &k, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    float l0 = st.l[0], l1 = st.l[1];
+    float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f); // + Z row 8 (sum of p)
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
         l0 += __shfl_xor_sync(0xffffffffu, l0, off);
@@ -1248,26 +1282,31 @@ __device__ __noinline__ void finish(const MergeSmem<D> &ms, int G, int64_t head,
     finish_head<D>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
 }
 
-template <int D, int GS>
+// Tile buffers: STAGES of them (3 at 2 blocks per SM: two tiles in flight while one computes; 2 at 3
+// blocks per SM, where shared memory holds no more), the merge buffer aliasing them.
+template <int D, int GS, int STAGES>
 __host__ __device__ constexpr size_t tiles_bytes()
 {
-    return 2 * (size_t)Lay<D, GS>::BYTES > sizeof(MergeSmem<D>) ? 2 * (size_t)Lay<D, GS>::BYTES : sizeof(MergeSmem<D>);
+    return STAGES * (size_t)Lay<D, GS>::BYTES > sizeof(MergeSmem<D>) ? STAGES * (size_t)Lay<D, GS>::BYTES : sizeof(MergeSmem<D>);
 }
 
-template <int D, int GS>
+template <int D, int GS, int STAGES>
 constexpr size_t smem_bytes()
 {
-    return tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return tiles_bytes<D, GS, STAGES>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
+
+template <int MINB>
+__host__ __device__ constexpr int stages_of() { return MINB >= 3 ? 2 : 3; }
 
 template <int D, int GS, bool MAGIC, bool LO, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
 {
     constexpr int MT = D / 16;
-    constexpr int BUF = Lay<D, GS>::BYTES;
+    constexpr int BUF = Lay<D, GS>::BYTES, STAGES = stages_of<MINB>();
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
-    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS>());
+    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS, STAGES>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
@@ -1299,20 +1338,29 @@ __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
             if (warp == 0) q_frags_store<D>(qf_s, q_s, f_s, G, lane); // visible after the tile loop's first barrier
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
-            load_tile<D, GS>(smem, p.c, head, ta0, p.T, p.Tcap, tid);
+            Plan<D, GS> pl;
+            pl.init(head, p.Tcap, tid);
+            // cp.async groups: one per tile (STAGES = 3: one per iteration, empty past the last tile), so
+            // that waiting for all but the newest STAGES - 2 leaves this tile's complete
+            load_tile<D, GS>(smem, p.c, pl, ta0, p.T, p.Tcap, tid);
             cp_commit();
+            if constexpr (STAGES == 3) {
+                if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
+                cp_commit();
+            }
+            int slot = 0; // the buffer of `tile`
             for (int tile = ta0; tile <= ta1; tile++) {
-                unsigned char *buf = smem + ((tile - ta0) & 1) * BUF;
-                cp_wait<0>();
+                unsigned char *buf = smem + slot * BUF;
+                cp_wait<STAGES - 2>();
                 PassRegs<D, GS> pr;
-                pass_read<D, GS>(pr, buf, tid);
+                pass_read<D, GS>(pr, buf, pl, tid);
                 __syncthreads(); // every warp is past the previous tile, and done reading this one's metadata
-                pass_write<D, GS>(pr, buf, tid);
+                pass_write<D, GS>(pr, buf, pl, tid);
                 __syncthreads(); // the transposed metadata and the codes are visible
-                if (tile < ta1) {
-                    load_tile<D, GS>(smem + ((tile - ta0 + 1) & 1) * BUF, p.c, head, tile + 1, p.T, p.Tcap, tid);
-                    cp_commit();
-                }
+                const int nt = tile + STAGES - 1, ns = slot == 0 ? STAGES - 1 : slot - 1; // into the previous tile's buffer
+                if (nt <= ta1) load_tile<D, GS>(smem + ns * BUF, p.c, pl, nt, p.T, p.Tcap, tid);
+                if (STAGES == 3 || nt <= ta1) cp_commit();
+                slot = slot == STAGES - 1 ? 0 : slot + 1;
                 const int step = tile * 4 + warp;
                 if (step >= qa && step < qe)
                     quant_step<D, GS, MAGIC, LO>(st, buf, qf_s, k, uf, warp, lane, (int64_t)step * 64, p.T);
@@ -1559,16 +1607,17 @@ void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
         *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
         return;
     }
-    *smem = v2::smem_bytes<D, GS>();
-    switch (version & (INT2_V2_MAGIC | INT2_V2_NOLO | INT2_V2_MINB2)) {
-    case 0: *kernel = v2::attn_kernel<D, GS, false, true, 3>; break;
-    case INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 3>; break;
-    case INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 3>; break;
-    case INT2_V2_MAGIC | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, true, false, 3>; break;
-    case INT2_V2_MINB2: *kernel = v2::attn_kernel<D, GS, false, true, 2>; break;
-    case INT2_V2_MINB2 | INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 2>; break;
-    case INT2_V2_MINB2 | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 2>; break;
-    default: *kernel = v2::attn_kernel<D, GS, true, false, 2>; break;
+    const bool three = version & INT2_V2_3BLK;
+    *smem = three ? v2::smem_bytes<D, GS, v2::stages_of<3>()>() : v2::smem_bytes<D, GS, v2::stages_of<2>()>();
+    switch (version & (INT2_V2_MAGIC | INT2_V2_NOLO | INT2_V2_3BLK)) {
+    case 0: *kernel = v2::attn_kernel<D, GS, false, true, 2>; break;
+    case INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 2>; break;
+    case INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 2>; break;
+    case INT2_V2_MAGIC | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, true, false, 2>; break;
+    case INT2_V2_3BLK: *kernel = v2::attn_kernel<D, GS, false, true, 3>; break;
+    case INT2_V2_3BLK | INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 3>; break;
+    case INT2_V2_3BLK | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 3>; break;
+    default: *kernel = v2::attn_kernel<D, GS, true, false, 3>; break;
     }
 }
 
@@ -1601,6 +1650,81 @@ size_t av_workspace(const int2_layout *l, size_t *parts_off)
     *parts_off = (heads * sizeof(int) + 255) & ~(size_t)255;
     return *parts_off + heads * (size_t)av_splits(l) * G * (size_t)l->D * sizeof(float);
 }
+
+namespace v2 {
+// Host self-test of v2's copy plans (Plan::init + load_tile + the pass) against the layout formulas:
+// every cp.async lands where the formulas put its source, each region is covered exactly once, and the
+// pass stores cover the transposed layouts exactly once. Returns the number of violations (0: good).
+template <int D, int GS>
+long plan_selftest()
+{
+    using L = Lay<D, GS>;
+    constexpr int CPR = D / 64, VSTEP = THREADS / CPR, NPP = L::NGK / L::PG;
+    long bad = 0;
+    const int64_t Tcap = 1024;
+    for (int64_t bh : {0, 3})
+        for (int tile : {0, 3}) {
+            const int64_t tok0 = (int64_t)tile * TILE;
+            std::vector<int> cover(L::BYTES, 0), tcover(L::BYTES, 0);
+            for (int tid = 0; tid < THREADS; tid++) {
+                Plan<D, GS> pl;
+                pl.init(bh, Tcap, tid);
+                for (int k = 0; k < D / 32; k++) { // key codes
+                    const int i = tid + THREADS * k, d = i >> 2, ch = i & 3;
+                    const int dst = pl.kqd + k * 32 * 64;
+                    const int64_t src = pl.kq + tok0 / 16 + k * 32 * (Tcap / 16);
+                    bad += dst != L::KQ + d * 64 + 16 * (ch ^ ((d >> 2) & 3));
+                    bad += src != bh * D * (Tcap / 16) + (int64_t)d * (Tcap / 16) + tok0 / 16 + 4 * ch;
+                    for (int b = 0; b < 16; b++) cover[dst + b]++;
+                }
+                if (tid < L::KITEMS) { // key metadata: rows c0, c0 + 1, groups part*PG..
+                    const int pair = tid / NPP, part = tid % NPP, c0 = 2 * pair;
+                    for (int r = 0; r < 2; r++) {
+                        const int64_t src = pl.km + tok0 / GS + r * (Tcap / GS);
+                        bad += src != (bh * D + c0 + r) * (Tcap / GS) + tok0 / GS + part * L::PG;
+                        for (int b = 0; b < 2 * L::PG; b++) cover[L::KS + pl.kmd + r * L::NGK * 2 + b]++, cover[L::KZ + pl.kmd + r * L::NGK * 2 + b]++;
+                        bad += pl.kmd + r * L::NGK * 2 != ((c0 + r) * L::NGK + part * L::PG) * 2;
+                    }
+                    for (int k = 0; k < L::PG; k++) {
+                        const int g = part * L::PG + k;
+                        bad += pl.kst[k & 1] + 2 * k * D != 2 * kphys<D>(g, c0);
+                        bad += kphys<D>(g, c0 + 1) != kphys<D>(g, c0) + 1;
+                        for (int b = 0; b < 4; b++) tcover[L::KS + pl.kst[k & 1] + 2 * k * D + b]++, tcover[L::KZ + pl.kst[k & 1] + 2 * k * D + b]++;
+                    }
+                }
+                for (int k = 0; k < 2 * CPR; k++) { // value codes
+                    const int i = tid + THREADS * k, tau = i / CPR, ch = i % CPR;
+                    const int dst = pl.vqd + k * VSTEP * (D / 4);
+                    const int64_t src = pl.vq + tok0 * L::VW + (int64_t)k * VSTEP * L::VW;
+                    bad += dst != L::VQ + rho(tau) * (D / 4) + 16 * ch;
+                    bad += src != (bh * Tcap + tok0 + tau) * L::VW + 4 * ch;
+                    bad += tid / CPR + k * VSTEP != tau;
+                    for (int b = 0; b < 16; b++) cover[dst + b]++;
+                }
+                if (L::NGV >= 2) { // value metadata: tokens t0, t0 + 2
+                    const int t0 = 4 * (tid >> 1) + (tid & 1);
+                    bad += pl.t0 != t0 || pl.vm != (bh * Tcap + t0) * L::NGV || pl.vmd != t0 * 2 * L::NGV;
+                    for (int r = 0; r < 2; r++)
+                        for (int b = 0; b < 2 * L::NGV; b++) cover[L::VS + pl.vmd + r * 4 * L::NGV + b]++, cover[L::VZ + pl.vmd + r * 4 * L::NGV + b]++;
+                    for (int g = 0; g < L::NGV; g++) {
+                        bad += pl.vst[g & 1] + 2 * g * TILE != 2 * vphys(g, t0);
+                        bad += vphys(g, t0 + 2) != vphys(g, t0) + 1;
+                        for (int b = 0; b < 4; b++) tcover[L::VS + pl.vst[g & 1] + 2 * g * TILE + b]++, tcover[L::VZ + pl.vst[g & 1] + 2 * g * TILE + b]++;
+                    }
+                } else if (tid < TILE / 4) {
+                    bad += pl.t0 != 4 * tid || pl.vm != bh * Tcap + 4 * tid || pl.vmd != 8 * tid;
+                    bad += pl.vst[0] != 2 * vphys(0, 4 * tid) || vphys(0, 4 * tid + 1) != vphys(0, 4 * tid) + 2;
+                    bad += vphys(0, 4 * tid + 2) != vphys(0, 4 * tid) + 1 || vphys(0, 4 * tid + 3) != vphys(0, 4 * tid) + 3;
+                    for (int b = 0; b < 8; b++) cover[L::VS + pl.vmd + b]++, cover[L::VZ + pl.vmd + b]++, tcover[L::VS + pl.vst[0] + b]++, tcover[L::VZ + pl.vst[0] + b]++;
+                }
+            }
+            for (int b = 0; b < L::BYTES; b++) bad += cover[b] != 1;
+            for (int b = L::KS; b < L::VQ; b++) bad += tcover[b] != 1;
+            for (int b = L::VS; b < L::BYTES; b++) bad += tcover[b] != 1;
+        }
+    return bad;
+}
+} // namespace v2
 
 } // namespace
 
@@ -1840,4 +1964,12 @@ extern "C" int int2_decode_attn_v2x(const kvb_bf16 *q, const int2_cache *c, kvb_
     if (flags < 0 || flags > INT2_V2_ALL)
         return kvb_fail(KVB_EINVAL, "int2_decode_attn_v2x: flags=%d out of range [0, %d]", flags, INT2_V2_ALL);
     return decode_attn_launch("int2_decode_attn_v2x", q, c, o, l, workspace, flags, stream);
+}
+
+// Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).
+extern "C" long int2_v2_plan_selftest(void)
+{
+    using namespace v2;
+    return plan_selftest<64, 16>() + plan_selftest<64, 32>() + plan_selftest<64, 64>() + plan_selftest<128, 16>() +
+           plan_selftest<128, 32>() + plan_selftest<128, 64>() + plan_selftest<128, 128>();
 }

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # int2_round.sh BUNDLE OUT [kvbench args]: the INT2 decode-attention GPU round, from a bundle (make bundle),
-# in one command on the GPU machine:
-#   1. test_gpu_decode (every decode and int2 check-tier case validated twice on the same workspace, and the
-#      API rejections) -> tests.log
-#   2. gpu_round.sh over the int2 cases: device facts, kvbench check (check tier), kvbench bench (bench
-#      tier) -> round.log, check.json, bench.json, summary.md (FILTER=... narrows it, default int2_)
-#   3. v2's measured variants next to v2 at T=32K and 128K (VARIANTS=0 skips) -> variants.md, variants.json
-#   4. the spiky-keys case on every version, for the record (v1 is expected to fail it) -> spiky.log
-#   5. SASS instruction mix of the fused kernels (D=128, gs=16) and the SASS of v2's -> kernels.txt, sass_v2.txt
-#   6. Nsight Compute on one launch of v2 (and v2_2blk) at T=32K (NCU=0 skips) -> kernels.txt
+# in one command on the GPU machine (8 files under OUT, the most the device tool returns):
+#   1. test_gpu_decode: every decode and int2 check-tier case validated twice on the same workspace, the
+#      API rejections and v2's copy-plan self-test -> tests.log
+#   2. gpu_round.sh over the int2 cases (FILTER=..., default int2_): device facts, kvbench check (check
+#      tier), kvbench bench (bench tier) -> round.log, check.json, bench.json, summary.md
+#   3. v2's measured variants next to v2 and v1 at T=32K and 128K (VARIANTS=0 skips) -> variants.md (its
+#      log appended to round.log)
+#   4. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail) -> spiky.log
+#   5. SASS instruction mix of the fused kernels, the opcode histogram of v2's (D=128, gs=16), Nsight Compute
+#      on one launch of v2 at T=32K with its stall reasons (NCU=0 skips) -> kernels.txt
 set -u
 b=$(cd "${1:?usage: int2_round.sh BUNDLE OUT [kvbench args]}" && pwd)
 out=${2:?usage: int2_round.sh BUNDLE OUT [kvbench args]}
 shift 2
 mkdir -p "$out"
 kv="$b/bin/kvbench"
+tmp=$(mktemp -d)
 if [ "${TESTS:-1}" = 1 ]; then
     (cd "$b" && KVB_CASES="$b/cases" timeout 120 bin/test_gpu_decode) >"$out/tests.log" 2>&1
     echo "test_gpu_decode exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
@@ -26,11 +28,12 @@ shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal
 if [ "${VARIANTS:-1}" = 1 ]; then
     cases=()
     for s in "$shape32" "$shape128"; do
-        for i in kernel kernel_v2_2blk kernel_v2_nolo kernel_v2_magic kernel_v1; do cases+=("$s impl=$i"); done
+        for i in kernel kernel_v2_3blk kernel_v2_nolo kernel_v2_magic kernel_v1; do cases+=("$s impl=$i"); done
     done
-    "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$out/variants.json" --summary "$out/variants.md" "$@" \
-        >"$out/variants.log" 2>&1
+    "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$tmp/variants.json" --summary "$out/variants.md" "$@" \
+        >"$tmp/variants.log" 2>&1
     echo "variants exit $?"
+    { echo "== variants"; cat "$tmp/variants.log"; } >>"$out/round.log"
     cat "$out/variants.md"
 fi
 spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
@@ -39,24 +42,33 @@ spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1
 echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
 {
     echo "== SASS instruction mix per fused kernel (cuobjdump --dump-sass lib/libkvbench.so)"
-    cuobjdump --dump-sass "$b/lib/libkvbench.so" 2>/dev/null | awk '
+    cuobjdump --dump-sass "$b/lib/libkvbench.so" >"$tmp/all.sass" 2>/dev/null
+    awk '
         /Function :/ { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar; name = $3; n = h = lds = prmt = lop = ldl = stl = bar = 0 }
         /^ +\/\*[0-9a-f]+\*\// { n++ }
         /HMMA/ { h++ } /LDS/ { lds++ } /PRMT/ { prmt++ } /LOP3/ { lop++ } /LDL/ { ldl++ } /STL/ { stl++ } /BAR.SYNC/ { bar++ }
-        END { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar }' | grep -E "attn_kernel" |
+        END { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar }' "$tmp/all.sass" | grep -E "attn_kernel" |
         awk 'BEGIN { print "kernel instructions HMMA LDS PRMT LOP3 LDL STL BAR.SYNC" } { print }'
+    echo "== opcode histogram of v2 (D=128, gs=16, default), static"
+    awk '/Function :/ { p = ($0 ~ /v211attn_kernelILi128ELi16ELb0ELb1ELi2E/) } p' "$tmp/all.sass" |
+        grep -E '^ +/\*[0-9a-f]+\*/' | sed -E 's/^ +\/\*[0-9a-f]+\*\/ +//; s/^@!?U?P[0-9T]+ +//' | awk '{print $1}' |
+        sort | uniq -c | sort -rn | head -n 40
     if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
-        for i in kernel kernel_v2_2blk; do
-            echo "== ncu: $shape32 impl=$i"
-            ncu --clock-control none --profile-from-start off \
-                --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-                --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-                --section InstructionStats --metrics smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_local_ld.sum \
-                "$kv" profile --cases "$b/cases" "$shape32 impl=$i" 2>&1 | grep -vE '^==PROF==|^\s*$'
+        echo "== ncu: $shape32 impl=kernel"
+        ncu --clock-control none --profile-from-start off \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            --section InstructionStats --metrics smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_local_ld.sum \
+            "$kv" profile --cases "$b/cases" "$shape32 impl=kernel" 2>&1 | grep -vE '^==PROF==|^\s*$|^\s*-{8,}'
+        echo "== ncu stall reasons (warps per issue-active cycle): $shape32 impl=kernel"
+        m=""
+        for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected selected \
+            dispatch_stall lg_throttle no_instruction membar tex_throttle branch_resolving drain sleeping misc; do
+            m="$m${m:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
         done
+        ncu --clock-control none --profile-from-start off --metrics "$m" \
+            "$kv" profile --cases "$b/cases" "$shape32 impl=kernel" 2>&1 | grep -E 'stalled|ERROR'
     fi
 } >"$out/kernels.txt" 2>&1
-cuobjdump --dump-sass "$b/lib/libkvbench.so" 2>/dev/null |
-    awk '/Function :/ { p = ($0 ~ /v211attn_kernelILi128ELi16ELb0ELb1ELi[23]E/) } p' |
-    gzip >"$out/sass_v2.txt.gz"
-echo "kernels.txt: $(wc -l <"$out/kernels.txt") lines; sass_v2: $(zcat "$out/sass_v2.txt.gz" | wc -l) lines"
+echo "kernels.txt: $(wc -l <"$out/kernels.txt") lines"
+rm -rf "$tmp"

@@ -359,8 +359,8 @@ class State:
         self.z = [[0.0] * 4 for _ in range(32)]
 
 
-def softmax(st, s, f16):
-    """s[lane][i][4] -> pb[lane][i][2] (mirrors v2::softmax)."""
+def softmax(st, s, f16, add_sum=True):
+    """s[lane][i][4] -> pb[lane][i][2] (mirrors v2::softmax; add_sum = its SUM)."""
     NT = len(s[0])
     mx = [[max(max(s[l][i][0], s[l][i][2]) for i in range(NT)), max(max(s[l][i][1], s[l][i][3]) for i in range(NT))] for l in range(32)]
     for off in (4, 8, 16):
@@ -383,8 +383,9 @@ def softmax(st, s, f16):
         for l in range(32):
             b0, b1 = pre[l]
             p = [2.0 ** (s[l][i][0] - b0), 2.0 ** (s[l][i][1] - b1), 2.0 ** (s[l][i][2] - b0), 2.0 ** (s[l][i][3] - b1)]
-            st.l[l][0] += p[0] + p[2]
-            st.l[l][1] += p[1] + p[3]
+            if add_sum:
+                st.l[l][0] += p[0] + p[2]
+                st.l[l][1] += p[1] + p[3]
             if f16:
                 x0.append(f16pair(p[0], p[1])); x1.append(f16pair(p[2], p[3]))
             else:
@@ -410,11 +411,13 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
             g, t = l >> 2, l & 3
             kq = L.KQ + (4 * t) * 64 + 16 * (w ^ t)
             wv[l] = [[sm.u32(kq + j * 1024 + e * 64 + 4 * i) for i in range(4)] for e in range(4)]
-            kp = 32 * (j >> 1) + 8 * t + 4 * (j & 1)
+            jo = 2 * (32 * ((j >> 1) & ~1) + 4 * (j & 1))
             zk = (0, 0)
             if g < L.NGS:
-                gr = gk0 + g
-                off = L.KZ + 2 * (gr * D + (kp ^ (32 * (gr & 1))))
+                pz = (gk0 + g) & 1
+                b = L.KZ + 2 * ((gk0 + g) * D + 8 * t)
+                kz_b = [b + 64 * pz, b + 64 * (1 - pz)]
+                off = kz_b[(j >> 1) & 1] + jo
                 zk = (sm.u32(off), sm.u32(off + 4))
             A_bias.append([zk[0], 0, zk[1], 0])
         bacc = mma(bacc, A_bias, qj, f16)
@@ -423,9 +426,11 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
             if i == 0 or (GS < 64 and (16 * i) % GS == 0):
                 for l in range(32):
                     g, t = l >> 2, l & 3
-                    kp = 32 * (j >> 1) + 8 * t + 4 * (j & 1)
-                    gr = gk0 + (0 if GS >= 64 else (16 * i) // GS)
-                    off = L.KS + 2 * (gr * D + (kp ^ (32 * (gr & 1))))
+                    jo = 2 * (32 * ((j >> 1) & ~1) + 4 * (j & 1))
+                    r = 0 if GS >= 64 else (16 * i) // GS
+                    pk = (gk0 & 1) if GS >= 64 else 0
+                    par = ((j >> 1) & 1) ^ ((pk if GS >= 64 else r) & 1)
+                    off = L.KS + 2 * (gk0 * D + 8 * t) + 2 * r * D + 64 * par + jo
                     sk = (sm.u32(off), sm.u32(off + 4))
                     bh[l] = [hmul2(qj[l][0], sk[0]), hmul2(qj[l][1], sk[1])]
                     bl[l] = [hfms2(qj[l][0], sk[0], bh[l][0]), hfms2(qj[l][1], sk[1], bh[l][1])]
@@ -455,17 +460,19 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
             a = acc[l][i]
             s[l][i] = [a[0] * k["rf"][0] * uf[0] + bz[r][0], a[1] * k["rf"][0] * uf[1] + bz[r][1],
                        a[2] * k["rf"][1] * uf[0] + bz[r][0], a[3] * k["rf"][1] * uf[1] + bz[r][1]] if v else [-np.inf] * 4
-    pb = softmax(st, s, True)
+    pb = softmax(st, s, True, add_sum=False)
     for i in range(4):
         Az = []
         for l in range(32):
             g, t = l >> 2, l & 3
-            vp = 64 * w + 32 * (i >> 1) + 8 * t + 4 * (i & 1)
             zv = (0, 0)
             if g < L.NGV:
-                off = L.VZ + 2 * (g * TILE + (vp ^ (32 * (g & 1))))
+                b = L.VZ + 2 * (g * TILE + 64 * w + 8 * t)
+                vz_b = [b + 64 * (g & 1), b + 64 * (1 - (g & 1))]
+                off = vz_b[i >> 1] + 8 * (i & 1)
                 zv = (sm.u32(off), sm.u32(off + 4))
-            Az.append([zv[0], 0, zv[1], 0])
+            one8 = 0x3C003C00 if g == 0 else 0
+            Az.append([zv[0], one8, zv[1], one8])
         zres = mma([st.z[l] for l in range(32)], Az, [pb[l][i] for l in range(32)], f16)
         for l in range(32):
             st.z[l] = zres[l]
@@ -482,8 +489,7 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
                 if (16 * mv) % GS == 0:
                     for l in range(32):
                         t = l & 3
-                        vp = 64 * w + 32 * (i >> 1) + 8 * t + 4 * (i & 1)
-                        off = L.VS + 2 * (gv * TILE + (vp ^ (32 * (gv & 1))))
+                        off = L.VS + 2 * (64 * w + 8 * t) + 2 * gv * TILE + 64 * ((i >> 1) ^ (gv & 1)) + 8 * (i & 1)
                         sv = (sm.u32(off), sm.u32(off + 4))
                         pp[l] = [hmul2(pb[l][i][0], sv[0]), hmul2(pb[l][i][1], sv[1])]
                 A = []
@@ -591,8 +597,8 @@ def run(D, GS, G, T, R, magic=False, lo=True, seed=1, dist="normal"):
             g, t = l >> 2, l & 3
             k = consts(l, magic)
             Mx[w, 2 * t], Mx[w, 2 * t + 1] = st.m[l]
-            Ls[w, 2 * t] += st.l[l][0]
-            Ls[w, 2 * t + 1] += st.l[l][1]
+            Ls[w, 2 * t] += st.l[l][0] + (st.z[l][2] if g == 0 else 0.0)
+            Ls[w, 2 * t + 1] += st.l[l][1] + (st.z[l][3] if g == 0 else 0.0)
             for mv in range(MT):
                 c = 16 * mv + 2 * g
                 O[w, 2 * t, c] = st.o[l][mv][0] * k["rf"][0]

@@ -103,6 +103,11 @@ static void test_int2_api_rejects_before_launch(void **state)
     assert_int_equal(int2_dequantize(&c, b, b, 1000, &l, 0), KVB_EINVAL);
     assert_error_mentions("int2_dequantize: L=1000 out of range [T + R = 1034, inf)");
 }
+static void test_int2_v2_plan(void **state)
+{
+    (void)state;
+    assert_int_equal(int2_v2_plan_selftest(), 0);
+}
 #endif
 
 int main(void)
@@ -112,11 +117,12 @@ int main(void)
         fprintf(stderr, "%s\n", kvb_last_error());
         return 1;
     }
-    struct CMUnitTest *tests = calloc((size_t)all.n + 2, sizeof *tests);
+    struct CMUnitTest *tests = calloc((size_t)all.n + 3, sizeof *tests);
     int n = 0;
 #if KVB_HAVE_CUDA
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_decode_api_rejects_before_launch);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_int2_api_rejects_before_launch);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_int2_v2_plan);
 #endif
     for (int i = 0; i < all.n; i++) {
         const kvb_case *c = &all.v[i];
