@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # int2_round.sh BUNDLE OUT [kvbench args]: the INT2 decode-attention GPU round, from a bundle (make bundle),
 # in one command on the GPU machine (8 files under OUT, the most the device tool returns):
-#   1. test_gpu_decode: every decode and int2 check-tier case validated twice on the same workspace, the
+#   1. device facts, kvbench bench over the int2_decode_attn bench tier (BENCH_FILTER=...), kvbench check
+#      over the int2 check tier (FILTER=..., default int2_) -> round.log, bench.json, summary.md, check.json
+#   2. test_gpu_decode: every decode and int2 check-tier case validated twice on the same workspace, the
 #      API rejections and v2's copy-plan self-test -> tests.log
-#   2. gpu_round.sh over the int2 cases (FILTER=..., default int2_): device facts, kvbench check (check
-#      tier), kvbench bench (bench tier) -> round.log, check.json, bench.json, summary.md
 #   3. v2's measured variants next to v2 and v1 at T=32K and 128K (VARIANTS=0 skips) -> variants.md (its
 #      log appended to round.log)
 #   4. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail) -> spiky.log
@@ -17,18 +17,30 @@ shift 2
 mkdir -p "$out"
 kv="$b/bin/kvbench"
 tmp=$(mktemp -d)
+# most important first (a round cut short keeps what it wrote): the decode-attention bench, the check tier
+{
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total --format=csv
+    echo "== bench ${BENCH_FILTER:-int2_decode_attn}"
+    "$kv" bench --cases "$b/cases" ${BENCH_FILTER:-int2_decode_attn} --json "$out/bench.json" --summary "$out/summary.md" "$@"
+    echo "bench exit $?"
+    echo "== check ${FILTER:-int2_}"
+    "$kv" check --cases "$b/cases" ${FILTER:-int2_} --json "$out/check.json"
+    echo "check exit $?"
+} >"$out/round.log" 2>&1
+grep -E "^bench exit|^check exit|passed, .* failed" "$out/round.log"
+grep -E '^FAIL' -A4 "$out/round.log" | head -n 30
+cat "$out/summary.md"
 if [ "${TESTS:-1}" = 1 ]; then
     (cd "$b" && KVB_CASES="$b/cases" timeout 120 bin/test_gpu_decode) >"$out/tests.log" 2>&1
     echo "test_gpu_decode exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \]|error:' "$out/tests.log" | head -n 20
 fi
-TESTS=0 bash "$b/gpu_round.sh" "$out" ${FILTER:-int2_} "$@"
 shape32="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1"
 shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal seed=1"
 if [ "${VARIANTS:-1}" = 1 ]; then
     cases=()
     for s in "$shape32" "$shape128"; do
-        for i in kernel kernel_v2_3blk kernel_v2_nolo kernel_v2_magic kernel_v1; do cases+=("$s impl=$i"); done
+        for i in kernel kernel_v2_3blk kernel_v2_nolo; do cases+=("$s impl=$i"); done
     done
     "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$tmp/variants.json" --summary "$out/variants.md" "$@" \
         >"$tmp/variants.log" 2>&1
