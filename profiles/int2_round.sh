@@ -7,7 +7,8 @@
 #      API rejections and v2's copy-plan self-test -> tests.log
 #   3. v2's measured variants next to v2 and v1 at T=32K and 128K (VARIANTS=0 skips) -> variants.md (its
 #      log appended to round.log)
-#   4. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail) -> spiky.log
+#   4. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail), and
+#      the error margins of the bench shapes (T=32K, 128K) -> spiky.log
 #   5. SASS instruction mix of the fused kernels, the opcode histogram of v2's (D=128, gs=16), Nsight Compute
 #      on one launch of v2 at T=32K with its stall reasons (NCU=0 skips) -> kernels.txt
 set -u
@@ -51,6 +52,9 @@ fi
 spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
 "$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=kernel_v2_nolo" "$spiky impl=kernel_v2_magic" \
     "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" >"$out/spiky.log" 2>&1
+# the bench shapes' error margins (the bench only prints them on a failure)
+"$kv" check --cases "$b/cases" "$shape32 impl=kernel" "$shape32 impl=kernel_v1" "$shape128 impl=kernel" \
+    "$shape128 impl=kernel_v2_3blk" "$shape128 impl=kernel_v1" >>"$out/spiky.log" 2>&1
 echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
 {
     echo "== SASS instruction mix per fused kernel (cuobjdump --dump-sass lib/libkvbench.so)"

@@ -461,6 +461,7 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
             s[l][i] = [a[0] * k["rf"][0] * uf[0] + bz[r][0], a[1] * k["rf"][0] * uf[1] + bz[r][1],
                        a[2] * k["rf"][1] * uf[0] + bz[r][0], a[3] * k["rf"][1] * uf[1] + bz[r][1]] if v else [-np.inf] * 4
     pb = softmax(st, s, True, add_sum=False)
+    zs = [[0.0] * 4 for _ in range(32)]  # this step's Z (and row 8: the sum of p), added to the state after
     for i in range(4):
         Az = []
         for l in range(32):
@@ -473,20 +474,22 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
                 zv = (sm.u32(off), sm.u32(off + 4))
             one8 = 0x3C003C00 if g == 0 else 0
             Az.append([zv[0], one8, zv[1], one8])
-        zres = mma([st.z[l] for l in range(32)], Az, [pb[l][i] for l in range(32)], f16)
-        for l in range(32):
-            st.z[l] = zres[l]
-        pp = [None] * 32
-        for ch in range(D // 64):
+        zs = mma(zs, Az, [pb[l][i] for l in range(32)], f16)
+    for l in range(32):
+        st.z[l] = [st.z[l][e] + zs[l][e] for e in range(4)]
+    for ch in range(D // 64):
+        os_ = [[[0.0] * 4 for _ in range(4)] for _ in range(32)]  # this step's O^T of m-tiles 4ch..4ch+3
+        for i in range(4):
             wvv = {}
             for l in range(32):
                 t = l & 3
                 vq = L.VQ + (64 * w + t) * (D // 4)
                 wvv[l] = [[sm.u32(vq + (16 * i + 4 * b) * (D // 4) + 16 * ch + 4 * e) for e in range(4)] for b in range(4)]
+            pp = [None] * 32
             for mm in range(4):
                 mv = 4 * ch + mm
                 gv = (16 * mv) // GS
-                if (16 * mv) % GS == 0:
+                if mm == 0 or (16 * mv) % GS == 0:
                     for l in range(32):
                         t = l & 3
                         off = L.VS + 2 * (64 * w + 8 * t) + 2 * gv * TILE + 64 * ((i >> 1) ^ (gv & 1)) + 8 * (i & 1)
@@ -498,9 +501,12 @@ def quant_step(h, L, sm, st, qf, w, tok, magic, lo, uf_all):
                     m02 = prmt(wvv[l][0][mm], wvv[l][2][mm], k["sel"])
                     m13 = prmt(wvv[l][1][mm], wvv[l][3][mm], k["sel"])
                     A.append([code2(m02, k["m0"], magic), code2(m02, k["m1"], magic), code2(m13, k["m0"], magic), code2(m13, k["m1"], magic)])
-                res = mma([st.o[l][mv] for l in range(32)], A, pp, f16)
+                res = mma([os_[l][mm] for l in range(32)], A, pp, f16)
                 for l in range(32):
-                    st.o[l][mv] = res[l]
+                    os_[l][mm] = res[l]
+        for l in range(32):
+            for mm in range(4):
+                st.o[l][4 * ch + mm] = [st.o[l][4 * ch + mm][e] + os_[l][mm][e] for e in range(4)]
 
 
 def dense_step(h, st, s_idx, G, magic):
