@@ -10,11 +10,10 @@
 //   Arithmetic per token and KV head: 256 values to dequantize (K and V) and 2 x 128 x G multiply-adds
 //   per head. At 80% of the bandwidth an SM sees a token of a KV head (128 bytes) every ~10 cycles:
 //   ~40 warp instructions of issue. Per-element fp32 dequant + FMA on CUDA cores (~5 ops per value per
-//   head) would need 3-4x that, so the products run on the tensor cores (fp16, fp32 accumulate) and the
-//   dequant is ~2 instructions per value: LOP3 places two 2-bit codes in the mantissas of an fp16 pair
-//   (1024 + c), HSUB2 removes the 1024 (exact), HFMA2 applies scale and zero (one rounding: the fp16
-//   nearest to code*scale + zero). Estimated ~22 warp instructions per token: about half the issue
-//   budget.
+//   head) would need 3-4x that, so the products run on the tensor cores (fp16, fp32 accumulate).
+//   v1's plan: dequant at ~2 instructions per value (LOP3 places two 2-bit codes in the mantissas of an
+//   fp16 pair (1024 + c), HSUB2 removes the 1024, HFMA2 applies scale and zero), estimated ~22 warp
+//   instructions per token; ncu measured 2247 per 64-token warp step (~35 per token).
 //   Quantize (keys and values of T tokens): reads 2 B per element, writes 0.25 B of codes and 4/gs B of
 //   metadata: at T=32K, B=8: 1.07 GB read + 0.4 GB written, floor ~345 us; the 70% goal <= ~490 us.
 //
@@ -34,18 +33,24 @@
 //   scale 2^(24-sh) is undone on the scores (keys: rows are tokens) and at the deposit (values: rows are
 //   channels). 2 PRMT + 4 LOP3 per 8 codes: 0.75 instructions per code instead of ~2.
 //   Per 64-token warp step (gs=16, G=4, D=128), counted from the code:
-//     key codes    32 LDS.128 + 64 PRMT + 128 LOP3           q s_g (hi, lo)   32 LDS.64 + 32 HMUL2 + 32 HFMA2
+//     key codes    32 LDS.128 + 64 PRMT + 128 LOP3           q s_g (hi, lo)   32 LDS.64 + 64 HMUL2 + 64 HFMA2
 //     QK MMAs      64 (hi and lo)                            bias q . z_g     8 LDS.64 + 8 MMA + 8 SHFL
-//     scores, softmax ~110 (16 FFMA, 12 SHFL, 16 EX2, 8 MOVMATRIX; the O rescale only when a max moves)
+//     scores, softmax ~100 (16 FFMA, 12 SHFL, 16 EX2, 8 MOVMATRIX; the O rescale only when a max moves)
 //     value codes  32 LDS.128 + 64 PRMT + 128 LOP3           p s_g            32 LDS.64 + 64 HMUL2
-//     AV MMAs      32, zeros 4 LDS.64 + 4 MMA                per tile (/4)    16 cp.async, metadata pass, 2 barriers
-//   ~950 instructions per step against ~2580 issue slots per step at 80% of the copy rate (one SM
-//   scheduler retires one step per ~2580 cycles when the SM moves a (token, KV head) every ~10 cycles):
-//   ~37% issue, ~110 MMAs per step (~20% of the tensor pipe), ~140 shared loads per step. Bound: memory,
-//   if the loads stay in flight: one 32 KB tile per block in flight while the previous one computes.
+//     AV MMAs      32, zeros + row sums 4 LDS.64 + 4 MMA, 36 FADD into the state
+//     per tile (/4 warps): 16 cp.async, the metadata pass (~72), 2 barriers
+//   ~1050 instructions per step by this count, against ~2580 issue slots per step at 80% of the copy
+//   rate (one SM scheduler retires one step per ~2580 cycles when the SM moves a (token, KV head) every
+//   ~10 cycles). Measured (ncu, H200, T=32K, results/h200/int2/NOTES.md): 1457 per step (v1: 2247),
+//   the difference mostly register moves and address arithmetic around the MMAs and loads;
+//   at 2 blocks of 4 warps per SM the schedulers issue only 31% of cycles (stalls: shared-load
+//   dependencies, fixed latencies, tile copies, barriers): 40% of the copy rate at T=32K, 45% at 128K.
+//   Bound: issue latency, not DRAM (36% busy).
 //   Metadata layouts (the pass transposes them in place; details at Lay below): key scales/zeros
 //   [group][channel in k order], value scales/zeros [group][token in k order], so that each B fragment's
-//   scale pairs are one 8-byte load.
+//   scale pairs are one 8-byte load. 3 tile buffers (two tiles in flight), 2 blocks per SM (219
+//   registers). Each step's AV products accumulate from zero and are added in fp32 (long tensor-core
+//   accumulation chains over the all-positive code sums failed rel L2 at T=128K).
 //
 // v1 design (int2_decode_attn_v1; int2_qk and int2_av reuse its halves):
 // - Transposed MMAs as in decode.cu (attn_device.h): S^T = dequant(K)^T . q^T with the G <= 8 query
