@@ -13,6 +13,7 @@ cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh "$out/tests/"
 cp harness/gpu_round.sh "$out/"
+cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional peers timed in the same run (torch_flash_peer.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
 for b in "$@"; do

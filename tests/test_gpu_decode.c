@@ -48,6 +48,12 @@ static void test_int2_api_rejects_before_launch(void **state)
     l.gs = 16, l.T = 1000;
     assert_int_equal(int2_decode_attn(b, &c, b, &l, w, 0), KVB_EINVAL);
     assert_error_mentions("int2_decode_attn: T=1000 is not a multiple of gs=16");
+    assert_int_equal(int2_decode_attn_v1(b, &c, b, &l, w, 0), KVB_EINVAL);
+    assert_error_mentions("int2_decode_attn_v1: T=1000 is not a multiple of gs=16");
+    assert_int_equal(int2_decode_attn_v2x(b, &c, b, &l, w, INT2_V2_MAGIC, 0), KVB_EINVAL);
+    assert_error_mentions("int2_decode_attn_v2x: T=1000 is not a multiple of gs=16");
+    assert_int_equal(int2_decode_attn_v2x(b, &c, b, &l, w, INT2_V2_ALL + 1, 0), KVB_EINVAL);
+    assert_error_mentions("int2_decode_attn_v2x: flags=8 out of range [0, 7]");
     l.T = 1024, l.D = 64, l.gs = 128;
     assert_int_equal(int2_quantize_values(b, 1024, 1024, 0, &c, &l, 0), KVB_EINVAL);
     assert_error_mentions("int2_quantize_values: D=64 is not a multiple of gs=128");
@@ -77,6 +83,12 @@ static void test_int2_api_rejects_before_launch(void **state)
     assert_int_equal(int2_dequantize(&c, b, b, 1000, &l, 0), KVB_EINVAL);
     assert_error_mentions("int2_dequantize: L=1000 out of range [T + R = 1034, inf)");
 }
+
+static void test_int2_v2_plan(void **state)
+{
+    (void)state;
+    assert_int_equal(int2_v2_plan_selftest(), 0);
+}
 #endif
 
 int main(void)
@@ -86,6 +98,7 @@ int main(void)
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_decode_api_rejects_before_launch),
         cmocka_unit_test(test_int2_api_rejects_before_launch),
+        cmocka_unit_test(test_int2_v2_plan),
     };
     return kvb_test_run_gpu_cases("gpu decode and int2", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
