@@ -81,7 +81,7 @@ $(KVBLIB): $(LIB_OBJ)
 $(BUILD)/git_rev: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
-$(OBJ)/harness/main.o: $(BUILD)/git_rev
+$(OBJ)/harness/main.o $(OBJ)/harness/report.o $(OBJ)/harness/bench.o: $(BUILD)/git_rev
 .PHONY: FORCE
 FORCE:
 

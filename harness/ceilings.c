@@ -25,14 +25,15 @@ typedef struct copy_ctx {
     const void *src;
     size_t bytes;
     cudaStream_t s;
-    int kind; /* 0 memcpy, 1 copy kernel */
+    int kind; /* 0 memcpy, 1 copy kernel, 2 read kernel (dst unused) */
 } copy_ctx;
 
 static void copy_work(void *p)
 {
     copy_ctx *c = p;
     if (c->kind == 0) KVB_CUDA(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDefault, c->s));
-    else kvb_copy_kernel(c->dst, c->src, c->bytes, c->s);
+    else if (c->kind == 1) kvb_copy_kernel(c->dst, c->src, c->bytes, c->s);
+    else kvb_read_kernel(c->src, c->bytes, c->s);
 }
 
 static void null_work(void *p) { kvb_null_kernel(*(cudaStream_t *)p); }
@@ -70,12 +71,15 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     c->launch_floor_us = kvb_time_median(&tn, 50) * 1e6;
 
     c->d2d_bytes = (size_t)1 << 30; /* 1 GiB: far past L2 */
-    void *a = kvb_dmalloc(c->d2d_bytes), *b = kvb_dmalloc(c->d2d_bytes);
-    kvb_dmemset(a, 0x3C, c->d2d_bytes, s);
+    /* a holds 2 GiB so that the read ceiling streams as many bytes as the copy moves (read + write) */
+    char *a = kvb_dmalloc(2 * c->d2d_bytes), *b = kvb_dmalloc(c->d2d_bytes);
+    kvb_dmemset(a, 0x3C, 2 * c->d2d_bytes, s);
     double t = time_copy(b, a, c->d2d_bytes, 0, s, 20);
     c->d2d_memcpy_GBps = 2.0 * c->d2d_bytes / t * 1e-9;
     t = time_copy(b, a, c->d2d_bytes, 1, s, 20);
     c->d2d_kernel_GBps = 2.0 * c->d2d_bytes / t * 1e-9;
+    t = time_copy(NULL, a, 2 * c->d2d_bytes, 2, s, 20) /* as many bytes as the copy moves */;
+    c->read_GBps = 2.0 * c->d2d_bytes / t * 1e-9;
 
     c->h2d_bytes = (size_t)256 << 20;
     void *h = kvb_pinned_alloc(c->h2d_bytes);
@@ -119,47 +123,97 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     return KVB_OK;
 }
 
-/* one pinned source and one device destination, grown as needed */
+/* a pinned source, a device source and a device destination, each grown as needed (only those the
+ * measurement uses: a read ceiling of gigabytes needs no pinned copy of them) */
 static void *g_src, *g_dst, *g_dsrc;
-static size_t g_cap;
-static struct { size_t bytes; double h2d, d2d; } g_cache[64];
+static size_t g_cap_src, g_cap_dst, g_cap_dsrc;
+static struct { size_t bytes; double h2d, d2d, read; } g_cache[64];
 static int g_ncache;
 
-static void ensure_buffers(size_t bytes)
+static void grow(void **p, size_t *cap, size_t bytes, int pinned)
 {
-    if (bytes <= g_cap) return;
-    kvb_pinned_free(g_src), kvb_dfree(g_dst), kvb_dfree(g_dsrc);
-    g_src = kvb_pinned_alloc(bytes);
-    memset(g_src, 0x3C, bytes);
-    g_dst = kvb_dmalloc(bytes);
-    g_dsrc = kvb_dmalloc(bytes);
-    g_cap = bytes;
+    if (bytes <= *cap) return;
+    if (pinned) kvb_pinned_free(*p);
+    else kvb_dfree(*p);
+    *p = pinned ? kvb_pinned_alloc(bytes) : kvb_dmalloc(bytes);
+    if (pinned) memset(*p, 0x3C, bytes);
+    else kvb_dmemset(*p, 0x3C, bytes, 0); /* not zeros: never measure on zeros */
+    *cap = bytes;
 }
 
-static double contiguous(size_t bytes, int d2d)
+static void ensure_buffers(size_t bytes, int kind)
 {
-    for (int i = 0; i < g_ncache; i++)
-        if (g_cache[i].bytes == bytes && (d2d ? g_cache[i].d2d : g_cache[i].h2d) > 0)
-            return d2d ? g_cache[i].d2d : g_cache[i].h2d;
-    ensure_buffers(bytes);
-    cudaStream_t s = kvb_stream_create();
-    double t = time_copy(g_dst, d2d ? g_dsrc : g_src, bytes, 0, s, 20);
-    kvb_stream_destroy(s);
+    if (kind == 0) grow(&g_src, &g_cap_src, bytes, 1);
+    if (kind == 1 || kind == 2) grow(&g_dsrc, &g_cap_dsrc, bytes, 0);
+    if (kind == 0 || kind == 1) grow(&g_dst, &g_cap_dst, bytes, 0);
+    KVB_CUDA(cudaDeviceSynchronize());
+}
+
+/* kind: 0 pinned host to device, 1 device to device, 2 device read kernel */
+static double *cache_slot(size_t bytes, int kind)
+{
     int i = 0;
     while (i < g_ncache && g_cache[i].bytes != bytes) i++;
-    if (i == g_ncache && g_ncache < 64) g_cache[g_ncache++] = (typeof(g_cache[0])){bytes, 0, 0};
-    if (i < 64) *(d2d ? &g_cache[i].d2d : &g_cache[i].h2d) = t;
+    if (i == g_ncache) {
+        if (g_ncache == 64) { /* full: start over (sizes repeat within a family) */
+            g_ncache = 0;
+            i = 0;
+        }
+        g_cache[g_ncache++] = (typeof(g_cache[0])){bytes, 0, 0, 0};
+    }
+    return kind == 0 ? &g_cache[i].h2d : kind == 1 ? &g_cache[i].d2d : &g_cache[i].read;
+}
+
+static double contiguous(size_t bytes, int kind)
+{
+    bytes &= ~(size_t)15;
+    if (bytes < 16) bytes = 16;
+    double *slot = cache_slot(bytes, kind);
+    if (*slot > 0) return *slot;
+    ensure_buffers(bytes, kind);
+    cudaStream_t s = kvb_stream_create();
+    double t = kind == 2 ? time_copy(NULL, g_dsrc, bytes, 2, s, 20)
+                         : time_copy(g_dst, kind == 1 ? g_dsrc : g_src, bytes, 0, s, 20);
+    kvb_stream_destroy(s);
+    *slot = t;
     return t;
 }
 
 double kvb_h2d_contiguous_seconds(size_t bytes) { return contiguous(bytes, 0); }
 double kvb_d2d_contiguous_seconds(size_t bytes) { return contiguous(bytes, 1); }
+double kvb_read_contiguous_seconds(size_t bytes) { return contiguous(bytes, 2); }
 
 #else
 int kvb_ceilings_measure(kvb_ceilings *c) { memset(c, 0, sizeof *c); return KVB_EDEVICE; }
 double kvb_h2d_contiguous_seconds(size_t bytes) { (void)bytes; return 0; }
 double kvb_d2d_contiguous_seconds(size_t bytes) { (void)bytes; return 0; }
+double kvb_read_contiguous_seconds(size_t bytes) { (void)bytes; return 0; }
 #endif
+
+double kvb_ceiling_seconds(const kvb_cost *cost, const kvb_ceilings *c)
+{
+    switch (cost->ceiling) {
+    case KVB_CEIL_H2D: return cost->bytes_h2d > 0 ? kvb_h2d_contiguous_seconds((size_t)cost->bytes_h2d) : 0;
+    case KVB_CEIL_D2D: /* a copy of bytes_dev / 2 moves bytes_dev (read + write) */
+        return cost->bytes_dev >= 32 ? kvb_d2d_contiguous_seconds((size_t)(cost->bytes_dev / 2)) : 0;
+    case KVB_CEIL_READ: return cost->bytes_dev >= 16 ? kvb_read_contiguous_seconds((size_t)cost->bytes_dev) : 0;
+    case KVB_CEIL_MMA: return cost->flops > 0 && c && c->bf16_mma_TFLOPs > 0 ? cost->flops / (c->bf16_mma_TFLOPs * 1e12) : 0;
+    case KVB_CEIL_NONE: break;
+    }
+    return 0;
+}
+
+const char *kvb_ceiling_name(kvb_ceiling_kind k)
+{
+    switch (k) {
+    case KVB_CEIL_H2D: return "pinned H2D copy";
+    case KVB_CEIL_D2D: return "device copy";
+    case KVB_CEIL_READ: return "device read";
+    case KVB_CEIL_MMA: return "bf16 matrix rate";
+    case KVB_CEIL_NONE: break;
+    }
+    return "none";
+}
 
 void kvb_ceilings_print(const kvb_ceilings *c)
 {
@@ -170,6 +224,7 @@ void kvb_ceilings_print(const kvb_ceilings *c)
     printf("ceilings (this device, this run):\n");
     printf("  device copy, cudaMemcpy D2D (%zu MiB, read+write) %8.1f GB/s\n", c->d2d_bytes >> 20, c->d2d_memcpy_GBps);
     printf("  device copy, 16-byte copy kernel (read+write)    %8.1f GB/s\n", c->d2d_kernel_GBps);
+    printf("  device read, streaming reduce kernel (read only)  %8.1f GB/s\n", c->read_GBps);
     printf("  host to device, cudaMemcpy pinned (%zu MiB)       %8.1f GB/s\n", c->h2d_bytes >> 20, c->h2d_memcpy_GBps);
     printf("  host to device, kernel reading pinned (zero-copy)  %8.1f GB/s\n", c->h2d_zero_copy_GBps);
     printf("  device to host, cudaMemcpy pinned                  %8.1f GB/s\n", c->d2h_memcpy_GBps);
@@ -184,6 +239,7 @@ void kvb_ceilings_json(const kvb_ceilings *c, kvb_json *j)
     kvb_json_bool(j, "measured", c->measured);
     kvb_json_num(j, "d2d_memcpy_GBps", c->d2d_memcpy_GBps);
     kvb_json_num(j, "d2d_kernel_GBps", c->d2d_kernel_GBps);
+    kvb_json_num(j, "read_GBps", c->read_GBps);
     kvb_json_num(j, "h2d_memcpy_GBps", c->h2d_memcpy_GBps);
     kvb_json_num(j, "h2d_zero_copy_GBps", c->h2d_zero_copy_GBps);
     kvb_json_num(j, "d2h_memcpy_GBps", c->d2h_memcpy_GBps);

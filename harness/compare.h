@@ -40,13 +40,15 @@ typedef struct kvb_mismatch {
 typedef struct kvb_cmp_result {
     kvb_cmp_kind kind;
     int64_t n_checked, n_bad, n_nonfinite;
+    int64_t n_screened; /* elements of slices a sampled reference skipped: checked finite and not poison */
     double max_abs, tol_used, rel_l2; /* tol_used: max over elements of |err| / (atol + rtol|ref|) */
     int n_first;
     kvb_mismatch first[KVB_MAX_MISMATCHES];
     int pass;
 } kvb_cmp_result;
 
-/* mask: NULL, or one byte per slice of slice_len elements (1 = compare this slice). */
+/* mask: NULL, or one byte per slice of slice_len elements (1 = compare this slice with the reference;
+ * 0 = screen it: every element must be finite and not the poison pattern). */
 void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
                        const uint8_t *mask, kvb_cmp_result *r);
 void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,

@@ -37,9 +37,16 @@ void run_case(benchmark::State &state, int index)
     samples.reserve(static_cast<size_t>(state.max_iterations));
     for (auto _ : state) {
         double s = b.iterate(b.ctx);
+        if (s < 0) { // a failed launch or CUDA call: this case fails, the run goes on
+            state.SkipWithError(kvb_last_error());
+            g_errors++;
+            break;
+        }
         state.SetIterationTime(s);
         samples.push_back(s);
     }
+    if (state.error_occurred()) return;
+    if (b.label && b.label(b.ctx)[0]) state.SetLabel(b.label(b.ctx));
     kvb_counter counters[KVB_MAX_COUNTERS];
     int n = 0;
     if (b.finish(b.ctx, samples.data(), static_cast<int>(samples.size()), counters, &n) != 0) {

@@ -24,9 +24,10 @@ typedef struct kvb_bench {
     const char *name; /* the case id */
     void *ctx;
     int (*prepare)(void *ctx);   /* 0, or non-zero with kvb_last_error() set */
-    double (*iterate)(void *ctx); /* one timed sample, seconds */
+    double (*iterate)(void *ctx); /* one timed sample, seconds; negative: failed (kvb_last_error()) */
     int (*finish)(void *ctx, const double *samples, int n, kvb_counter *out, int *n_out);
     void (*release)(void *ctx);
+    const char *(*label)(void *ctx); /* shown with the result ("reference on 4 of 64 slices"), or NULL */
 } kvb_bench;
 
 void kvb_gbench_context(const char *key, const char *value);

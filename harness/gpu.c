@@ -12,15 +12,48 @@ static char g_reason[256];
 
 const char *kvb_gpu_unavailable_reason(void) { return g_reason; }
 
+/* ---- case guards ---- */
+static jmp_buf *g_guard;
+static int g_broken;
+static char g_broken_reason[400];
+
+jmp_buf *kvb_guard_enter(jmp_buf *jb)
+{
+    g_guard = jb;
+    return jb;
+}
+
+void kvb_guard_leave(void) { g_guard = NULL; }
+
+void kvb_guard_fail(void)
+{
+    jmp_buf *jb = g_guard;
+    g_guard = NULL;
+    if (jb) longjmp(*jb, 1);
+    fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+    exit(3);
+}
+
+int kvb_device_broken(void) { return g_broken; }
+const char *kvb_device_broken_reason(void) { return g_broken_reason; }
+
 #if KVB_HAVE_CUDA
 
 #include <nvtx3/nvToolsExt.h>
 
 void kvb_cuda_fatal(int err, const char *what, const char *file, int line)
 {
-    fprintf(stderr, "kvbench: CUDA error %d (%s: %s)\n  in %s\n  at %s:%d\n", err,
-            cudaGetErrorName((cudaError_t)err), cudaGetErrorString((cudaError_t)err), what, file, line);
-    exit(3);
+    kvb_fail(KVB_EDEVICE, "CUDA error %d (%s: %s) in %s at %s:%d", err, cudaGetErrorName((cudaError_t)err),
+             cudaGetErrorString((cudaError_t)err), what, file, line);
+    /* A sticky error (illegal address, launch failure) is returned by every later call too: then
+     * nothing more can run on this device in this process. */
+    cudaError_t again = cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+    if (again != cudaSuccess && !g_broken) {
+        g_broken = 1;
+        snprintf(g_broken_reason, sizeof g_broken_reason, "%s", kvb_last_error());
+    }
+    kvb_guard_fail();
 }
 
 int kvb_gpu_available(void)
@@ -222,6 +255,7 @@ double kvb_timer_seconds(kvb_timer *t) { (void)t; return 0; }
 void kvb_copy_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_copy_kernel"); }
 void kvb_read_host_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_read_host_kernel"); }
 void kvb_null_kernel(cudaStream_t s) { (void)s; no_cuda("kvb_null_kernel"); }
+void kvb_read_kernel(const void *src, size_t n, cudaStream_t st) { (void)src, (void)n, (void)st; no_cuda("kvb_read_kernel"); }
 void kvb_nvtx_push(const char *name) { (void)name; }
 void kvb_nvtx_pop(void) {}
 

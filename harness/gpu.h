@@ -1,5 +1,6 @@
-/* gpu.h: the harness's device layer. Every CUDA call is checked: a failure prints the call, the
- * file and the line, and exits (a failed CUDA call leaves no trustworthy state to continue from).
+/* gpu.h: the harness's device layer. Every CUDA call is checked: a failure names the call, the
+ * file and the line. Inside a case guard (below) it fails that case and the run goes on; outside
+ * one it exits.
  * A machine without a usable device is reported once, and GPU work is skipped, not failed.
  * Builds without the CUDA toolkit (KVB_HAVE_CUDA=0) keep the same interface; no device is found.
  */
@@ -26,6 +27,22 @@ void kvb_cuda_fatal(int err, const char *what, const char *file, int line);
 #else
 typedef struct CUstream_st *cudaStream_t;
 #endif
+
+/* Case guard: a failed CUDA call or host allocation inside the harness while a guard is active jumps
+ * back to the guard's setjmp with kvb_last_error() naming what failed, so one case fails by name and
+ * the run (and its JSON) goes on. Use as
+ *     jmp_buf jb;
+ *     if (setjmp(*kvb_guard_enter(&jb))) { kvb_guard_leave(); ...the case failed... }
+ *     ...work...
+ *     kvb_guard_leave();
+ * After such a failure kvb_device_broken() says whether the CUDA context is still usable (a sticky
+ * error, such as an illegal address, poisons every later call). */
+#include <setjmp.h>
+jmp_buf *kvb_guard_enter(jmp_buf *jb);
+void kvb_guard_leave(void);
+void kvb_guard_fail(void) __attribute__((noreturn)); /* jump to the active guard, or exit(3) */
+int kvb_device_broken(void);                         /* non-zero after a sticky CUDA error */
+const char *kvb_device_broken_reason(void);
 
 /* Device detection: 1 when a device is usable. The first call prints why not, once. */
 int kvb_gpu_available(void);
@@ -74,6 +91,7 @@ double kvb_timer_seconds(kvb_timer *t); /* waits for the stop event */
 void kvb_null_kernel(cudaStream_t s); /* an empty launch: the timing floor */
 void kvb_copy_kernel(void *dst, const void *src, size_t bytes, cudaStream_t s);   /* 16-byte loads */
 void kvb_read_host_kernel(void *dst, const void *src_pinned, size_t bytes, cudaStream_t s); /* zero-copy */
+void kvb_read_kernel(const void *src, size_t bytes, cudaStream_t s); /* streams and reduces: reads only */
 
 /* NVTX v3 ranges in the suite's own domain "kvbench". */
 void kvb_nvtx_push(const char *name);

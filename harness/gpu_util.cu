@@ -4,6 +4,7 @@
 #include <cstdio>
 
 extern "C" {
+#include "../reference/kvb.h"
 #include "gpu.h"
 }
 
@@ -123,4 +124,58 @@ extern "C" void kvb_copy_kernel(void *dst, const void *src, size_t bytes, cudaSt
 extern "C" void kvb_read_host_kernel(void *dst, const void *src_pinned, size_t bytes, cudaStream_t s)
 {
     launch_copy16(dst, src_pinned, bytes, s); // the same kernel; the source is mapped host memory
+}
+
+// ---- the read-only ceiling ----
+// Streams n16 16-byte words and reduces them (XOR) to one word per block: reads only, as a read-mostly
+// kernel (decode attention, scoring, top-k) moves its bytes. Eight independent 16-byte loads per
+// thread are in flight per iteration, so memory latency is covered at any size that fills the GPU.
+__global__ void __launch_bounds__(512) read16_kernel(const uint4 *__restrict__ src, size_t n16, uint32_t *sink)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t acc = 0;
+    for (; i + 7 * stride < n16; i += 8 * stride) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = __ldcs(src + i + u * stride); // streaming: no reuse
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) {
+        uint4 v = __ldcs(src + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    __shared__ uint32_t warp_acc[16];
+    if ((threadIdx.x & 31) == 0) warp_acc[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) acc ^= warp_acc[w];
+        sink[blockIdx.x] = acc; // one 4-byte write per block: the reads cannot be optimized away
+    }
+}
+
+static uint32_t *g_read_sink;
+static int g_read_sink_blocks;
+
+extern "C" void kvb_read_kernel(const void *src, size_t bytes, cudaStream_t s)
+{
+    if (bytes % 16 || bytes == 0) {
+        kvb_fail(KVB_EINVAL, "read kernel: bytes=%zu must be a positive multiple of 16", bytes);
+        kvb_guard_fail();
+    }
+    int sms = 0;
+    KVB_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int max_blocks = sms * 4; // 4 blocks of 512 threads per SM: 2048 threads, full occupancy
+    if (!g_read_sink) {
+        KVB_CUDA(cudaMalloc(&g_read_sink, sizeof(uint32_t) * (size_t)max_blocks));
+        g_read_sink_blocks = max_blocks;
+    }
+    size_t n16 = bytes / 16;
+    size_t blocks = (n16 + 512 * 8 - 1) / (512 * 8);
+    if (blocks > (size_t)g_read_sink_blocks) blocks = (size_t)g_read_sink_blocks;
+    if (blocks == 0) blocks = 1;
+    read16_kernel<<<(unsigned)blocks, 512, 0, s>>>((const uint4 *)src, n16, g_read_sink);
+    KVB_CUDA_LAUNCHED();
 }

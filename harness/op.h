@@ -60,7 +60,10 @@ typedef struct kvb_tensor {
 } kvb_tensor;
 
 /* Bytes and FLOPs of one launch, and what bounds it. */
-typedef enum { KVB_CEIL_NONE, KVB_CEIL_H2D, KVB_CEIL_D2D, KVB_CEIL_MMA } kvb_ceiling_kind;
+/* H2D: host reads against a contiguous pinned copy; D2D: copies (as many bytes written as read)
+ * against a device copy; READ: read-mostly kernels (attention, scoring, top-k) against a kernel that
+ * only streams and reduces the same bytes; MMA: FLOPs at the measured bf16 matrix rate. */
+typedef enum { KVB_CEIL_NONE, KVB_CEIL_H2D, KVB_CEIL_D2D, KVB_CEIL_MMA, KVB_CEIL_READ } kvb_ceiling_kind;
 
 typedef struct kvb_cost {
     double bytes_h2d;  /* bytes that must cross from host memory */
@@ -69,6 +72,10 @@ typedef struct kvb_cost {
     kvb_ceiling_kind ceiling; /* the ceiling the time is stated against */
     double goal_us;    /* the goal for this case, if it has one (<= 0: none) */
     const char *goal_text;
+    /* a goal stated against an external peer of the same run (bench --peers): goal_us becomes
+     * goal_peer_ratio x that peer's median when the peer was measured, and no goal otherwise */
+    const char *goal_peer;
+    double goal_peer_ratio;
     double workspace_bytes; /* extra device memory the implementation needs beyond inputs/outputs */
 } kvb_cost;
 
@@ -104,6 +111,10 @@ typedef struct kvb_op {
     int (*launch)(kvb_run *r);                        /* enqueue one launch on r->stream */
     void (*cost)(const kvb_run *r, kvb_cost *cost);
     void (*teardown)(kvb_run *r);                     /* free op-private state (or NULL) */
+    /* Invariants of the device's outputs checked on EVERY slice, also those a sampled reference
+     * skips (for example: column sums of a head add up to its number of contributing rows). Reads
+     * t->out after a download; KVB_OK, or an error naming the first violation. NULL: none. */
+    int (*out_check)(kvb_run *r);
 } kvb_op;
 
 /* registry.c */
@@ -115,6 +126,8 @@ const kvb_op *kvb_op_at(int i);
 kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, const int64_t *shape,
                            int role);
 kvb_tensor *kvb_run_find(kvb_run *r, const char *name);
+/* Host memory for an op's own buffers: a failure fails the case by name and size (no NULL returned). */
+void *kvb_run_alloc(kvb_run *r, size_t bytes, const char *what);
 int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil);
 int kvb_run_gpu_setup(kvb_run *r);  /* allocate, upload, op gpu_setup */
 int kvb_run_reset(kvb_run *r);      /* restore INOUT, poison OUT (async on r->stream) */
@@ -128,6 +141,8 @@ typedef struct kvb_verdict {
     int n;
     char name[KVB_MAX_TENSORS][32];
     kvb_cmp_result res[KVB_MAX_TENSORS];
+    int invariants_checked; /* the op's out_check ran on every slice */
+    char invariant_error[300]; /* its violation, "" when none */
     int pass;
 } kvb_verdict;
 void kvb_run_compare(kvb_run *r, kvb_verdict *v);  /* compare the downloaded outputs */

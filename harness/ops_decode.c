@@ -140,8 +140,9 @@ static int launch_decode(kvb_run *r)
 #endif
 }
 
-/* Bytes: K and V of every sequence's len[b] tokens, read once; q read, o written. Goal (issue 4): K+V at
- * >= 90% of the measured device copy rate for L >= 32K. */
+/* Bytes: K and V of every sequence's len[b] tokens, read once; q read, o written: a read-mostly kernel,
+ * stated against the read ceiling. Goals (decode.md): K+V at >= 90% of the measured device read
+ * bandwidth for L >= 32K at B=8, >= 85% at B=1. */
 static void cost_decode(const kvb_run *r, kvb_cost *c)
 {
     const decode_priv *p = r->priv;
@@ -149,11 +150,12 @@ static void cost_decode(const kvb_run *r, kvb_cost *c)
     const double kv = 2.0 * p->kv_tokens * d->Hkv * d->D * 2.0;
     c->bytes_dev = kv + 2.0 * d->B * d->Hq * d->D * 2.0 + 4.0 * d->B;
     c->flops = 4.0 * p->kv_tokens * d->Hq * d->D;
-    c->ceiling = KVB_CEIL_D2D;
+    c->ceiling = KVB_CEIL_READ;
     int64_t lmax = kvb_case_i64(r->c, "len") ? kvb_case_i64(r->c, "len") : d->L;
     if (lmax >= 32768 && r->ceil && r->ceil->measured) {
-        c->goal_us = kvb_d2d_contiguous_seconds((size_t)(c->bytes_dev / 2) & ~(size_t)15) * 1e6 / 0.9;
-        c->goal_text = "90% of the device copy rate";
+        const double frac = d->B == 1 ? 0.85 : 0.9;
+        c->goal_us = kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6 / frac;
+        c->goal_text = d->B == 1 ? "85% of the device read rate" : "90% of the device read rate";
     }
 }
 

@@ -5,14 +5,24 @@
 
 #include "op.h"
 
+static const char *g_case_id = ""; /* the case being set up, for allocation failures */
+
+/* A host allocation that fails fails its case by name (through the case guard, gpu.h), not the run. */
 static void *xmalloc(size_t n, const char *what)
 {
     void *p = malloc(n ? n : 1);
     if (!p) {
-        fprintf(stderr, "kvbench: out of host memory allocating %zu bytes for %s\n", n, what);
-        exit(2);
+        kvb_fail(KVB_ENOMEM, "%s: out of host memory allocating %zu bytes (%.2f GiB) for %s", g_case_id, n,
+                 n / 1073741824.0, what);
+        kvb_guard_fail();
     }
     return p;
+}
+
+void *kvb_run_alloc(kvb_run *r, size_t bytes, const char *what)
+{
+    g_case_id = r->c ? r->c->id : "";
+    return xmalloc(bytes, what);
 }
 
 static size_t tensor_bytes(const kvb_tensor *t) { return (size_t)t->n * kvb_dtype_size(t->dtype); }
@@ -21,9 +31,11 @@ kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim,
                            int role)
 {
     if (r->nt >= KVB_MAX_TENSORS || ndim > KVB_MAX_DIMS) {
-        fprintf(stderr, "kvbench: internal error: too many tensors or dimensions in %s\n", r->op->name);
-        exit(2);
+        kvb_fail(KVB_EINVAL, "%s: internal error: more than %d tensors or %d dimensions", r->op->name,
+                 KVB_MAX_TENSORS, KVB_MAX_DIMS);
+        kvb_guard_fail();
     }
+    g_case_id = r->c->id;
     kvb_tensor *t = &r->t[r->nt++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -190,10 +202,12 @@ int kvb_run_validate(kvb_run *r, kvb_verdict *v)
 
 void kvb_run_teardown(kvb_run *r)
 {
-    if (r->op && r->op->teardown) r->op->teardown(r);
+    /* after a sticky CUDA error every call fails: leak the device memory rather than exit */
+    const int dev = r->on_gpu && !kvb_device_broken();
+    if (r->op && r->op->teardown && (!r->on_gpu || dev)) r->op->teardown(r);
     for (int i = 0; i < r->nt; i++) {
         kvb_tensor *t = &r->t[i];
-        if (r->on_gpu) {
+        if (dev) {
             if (!(t->flags & KVB_T_HOST_MAPPED)) kvb_dfree(t->d);
             kvb_dfree(t->d_init);
         }
@@ -201,7 +215,7 @@ void kvb_run_teardown(kvb_run *r)
         free(t->ref);
         free(t->out);
     }
-    if (r->on_gpu) {
+    if (dev) {
         kvb_stream_destroy(r->stream);
         kvb_stream_destroy(r->stream2);
     }

@@ -1,0 +1,73 @@
+/* cli.c: what the subcommands share from the command line: case selection and the host pool. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---- case selection: load every case file first, so a malformed line stops everything ---- */
+
+/* A case line starts with a kernel name followed by key=value tokens ("gather_copy B=8"); anything
+ * else ("impl=tma", "gather_copy", "B=8 Hkv") filters case ids by substring. A first word that is
+ * not a kernel but is followed by key=value tokens is a mistyped case line, reported as such. */
+int kvb_is_case_line(const char *arg)
+{
+    char first[64];
+    size_t n = strcspn(arg, " \t");
+    if (n == 0 || n >= sizeof first || !arg[n]) return 0; /* one word: a filter */
+    memcpy(first, arg, n);
+    first[n] = '\0';
+    return strchr(first, '=') == NULL; /* "kernel key=..." is a case line, even with a bad kernel */
+}
+
+int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
+{
+    kvb_case_list all = {0};
+    memset(out, 0, sizeof *out);
+    int tier = o->tier ? o->tier : default_tier;
+    int from_files = 0;
+    for (int i = 0; i < o->n_filters; i++) from_files |= !kvb_is_case_line(o->filters[i]);
+    if (o->n_filters == 0 || from_files) {
+        if (kvb_cases_load(&all, o->cases_path)) {
+            fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+            return 2;
+        }
+    }
+    for (int i = 0; i < o->n_filters; i++) { /* case lines given on the command line */
+        if (!kvb_is_case_line(o->filters[i])) continue;
+        kvb_case c;
+        int rc = kvb_case_parse(o->filters[i], "command line", &c);
+        if (rc != KVB_OK) {
+            fprintf(stderr, "kvbench: %s\n", rc == KVB_CASE_BLANK ? "empty case line on the command line" : kvb_last_error());
+            kvb_cases_free(&all);
+            kvb_cases_free(out);
+            return 2;
+        }
+        kvb_cases_add(out, &c);
+    }
+    for (int i = 0; i < all.n; i++) {
+        const kvb_case *c = &all.v[i];
+        if (!(c->tier & tier)) continue;
+        int match = o->n_filters == 0;
+        for (int f = 0; f < o->n_filters && !match; f++)
+            match = !kvb_is_case_line(o->filters[f]) && strstr(c->id, o->filters[f]) != NULL;
+        if (match) kvb_cases_add(out, c);
+    }
+    kvb_cases_free(&all);
+    return 0;
+}
+
+/* the pinned host pool is allocated once, at the largest size any selected case needs */
+void kvb_reserve_host_pool(const kvb_case_list *cases)
+{
+    size_t most = 0;
+    for (int i = 0; i < cases->n; i++)
+        if (cases->v[i].op->host_pool_bytes) {
+            size_t b = cases->v[i].op->host_pool_bytes(&cases->v[i]);
+            if (b > most) most = b;
+        }
+    if (most) {
+        size_t valid;
+        kvb_host_pool(most, "", 0, &valid);
+    }
+}
+

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""torch_peers.py: the external peers of the spec, timed on the same GPU in the same round as kvbench,
+written as a peers file that `kvbench bench --peers FILE` reads, so that every ratio to an external
+peer comes from one run (nothing is typed in).
+
+Peers (each entry names the kvbench kernel and the case keys it matches):
+  selective_attn  SDPA causal forward, bf16, B=1, H=32, D=128, cuDNN backend (torch_sdpa_cudnn_fwd)
+                  and flash backend (torch_sdpa_flash_fwd), L in --lengths
+  decode_attn     SDPA decode (one query token per head, GQA by expanded K/V heads: enable_gqa),
+                  cuDNN / flash / efficient backends, B in {1, 8}, L in {32768, 131072}
+  topk            torch.topk(sorted=False) on fp32 [rows, n] at the spec's shapes (torch_topk)
+
+Optional: needs python3 with torch and a CUDA device; nothing in kvbench depends on it.
+
+    python3 harness/torch_peers.py --out peers.json [--only sdpa,decode,topk]
+
+Timing follows kvbench's method where Python allows: inputs from a fixed seed (never zeros),
+3 warm-up launches, then per sample an L2 flush (a write of twice the L2 size) outside the timed
+region, CUDA events around one launch, the median of at least --min-samples samples.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def time_it(torch, fn, flush, min_samples, min_seconds):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times, spent = [], 0.0
+    while len(times) < min_samples or spent < min_seconds:
+        flush.zero_()
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        ms = start.elapsed_time(stop)
+        times.append(ms * 1e3)
+        spent += ms * 1e-3
+        if len(times) >= 2000:
+            break
+    mean = statistics.fmean(times)
+    return {"median_us": statistics.median(times), "min_us": min(times), "max_us": max(times),
+            "noise_pct": 100 * (statistics.stdev(times) / mean if len(times) > 1 else 0.0), "samples": len(times)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="4096,16384,32768")
+    ap.add_argument("--only", default="sdpa,decode,topk")
+    ap.add_argument("--min-samples", type=int, default=10)
+    ap.add_argument("--min-seconds", type=float, default=0.3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except Exception as e:  # depends on the machine
+        print(f"torch_peers: torch unavailable ({e}); nothing timed")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_peers: no CUDA device; nothing timed")
+        return 0
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=dev)
+    only = set(args.only.split(","))
+    peers = []
+    g = torch.Generator(device=dev)
+
+    def add(kernel, match, name, t, **extra):
+        e = {"kernel": kernel, "match": match, "peer": name, **t, **extra}
+        peers.append(e)
+        print(f"{kernel:15s} {json.dumps(match):60s} {name:26s} {t['median_us']:12.1f} us  noise {t['noise_pct']:.1f}%",
+              flush=True)
+
+    backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    if "sdpa" in only:  # selective_attn's peers: the causal prefill forward, no column sums
+        B, H, D = 1, 32, 128
+        for L in [int(x) for x in args.lengths.split(",")]:
+            g.manual_seed(1)
+            q, k, v = (torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
+            for bname in ("cudnn", "flash"):
+                try:
+                    with sdpa_kernel([backends[bname]]):
+                        t = time_it(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), flush,
+                                    args.min_samples, args.min_seconds)
+                except RuntimeError as e:
+                    print(f"selective_attn L={L} {bname}: not available ({str(e).splitlines()[0]})")
+                    continue
+                flops = 4.0 * B * H * D * L * (L + 1) / 2
+                add("selective_attn", {"B": B, "Hq": H, "Hkv": H, "L": L, "D": D, "causal": 1},
+                    f"torch_sdpa_{bname}_fwd", t, TFLOPs=flops / (t["median_us"] * 1e-6) * 1e-12)
+            del q, k, v
+            torch.cuda.empty_cache()
+    if "decode" in only:  # decode_attn's peers: one query token, GQA 32/8, D=128
+        Hq, Hkv, D = 32, 8, 128
+        for B, L in ((8, 32768), (8, 131072), (1, 32768), (1, 131072)):
+            g.manual_seed(2)
+            q = torch.randn(B, Hq, 1, D, device=dev, dtype=torch.bfloat16, generator=g)
+            k = torch.randn(B, Hkv, L, D, device=dev, dtype=torch.bfloat16, generator=g)
+            v = torch.randn(B, Hkv, L, D, device=dev, dtype=torch.bfloat16, generator=g)
+            for bname in ("cudnn", "flash", "efficient"):
+                try:
+                    with sdpa_kernel([backends[bname]]):
+                        t = time_it(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), flush,
+                                    args.min_samples, args.min_seconds)
+                except RuntimeError as e:
+                    print(f"decode_attn B={B} L={L} {bname}: not available ({str(e).splitlines()[0]})")
+                    continue
+                add("decode_attn", {"B": B, "Hq": Hq, "Hkv": Hkv, "D": D, "L": L, "len": 0, "vary": 0},
+                    f"torch_sdpa_{bname}", t)
+            del q, k, v
+            torch.cuda.empty_cache()
+    if "topk" in only:  # the spec's top-k shapes (decode.md)
+        for rows, n, k in ((256, 131072, 4096), (1, 131072, 2048), (32, 32768, 2048), (8, 16384, 256),
+                           (1, 2097152, 8192)):
+            g.manual_seed(3)
+            x = torch.randn(rows, n, device=dev, dtype=torch.float32, generator=g)
+            t = time_it(torch, lambda: torch.topk(x, k, dim=1, largest=True, sorted=False), flush,
+                        args.min_samples, args.min_seconds)
+            add("topk", {"rows": rows, "n": n, "k": k}, "torch_topk", t)
+            del x
+            torch.cuda.empty_cache()
+    ctx = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": props.name,
+           "cudnn": str(torch.backends.cudnn.version()), "command_line": " ".join(sys.argv)}
+    with open(args.out, "w") as f:
+        json.dump({"context": ctx, "peers": peers}, f, indent=1)
+    print(f"torch_peers: {len(peers)} peers timed on {props.name} (torch {torch.__version__}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
