@@ -73,9 +73,10 @@ $(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h)
 # One shared library holds the references, the harness and every kernel (the device code is
 # stored once, not in every test program); binaries find it through rpath $ORIGIN/../lib.
 KVBLIB := $(BUILD)/lib/libkvbench.so
+# rpath $ORIGIN: in a bundle, libkvbench.so finds the libraries copied beside it without patchelf
 $(KVBLIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fopenmp $^ -o $@ $(LDLIBS)
+	$(CC) -shared -fopenmp -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,/usr/local/cuda/lib64 $^ -o $@ $(LDLIBS)
 
 # the revision is compiled into main.o: rebuild it when the revision changes
 $(BUILD)/git_rev: FORCE
@@ -102,7 +103,9 @@ TIER   ?=
 FILTER ?=
 KV_ARGS = $(if $(TIER),--tier $(TIER)) $(FILTER)
 
-test: all
+# like `make run`, `make test` sets up a fresh machine itself (make deps)
+test: deps
+	@$(MAKE) --no-print-directory all
 	@bash tests/run_tests.sh $(BUILD)/bin
 
 check: $(KVBENCH)
@@ -113,7 +116,8 @@ bench: $(KVBENCH)
 	@mkdir -p $(RESULTS)
 	$(KVBENCH) bench $(KV_ARGS) --json $(RESULTS)/bench.json --summary $(RESULTS)/summary.md
 
-run: deps all
+run: deps
+	@$(MAKE) --no-print-directory all
 	@bash harness/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
 
 # ---- bundle for the GPU machine ----

@@ -54,11 +54,15 @@ static int bench_prepare(void *p)
     kvb_outcome out;
     kvb_status st = kvb_case_prepare(&b->run, b->c, b->ceil, &out);
     b->live = 1;
-    snprintf(b->label, sizeof b->label, "%s", b->run.note);
+    snprintf(b->label, sizeof b->label, "%s%soutputs of zeros caught by validation", b->run.note, b->run.note[0] ? "; " : "");
     if (st != KVB_PASS) {
         kvb_print_verdict(&b->run, &out.v);
         return bench_fail(b, st == KVB_SKIP ? "skipped" : "validation before timing failed", *out.msg ? out.msg : out.why);
     }
+    /* The validation must be able to fail: outputs of zeros checked against the same reference
+     * (every bench case, no second reference computed) */
+    if (!kvb_run_zeros_caught(&b->run))
+        return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
     jmp_buf jb;
     if (setjmp(*kvb_guard_enter(&jb))) {
         kvb_guard_leave();

@@ -55,6 +55,9 @@ kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *c
  * needed. KVB_FAIL is the expected outcome (the fault was caught); KVB_PASS means validation is blind
  * to it. */
 kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o);
+/* The same on a live, validated run (bench, before timing), with no second reference: 1 when outputs
+ * of zeros would fail this case's validation. */
+int kvb_run_zeros_caught(kvb_run *r);
 /* Validate again (bench: after timing), guarded. */
 kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o);
 

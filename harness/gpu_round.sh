@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu_round.sh OUT [FILTER...]: one whole round on a GPU machine, from the bundle: device facts,
-# the test programs, check over the check tier, bench over the bench tier (and, with SANITIZE=1,
-# compute-sanitizer memcheck over the check tier's FILTER). Writes to OUT: round.log, check.json,
+# the test programs, check over the check tier, the external peers (torch_peers.py, when PyTorch is
+# there), bench over the bench tier with those peers (and, with SANITIZE=1, compute-sanitizer
+# memcheck over the check tier's FILTER). Writes to OUT: round.log, check.json, peers.json,
 # bench.json, summary.md (and sanitizer.log). Files stay few: the device tool returns at most 8.
-# TESTS=0 skips the test programs (a second round in the same call, for another family's filter).
+# TESTS=0 skips the test programs, CHECK=0 the check, PEERS=0 the peers, BENCH=0 the bench.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_round.sh OUT [FILTER...]}
@@ -23,9 +24,11 @@ cd "$here"
         echo "== tests"
         KVB_CASES="$here/cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) '
     fi
-    echo "== check"
-    "$kv" check --cases cases --json "$out/check.json" "$@"
-    echo "check exit $?"
+    if [ "${CHECK:-1}" = 1 ]; then
+        echo "== check"
+        "$kv" check --cases cases --json "$out/check.json" "$@"
+        echo "check exit $?"
+    fi
 } >"$log" 2>&1
 tail -n 1 "$log"
 grep -E "passed, .* failed" "$log"
@@ -34,8 +37,14 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check no "$kv" check --cases cases "$@" >"$out/sanitizer.log" 2>&1
     echo "sanitizer exit $?: $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -n 1)"
 fi
+peers=()
+if [ "${PEERS:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null; then
+    PYTHONUNBUFFERED=1 python3 "$here/torch_peers.py" --out "$out/peers.json" ${PEERS_ONLY:+--only "$PEERS_ONLY"} >>"$log" 2>&1
+    echo "peers exit $?"
+    [ -s "$out/peers.json" ] && peers=(--peers "$out/peers.json")
+fi
 if [ "${BENCH:-1}" = 1 ]; then
-    "$kv" bench --cases cases --json "$out/bench.json" --summary "$out/summary.md" "$@" >>"$log" 2>&1
+    "$kv" bench --cases cases --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "$@" >>"$log" 2>&1
     echo "bench exit $?"
     cat "$out/summary.md"
 fi

@@ -14,7 +14,7 @@ cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh "$out/tests/"
 cp harness/gpu_round.sh "$out/"
 cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
-cp harness/*.py "$out/" 2>/dev/null || true # optional peers timed in the same run (torch_flash_peer.py)
+cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
 for b in "$@"; do
     ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
@@ -23,6 +23,15 @@ for b in "$@"; do
 done
 if command -v patchelf >/dev/null; then
     for l in "$out"/lib/*; do patchelf --set-rpath '$ORIGIN' "$l"; done
+fi
+# A bundle that cannot load is refused here, not on the GPU machine: every library of every binary
+# must resolve inside the bundle or the system, except the CUDA driver and cuBLAS (from the GPU host).
+missing=$(for b in "$out"/bin/* "$out"/lib/*; do LD_LIBRARY_PATH= ldd "$b" 2>/dev/null | grep "not found"; done |
+          grep -vE 'libcuda\.so|libcublas' | sort -u)
+if [ -n "$missing" ]; then
+    echo "bundle: unresolved libraries (link with rpath \$ORIGIN or install patchelf):" >&2
+    echo "$missing" >&2
+    exit 1
 fi
 du -sh "$out" | sed 's/^/bundle: /'
 ls "$out/lib"

@@ -3,6 +3,7 @@
  * failure. */
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -66,6 +67,43 @@ kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *c
     return st;
 }
 
+/* Compare outputs of zeros with the reference and run the op's invariants: 1 when that fails (the
+ * fault would be caught). */
+static int zeros_fail(kvb_run *r, kvb_verdict *v)
+{
+    kvb_run_compare(r, v);
+    if (r->op->out_check) {
+        v->invariants_checked = 1;
+        kvb_clear_error();
+        if (r->op->out_check(r) != KVB_OK) {
+            snprintf(v->invariant_error, sizeof v->invariant_error, "%s", kvb_last_error());
+            v->pass = 0;
+        }
+    }
+    return !v->pass;
+}
+
+int kvb_run_zeros_caught(kvb_run *r)
+{
+    void *saved[KVB_MAX_TENSORS] = {0};
+    for (int i = 0; i < r->nt; i++) {
+        kvb_tensor *t = &r->t[i];
+        if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
+        size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
+        saved[i] = t->out;
+        t->out = kvb_run_alloc(r, bytes, t->name);
+        memset(t->out, 0, bytes);
+    }
+    kvb_verdict v;
+    int caught = zeros_fail(r, &v);
+    for (int i = 0; i < r->nt; i++)
+        if (r->t[i].role == KVB_OUT || r->t[i].role == KVB_INOUT) {
+            free(r->t[i].out);
+            r->t[i].out = saved[i];
+        }
+    return caught;
+}
+
 kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o)
 {
     memset(o, 0, sizeof *o);
@@ -86,15 +124,7 @@ kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o
             t->out = kvb_run_alloc(r, bytes, t->name);
             memset(t->out, 0, bytes);
         }
-        kvb_run_compare(r, &o->v);
-        if (r->op->out_check) {
-            o->v.invariants_checked = 1;
-            kvb_clear_error();
-            if (r->op->out_check(r) != KVB_OK) {
-                snprintf(o->v.invariant_error, sizeof o->v.invariant_error, "%s", kvb_last_error());
-                o->v.pass = 0;
-            }
-        }
+        zeros_fail(r, &o->v);
         o->status = st = o->v.pass ? KVB_PASS : KVB_FAIL;
         o->why = o->v.pass ? "outputs of zeros PASSED validation: the check is blind to this fault" : "zeros caught";
     }

@@ -1,0 +1,152 @@
+/* test_trust.c: the places where a verdict or a percentage could be wrong without anyone noticing:
+ * a figure above its ceiling is flagged; outputs of zeros fail validation (also where the reference
+ * is sampled); slices a sampled reference skips are still screened and checked against invariants;
+ * a failed host allocation fails its case by name instead of crashing. No device needed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../harness/cli.h"
+#include "testlib.h"
+
+static kvb_case parse(const char *line)
+{
+    kvb_case c;
+    assert_int_equal(kvb_case_parse(line, "test", &c), KVB_OK);
+    return c;
+}
+
+/* hand-made bench result at 105.7% of its ceiling (dense decode against the old copy ceiling) */
+static void test_ceiling_error_flagged(void **state)
+{
+    (void)state;
+    kvb_case c = parse("decode_attn B=8 L=131072");
+    kvb_bench_result x = {.c = &c, .ceiling_s = 1005.2e-6, .median_s = 951.0e-6, .min_s = 950e-6, .max_s = 960e-6,
+                          .noise = 0.01, .done = 1};
+    x.cost.bytes_dev = 4.3e9;
+    x.cost.ceiling = KVB_CEIL_READ;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    kvb_bench_summary_row(f, &x, &x, 1, NULL);
+    fclose(f);
+    assert_non_null(strstr(buf, "105.7% of device read"));
+    assert_non_null(strstr(buf, "CEILING ERROR"));
+    free(buf);
+    /* at 99% nothing is flagged */
+    x.ceiling_s = 0.99 * x.median_s;
+    f = open_memstream(&buf, &len);
+    kvb_bench_summary_row(f, &x, &x, 1, NULL);
+    fclose(f);
+    assert_null(strstr(buf, "CEILING ERROR"));
+    free(buf);
+    assert_true(kvb_ceiling_suspect(100.01));
+    assert_false(kvb_ceiling_suspect(100.0));
+}
+
+/* dist=normal decode outputs sit below atol: only rel L2 on the sampled slices can catch zeros */
+static void test_zeros_caught_on_sampled_decode(void **state)
+{
+    (void)state;
+    kvb_case c = parse("decode_attn B=8 Hq=32 Hkv=8 D=128 L=32768 dist=normal");
+    kvb_run r;
+    kvb_outcome o;
+    kvb_status st = kvb_case_validate_zeros(&r, &c, &o);
+    assert_string_not_equal(r.note, ""); /* the reference is sampled here */
+    assert_int_equal(st, KVB_FAIL);
+    assert_string_equal(o.why, "zeros caught");
+    kvb_run_teardown(&r);
+}
+
+/* the reference on its own outputs passes; then damage only a slice the sample skipped */
+static void test_unsampled_slices_screened(void **state)
+{
+    (void)state;
+    kvb_case c = parse("decode_attn B=8 Hq=32 Hkv=8 D=128 L=32768 dist=normal");
+    kvb_run r;
+    assert_int_equal(kvb_run_setup(&r, &c, NULL), KVB_OK);
+    kvb_tensor *o = kvb_run_find(&r, "o");
+    assert_non_null(o->slice_mask);
+    int64_t skipped = -1;
+    for (int64_t s = 0; s < o->n / o->slice_len && skipped < 0; s++)
+        if (!o->slice_mask[s]) skipped = s;
+    assert_true(skipped > 0);
+    o->out = malloc((size_t)o->n * 2);
+    memcpy(o->out, o->ref, (size_t)o->n * 2); /* unsampled slices of ref hold zeros: finite */
+    kvb_verdict v;
+    kvb_run_compare(&r, &v);
+    assert_true(v.pass);
+    assert_true(v.res[0].n_screened > 0);
+    ((kvb_bf16 *)o->out)[skipped * o->slice_len + 3] = 0xFFFF; /* poison left in a skipped slice */
+    kvb_run_compare(&r, &v);
+    assert_false(v.pass);
+    assert_int_equal(v.res[0].n_nonfinite, 1);
+    kvb_run_teardown(&r);
+}
+
+/* column sums: every slice must add up to its contributing rows, sampled or not */
+static void test_colsum_invariant_every_slice(void **state)
+{
+    (void)state;
+    kvb_case c = parse("selective_attn B=2 Hq=8 Hkv=2 L=256 D=64 group_sum=1 sample=1");
+    kvb_run r;
+    assert_int_equal(kvb_run_setup(&r, &c, NULL), KVB_OK);
+    kvb_tensor *cs = kvb_run_find(&r, "colsum"), *csk = kvb_run_find(&r, "colsum_kv");
+    assert_non_null(cs);
+    for (int i = 0; i < r.nt; i++) /* device outputs = the reference, where it was computed */
+        if (r.t[i].role == KVB_OUT) {
+            size_t bytes = (size_t)r.t[i].n * kvb_dtype_size(r.t[i].dtype);
+            r.t[i].out = malloc(bytes);
+            memcpy(r.t[i].out, r.t[i].ref, bytes);
+        }
+    assert_non_null(cs->slice_mask);
+    /* fill the skipped slices with what a correct kernel writes there: the sampled slice 0's values */
+    int64_t L = cs->slice_len, n_s = cs->n / L;
+    for (int64_t s = 0; s < n_s; s++)
+        if (!cs->slice_mask[s]) memcpy((float *)cs->out + s * L, cs->ref, sizeof(float) * (size_t)L);
+    for (int64_t s = 0; s < csk->n / L; s++)
+        if (!csk->slice_mask[s]) memcpy((float *)csk->out + s * L, csk->ref, sizeof(float) * (size_t)L);
+    kvb_clear_error();
+    assert_int_equal(c.op->out_check(&r), KVB_OK);
+    /* halve one column sum in a skipped slice: finite, so only the invariant can see it */
+    int64_t skipped = 0;
+    while (cs->slice_mask[skipped]) skipped++;
+    ((float *)cs->out)[skipped * L] *= 0.5f;
+    ((float *)cs->out)[skipped * L + 1] += 0.5f * ((float *)cs->out)[skipped * L] + 1.0f;
+    assert_int_not_equal(c.op->out_check(&r), KVB_OK);
+    assert_error_mentions("colsum", "contributing rows");
+    kvb_run_teardown(&r);
+}
+
+/* a host allocation that cannot be satisfied fails its case by name and size */
+static void test_host_alloc_failure_names_case(void **state)
+{
+    (void)state;
+    kvb_case c = parse("decode_attn B=1 L=16");
+    kvb_run r;
+    assert_int_equal(kvb_run_setup(&r, &c, NULL), KVB_OK);
+    jmp_buf jb;
+    volatile int jumped = 0;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        jumped = 1;
+    } else {
+        (void)kvb_run_alloc(&r, (size_t)1 << 62, "a huge tensor");
+        kvb_guard_leave();
+    }
+    assert_true(jumped);
+    assert_error_mentions("decode_attn B=1", "out of host memory", "4611686018427387904 bytes", "a huge tensor");
+    kvb_run_teardown(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ceiling_error_flagged),
+        cmocka_unit_test(test_zeros_caught_on_sampled_decode),
+        cmocka_unit_test(test_unsampled_slices_screened),
+        cmocka_unit_test(test_colsum_invariant_every_slice),
+        cmocka_unit_test(test_host_alloc_failure_names_case),
+    };
+    return cmocka_run_group_tests_name("trust", tests, NULL, NULL);
+}
