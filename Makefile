@@ -44,10 +44,11 @@ REF_SRC     := $(wildcard reference/*.c)
 HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c))
 SHIM_SRC    := harness/gbench_shim.cc
 KERNEL_SRC  := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*.cu) harness/gpu_util.cu)
+COMPOSE_SRC := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*.c)) # compositions: plain C over kernels/*.h
 
 REF_OBJ     := $(REF_SRC:%.c=$(OBJ)/%.o)
 HARNESS_OBJ := $(HARNESS_SRC:%.c=$(OBJ)/%.o) $(SHIM_SRC:%.cc=$(OBJ)/%.o)
-KERNEL_OBJ  := $(KERNEL_SRC:%.cu=$(OBJ)/%.o)
+KERNEL_OBJ  := $(KERNEL_SRC:%.cu=$(OBJ)/%.o) $(COMPOSE_SRC:%.c=$(OBJ)/%.o)
 LIB_OBJ     := $(REF_OBJ) $(HARNESS_OBJ) $(KERNEL_OBJ)
 
 KVBENCH     := $(BUILD)/bin/kvbench

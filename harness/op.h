@@ -92,6 +92,11 @@ typedef struct kvb_run {
     cudaStream_t stream, stream2;
     const kvb_ceilings *ceil;
     char note[256];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
+    /* compositions (kernels/compose.h): a launch with stage_timing set records per-stage device
+     * times, which the op's stage_times() copies here */
+    int stage_timing, n_stages;
+    char stage_name[16][48];
+    double stage_ms[16];
 } kvb_run;
 
 typedef struct kvb_op {
@@ -115,6 +120,9 @@ typedef struct kvb_op {
      * skips (for example: column sums of a head add up to its number of contributing rows). Reads
      * t->out after a download; KVB_OK, or an error naming the first violation. NULL: none. */
     int (*out_check)(kvb_run *r);
+    /* Compositions: after a launch made with r->stage_timing = 1, fill r->n_stages, r->stage_name and
+     * r->stage_ms (NULL for single kernels). */
+    int (*stage_times)(kvb_run *r);
 } kvb_op;
 
 /* registry.c */

@@ -1,14 +1,19 @@
-/* ops.h: helpers the kernel families' ops files export (used by tests too). */
+/* ops.h: helpers shared by the ops files and the tests (harness/inputs.c): no ops file exports to another. */
 #ifndef KVB_OPS_H
 #define KVB_OPS_H
 
 #include <stdint.h>
+
+#include "tensor.h"
 
 /* Seeded chunk ids of one ShadowKV step for `rows` (b, h) rows: old tags (n_old valid ids, the
  * rest -1, shuffled) and new ids (n_hit of the valid old ids plus M - n_hit ids not in old,
  * shuffled), all drawn from [0, n_ids). */
 void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old, int n_hit, int32_t *old_ids,
                        int32_t *new_ids);
+
+/* n distinct values drawn from [0, range) into out (perm: scratch of `range` int32). */
+void kvb_draw_distinct(kvb_rng *rng, int32_t *perm, int64_t range, int n, int32_t *out);
 
 /* Check what index_scan promises (gather_copy.md), independently of how it is computed: hits are
  * exactly the old ids found in new, listed by strictly ascending old slot with offsets[i] >= i;

@@ -56,25 +56,6 @@ static int validate_decode(const kvb_case *c)
     return KVB_OK;
 }
 
-/* ---- slice sampling (ops.h) ---- */
-
-uint8_t *kvb_sample_slices(int64_t n, double work_per_slice, double budget, int64_t *chosen)
-{
-    if (n <= 2 || n * work_per_slice <= budget) {
-        *chosen = n;
-        return NULL;
-    }
-    int64_t k = (int64_t)(budget / (work_per_slice > 0 ? work_per_slice : 1));
-    if (k < 2) k = 2;
-    if (k > n) k = n;
-    uint8_t *mask = calloc((size_t)n, 1);
-    for (int64_t i = 0; i < k; i++) mask[i * (n - 1) / (k - 1)] = 1; /* 0 and n-1 included */
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) count += mask[i];
-    *chosen = count;
-    return mask;
-}
-
 /* ---- setup ---- */
 
 typedef struct decode_priv {
@@ -169,7 +150,15 @@ static void teardown_decode(kvb_run *r)
 }
 
 const kvb_op op_decode_attn = {
-    "decode_attn", "decode", "dense decode attention: GQA, per-sequence lengths, flash decoding",
-    decode_params, NPARAMS(decode_params), "", {1e-2, 2e-2, 1e-2},
-    validate_decode, NULL, setup_decode, NULL, NULL, launch_decode, cost_decode, teardown_decode,
+    .name = "decode_attn",
+    .family = "decode",
+    .summary = "dense decode attention: GQA, per-sequence lengths, flash decoding",
+    .params = decode_params,
+    .n_params = NPARAMS(decode_params),
+    .tol = {1e-2, 2e-2, 1e-2},
+    .validate = validate_decode,
+    .setup = setup_decode,
+    .launch = launch_decode,
+    .cost = cost_decode,
+    .teardown = teardown_decode,
 };

@@ -23,6 +23,7 @@
 #include "ops.h"
 #if KVB_HAVE_CUDA
 #include "../kernels/gather_copy.h"
+#include "../kernels/step_gather.h"
 #endif
 
 /* ---- keys ---- */
@@ -156,38 +157,6 @@ static size_t host_bytes_packed(const kvb_case *c)
 /* ---- inputs ---- */
 
 /* Draw `n` distinct ids from [0, range) (partial Fisher-Yates over a scratch permutation). */
-static void draw_distinct(kvb_rng *rng, int32_t *perm, int64_t range, int n, int32_t *out)
-{
-    for (int64_t i = 0; i < range; i++) perm[i] = (int32_t)i;
-    for (int i = 0; i < n; i++) {
-        int64_t j = i + (int64_t)kvb_rng_below(rng, (uint64_t)(range - i));
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-        out[i] = perm[i];
-    }
-}
-
-void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old, int n_hit, int32_t *old_ids,
-                       int32_t *new_ids)
-{
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_ids);
-    int32_t *drawn = malloc(sizeof(int32_t) * (size_t)(n_old + M));
-    for (int r = 0; r < rows; r++) {
-        kvb_rng rng = kvb_rng_make(seed, kvb_stream_of("step_ids") + (uint64_t)r);
-        int32_t *old = old_ids + (int64_t)r * M, *now = new_ids + (int64_t)r * M;
-        draw_distinct(&rng, perm, n_ids, n_old + (M - n_hit), drawn);
-        for (int i = 0; i < M; i++) old[i] = i < n_old ? drawn[i] : -1;
-        /* the hits: a random n_hit of the old ids (drawn[0:n_old] is already in random order) */
-        for (int i = 0; i < n_hit; i++) now[i] = drawn[i];
-        for (int i = n_hit; i < M; i++) now[i] = drawn[n_old + (i - n_hit)];
-        kvb_shuffle_i32(&rng, old, M); /* unsorted tags, empties anywhere */
-        kvb_shuffle_i32(&rng, now, M);
-    }
-    free(perm);
-    free(drawn);
-}
-
 static int cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -221,7 +190,8 @@ typedef struct gather_priv {
     void **batch_dst, **batch_src; /* ce_batch */
     size_t *batch_size;
 #if KVB_HAVE_CUDA
-    cudaEvent_t ev_fork, ev_join;
+    gather_step_plan plan, plan_timed; /* gather_step: planned once, then only enqueued */
+    int planned;
 #endif
 } gather_priv;
 
@@ -384,7 +354,7 @@ static int setup_gather_all(kvb_run *r)
     for (int row = 0; row < g->B * g->Hkv; row++) { /* ascending, as top-k returns them */
         kvb_rng rng = kvb_rng_make(r->seed, kvb_stream_of("ids") + (uint64_t)row);
         int32_t *out = (int32_t *)ids->h + (int64_t)row * g->M;
-        draw_distinct(&rng, perm, g->host_chunks, g->M, out);
+        kvb_draw_distinct(&rng, perm, g->host_chunks, g->M, out);
         qsort(out, (size_t)g->M, sizeof(int32_t), cmp_i32);
     }
     free(perm);
@@ -433,7 +403,7 @@ static int setup_packed(kvb_run *r)
     for (int b = 0; b < p->B; b++) { /* ascending token positions, shared by all heads */
         kvb_rng rng = kvb_rng_make(r->seed, kvb_stream_of("idx") + (uint64_t)b);
         int32_t *out = (int32_t *)idx->h + (int64_t)b * p->k;
-        draw_distinct(&rng, perm, p->T, p->k, out);
+        kvb_draw_distinct(&rng, perm, p->T, p->k, out);
         qsort(out, (size_t)p->k, sizeof(int32_t), cmp_i32);
     }
     free(perm);
@@ -586,32 +556,39 @@ static int launch_gather_all(kvb_run *r)
     return KVB_OK;
 }
 
+/* gather_step is a composition (kernels/step_gather.h): planned here once, enqueued by each launch;
+ * a second plan records per-stage times for the report, outside the timed loop. */
 static int gpu_setup_step(kvb_run *r)
 {
     gather_priv *p = r->priv;
-    KVB_CUDA(cudaEventCreateWithFlags(&p->ev_fork, cudaEventDisableTiming));
-    KVB_CUDA(cudaEventCreateWithFlags(&p->ev_join, cudaEventDisableTiming));
+    kvb_tensor *cached = kvb_run_find(r, "cached_ids"), *fresh = kvb_run_find(r, "new_ids"),
+               *off = kvb_run_find(r, "offsets"), *cnts = kvb_run_find(r, "cnts");
+    for (int timed = 0; timed < 2; timed++) {
+        int rc = gather_step_plan_make(timed ? &p->plan_timed : &p->plan, r->c->id, &p->g, cached->d, fresh->d, off->d,
+                                       cnts->d, kvb_run_find(r, "Vh")->d, kvb_run_find(r, "Vbuf")->d,
+                                       kvb_run_find(r, "Kbuf")->d, kvb_run_find(r, "workspace_v")->d,
+                                       kvb_run_find(r, "workspace_k")->d, r->stream, r->stream2, timed);
+        if (rc) return rc;
+    }
+    p->planned = 1;
     return KVB_OK;
 }
 
-/* ShadowKV's fetch: index_scan, then V (PCIe-bound) on one stream beside K (device) on another */
 static int launch_gather_step(kvb_run *r)
 {
     gather_priv *p = r->priv;
-    const gather_layout *g = &p->g;
-    kvb_tensor *cached = kvb_run_find(r, "cached_ids"), *fresh = kvb_run_find(r, "new_ids"),
-               *off = kvb_run_find(r, "offsets"), *cnts = kvb_run_find(r, "cnts");
-    int rc = index_scan(cached->d, fresh->d, off->d, cnts->d, g->B, g->Hkv, g->M, r->stream);
+    return gather_step_enqueue(r->stage_timing ? &p->plan_timed : &p->plan);
+}
+
+static int stage_times_step(kvb_run *r)
+{
+    gather_priv *p = r->priv;
+    kvb_step *st = &p->plan_timed.step;
+    int rc = kvb_step_stage_ms(st, r->stage_ms);
     if (rc) return rc;
-    KVB_CUDA(cudaEventRecord(p->ev_fork, r->stream));
-    KVB_CUDA(cudaStreamWaitEvent(r->stream2, p->ev_fork, 0));
-    rc = gather_copy_d2d(kvb_run_find(r, "Kbuf")->d, off->d, cnts->d, g, kvb_run_find(r, "workspace_k")->d, r->stream2);
-    if (rc) return rc;
-    KVB_CUDA(cudaEventRecord(p->ev_join, r->stream2));
-    rc = gather_copy(kvb_run_find(r, "Vh")->d, kvb_run_find(r, "Vbuf")->d, off->d, cnts->d, g,
-                     kvb_run_find(r, "workspace_v")->d, r->stream);
-    KVB_CUDA(cudaStreamWaitEvent(r->stream, p->ev_join, 0));
-    return rc;
+    r->n_stages = st->n;
+    for (int i = 0; i < st->n; i++) snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", st->st[i].name);
+    return KVB_OK;
 }
 
 static int launch_packed(kvb_run *r)
@@ -656,6 +633,7 @@ static int no_device(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 #define launch_gather_step no_device
 #define launch_packed no_device
 #define gpu_setup_step NULL
+#define stage_times_step NULL
 #endif
 
 static void teardown_gather(kvb_run *r)
@@ -664,8 +642,10 @@ static void teardown_gather(kvb_run *r)
     if (!p) return;
 #if KVB_HAVE_CUDA
     if (p->staging) kvb_pinned_free(p->staging);
-    if (p->ev_fork) KVB_CUDA(cudaEventDestroy(p->ev_fork));
-    if (p->ev_join) KVB_CUDA(cudaEventDestroy(p->ev_join));
+    if (p->planned) {
+        gather_step_plan_destroy(&p->plan);
+        gather_step_plan_destroy(&p->plan_timed);
+    }
 #endif
     free(p->batch_dst), free(p->batch_src), free(p->batch_size);
     free(p);
@@ -730,82 +710,91 @@ static void cost_packed(const kvb_run *r, kvb_cost *c)
 /* ---- registry entries ---- */
 
 const kvb_op op_index_scan = {
-    "index_scan", "gather_copy", "ShadowKV cache lookup: hits by old slot, misses ascending",
-    index_scan_params, NPARAMS(index_scan_params), "", {0, 0, 0},
-    validate_index_scan, NULL, setup_index_scan, ref_check_index_scan, NULL, launch_index_scan, cost_index_scan,
-    teardown_gather,
+    .name = "index_scan",
+    .family = "gather_copy",
+    .summary = "ShadowKV cache lookup: hits by old slot, misses ascending",
+    .params = index_scan_params,
+    .n_params = NPARAMS(index_scan_params),
+    .validate = validate_index_scan,
+    .setup = setup_index_scan,
+    .ref_check = ref_check_index_scan,
+    .launch = launch_index_scan,
+    .cost = cost_index_scan,
+    .teardown = teardown_gather,
 };
 
 const kvb_op op_gather_copy = {
-    "gather_copy", "gather_copy", "ShadowKV value fetch: hits moved in the buffer, misses from pinned host memory",
-    gather_copy_params, NPARAMS(gather_copy_params), "memcpy_chunks|cpu_gather", {0, 0, 0},
-    validate_gather, host_bytes_gather, setup_gather_copy, NULL, NULL, launch_gather_copy, cost_gather_copy,
-    teardown_gather,
+    .name = "gather_copy",
+    .family = "gather_copy",
+    .summary = "ShadowKV value fetch: hits moved in the buffer, misses from pinned host memory",
+    .params = gather_copy_params,
+    .n_params = NPARAMS(gather_copy_params),
+    .wall_timed_impls = "memcpy_chunks|cpu_gather",
+    .validate = validate_gather,
+    .host_pool_bytes = host_bytes_gather,
+    .setup = setup_gather_copy,
+    .launch = launch_gather_copy,
+    .cost = cost_gather_copy,
+    .teardown = teardown_gather,
 };
 
 const kvb_op op_gather_copy_d2d = {
-    "gather_copy_d2d", "gather_copy", "ShadowKV key compaction: hits moved in the buffer",
-    gather_d2d_params, NPARAMS(gather_d2d_params), "memcpy_chunks", {0, 0, 0},
-    validate_gather, NULL, setup_gather_d2d, NULL, NULL, launch_gather_d2d, cost_gather_d2d, teardown_gather,
+    .name = "gather_copy_d2d",
+    .family = "gather_copy",
+    .summary = "ShadowKV key compaction: hits moved in the buffer",
+    .params = gather_d2d_params,
+    .n_params = NPARAMS(gather_d2d_params),
+    .wall_timed_impls = "memcpy_chunks",
+    .validate = validate_gather,
+    .setup = setup_gather_d2d,
+    .launch = launch_gather_d2d,
+    .cost = cost_gather_d2d,
+    .teardown = teardown_gather,
 };
 
 const kvb_op op_gather_copy_all = {
-    "gather_copy_all", "gather_copy", "value fetch without a cache: every slot from pinned host memory",
-    gather_all_params, NPARAMS(gather_all_params), "ce_batch|memcpy_chunks|cpu_gather", {0, 0, 0},
-    validate_gather, host_bytes_gather, setup_gather_all, NULL, NULL, launch_gather_all, cost_gather_all,
-    teardown_gather,
+    .name = "gather_copy_all",
+    .family = "gather_copy",
+    .summary = "value fetch without a cache: every slot from pinned host memory",
+    .params = gather_all_params,
+    .n_params = NPARAMS(gather_all_params),
+    .wall_timed_impls = "ce_batch|memcpy_chunks|cpu_gather",
+    .validate = validate_gather,
+    .host_pool_bytes = host_bytes_gather,
+    .setup = setup_gather_all,
+    .launch = launch_gather_all,
+    .cost = cost_gather_all,
+    .teardown = teardown_gather,
 };
 
 const kvb_op op_gather_step = {
-    "gather_step", "gather_copy", "ShadowKV fetch step: index_scan, then gather_copy (V) beside gather_copy_d2d (K)",
-    gather_step_params, NPARAMS(gather_step_params), "", {0, 0, 0},
-    validate_gather, host_bytes_gather, setup_gather_step, ref_check_index_scan, gpu_setup_step, launch_gather_step,
-    cost_gather_step, teardown_gather,
+    .name = "gather_step",
+    .family = "gather_copy",
+    .summary = "ShadowKV fetch step: index_scan, then gather_copy (V) beside gather_copy_d2d (K)",
+    .params = gather_step_params,
+    .n_params = NPARAMS(gather_step_params),
+    .validate = validate_gather,
+    .host_pool_bytes = host_bytes_gather,
+    .setup = setup_gather_step,
+    .ref_check = ref_check_index_scan,
+    .gpu_setup = gpu_setup_step,
+    .launch = launch_gather_step,
+    .cost = cost_gather_step,
+    .teardown = teardown_gather,
+    .stage_times = stage_times_step,
 };
 
 const kvb_op op_packed_load = {
-    "packed_load", "gather_copy", "OmniKV packed load: selected prompt rows of a segment of layers from the host",
-    packed_load_params, NPARAMS(packed_load_params), "memcpy_rows|cpu_gather", {0, 0, 0},
-    validate_packed, host_bytes_packed, setup_packed, NULL, NULL, launch_packed, cost_packed, teardown_gather,
+    .name = "packed_load",
+    .family = "gather_copy",
+    .summary = "OmniKV packed load: selected prompt rows of a segment of layers from the host",
+    .params = packed_load_params,
+    .n_params = NPARAMS(packed_load_params),
+    .wall_timed_impls = "memcpy_rows|cpu_gather",
+    .validate = validate_packed,
+    .host_pool_bytes = host_bytes_packed,
+    .setup = setup_packed,
+    .launch = launch_packed,
+    .cost = cost_packed,
+    .teardown = teardown_gather,
 };
-
-/* ---- index_scan properties (ops.h) ---- */
-
-static int row_has(const int32_t *ids, int M, int32_t k)
-{
-    for (int i = 0; i < M; i++)
-        if (ids[i] == k) return 1;
-    return 0;
-}
-
-int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, const int32_t *cached_after,
-                              const int32_t *offsets, const int32_t *cnts, int rows, int M)
-{
-    for (int r = 0; r < rows; r++) {
-        const int32_t *old = old_ids + (int64_t)r * M, *now = new_ids + (int64_t)r * M;
-        const int32_t *off = offsets + (int64_t)r * M, *after = cached_after + (int64_t)r * M;
-        int cnt = cnts[r], expect_hits = 0;
-        for (int j = 0; j < M; j++) expect_hits += old[j] >= 0 && row_has(now, M, old[j]);
-        if (cnt != expect_hits)
-            return kvb_fail(KVB_EINVAL, "row %d: cnt=%d but %d old ids are among the new ones", r, cnt, expect_hits);
-        for (int i = 0; i < cnt; i++) {
-            int s = off[i];
-            if (s < 0 || s >= M) return kvb_fail(KVB_EINVAL, "row %d: hit %d has old slot %d outside [0, %d)", r, i, s, M);
-            if (i > 0 && s <= off[i - 1])
-                return kvb_fail(KVB_EINVAL, "row %d: hits not sorted by old slot (offsets[%d]=%d after %d)", r, i, s, off[i - 1]);
-            if (s < i) return kvb_fail(KVB_EINVAL, "row %d: offsets[%d]=%d < %d for a hit", r, i, s, i);
-            if (old[s] < 0 || !row_has(now, M, old[s]))
-                return kvb_fail(KVB_EINVAL, "row %d: hit %d points at old slot %d (id %d), not a new id", r, i, s, old[s]);
-            if (after[i] != old[s]) return kvb_fail(KVB_EINVAL, "row %d: slot %d holds %d, expected %d", r, i, after[i], old[s]);
-        }
-        for (int i = cnt; i < M; i++) {
-            int32_t k = off[i];
-            if (!row_has(now, M, k) || row_has(old, M, k))
-                return kvb_fail(KVB_EINVAL, "row %d: miss %d is id %d, which is not a new id missing from old", r, i, k);
-            if (i > cnt && k <= off[i - 1])
-                return kvb_fail(KVB_EINVAL, "row %d: misses not ascending (offsets[%d]=%d after %d)", r, i, k, off[i - 1]);
-            if (after[i] != k) return kvb_fail(KVB_EINVAL, "row %d: slot %d holds %d, expected %d", r, i, after[i], k);
-        }
-    }
-    return KVB_OK;
-}

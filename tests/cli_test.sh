@@ -79,6 +79,9 @@ fi
 expect "list shows the decode and int2 cases" 0 '^bench +int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64' -- list --cases "$cases" int2_decode_attn
 expect "help" 0 'usage: kvbench' -- help
 
+# fault injection: outputs of zeros must fail validation for every smoke case (references only, no GPU)
+expect "zeros caught on every smoke case" 0 'fault injection \(outputs of zeros\): [0-9]+ caught, 0 missed' -- check --cases "$cases" --tier smoke --fault zeros
+
 # compare: a 10% slower case beyond the noise is a regression, a 1% change within noise is not
 mk() { printf '{"context": {}, "benchmarks": [{"name": "x B=1", "real_time": %s, "time_unit": "us", "median_us": %s, "noise_pct": %s}]}\n' "$2" "$2" "$3" >"$1"; }
 mk "$tmp/base.json" 100 1
