@@ -2,22 +2,19 @@
 # selective_attn_round.sh BUNDLE OUT: the selective_attn family's GPU round, from a bundle (make bundle),
 # in one command on the GPU machine:
 #   1. gpu_round.sh over the selective_attn, heavy_hitters and snapkv cases: device facts, the test
-#      programs, kvbench check (check tier), kvbench bench (bench tier) -> round.log, check.json,
-#      bench.json, summary.md
-#   2. the external peer in the same run: torch_flash_peer.py (PyTorch's flash forward) -> torch_flash.json
-#   3. compute-sanitizer memcheck and racecheck on a few small cases -> sanitizer.log
-#   4. the kernels' SASS instruction mix (HMMA, LDSM, MUFU.EX2, local memory) and one Nsight Compute
+#      programs, kvbench check (check tier), the external peers of the same run (torch_peers.py:
+#      SDPA's cuDNN and flash forwards, torch.topk), kvbench bench --peers (bench tier) -> round.log,
+#      check.json, peers.json, bench.json, summary.md
+#   2. compute-sanitizer memcheck and racecheck on a few small cases -> sanitizer.log
+#   3. the kernels' SASS instruction mix (HMMA, LDSM, MUFU.EX2, local memory) and one Nsight Compute
 #      pass over both kernels of a 4K case -> kernels.txt
-# Extra arguments go to kvbench (e.g. --benchmark_min_time=0.05). PEER=0, SAN=0, NCU=0 skip steps.
+# Extra arguments go to kvbench (e.g. --benchmark_min_time=0.05). PEERS=0, SAN=0, NCU=0 skip steps.
 set -u
 b=$(cd "${1:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}" && pwd)
 out=${2:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}
 shift 2
 mkdir -p "$out"
-bash "$b/gpu_round.sh" "$out" selective_attn heavy_hitters snapkv "$@"
-if [ "${PEER:-1}" = 1 ]; then
-    PYTHONUNBUFFERED=1 python3 "$b/torch_flash_peer.py" --out "$out/torch_flash.json" 2>&1 | tail -n 8
-fi
+PEERS_ONLY=${PEERS_ONLY:-sdpa,topk} bash "$b/gpu_round.sh" "$out" selective_attn heavy_hitters snapkv "$@"
 kv="$b/bin/kvbench"
 small=("selective_attn B=1 Hq=8 Hkv=2 L=1000 D=128 causal=1 w0=0 group_sum=1"
     "selective_attn B=1 Hq=4 Hkv=2 L=127 D=64 causal=0 w0=95 need_out=0 group_sum=1"
