@@ -54,12 +54,31 @@ static int enum_choice(const char *choices, int i, char *buf, size_t n)
     return 1;
 }
 
-static int enum_index(const char *choices, const char *value)
+/* The i-th choice of an enum key; a key without choices takes them from the op's impl table. */
+static int param_choice(const kvb_op *op, const kvb_param *p, int i, char *buf, size_t n)
+{
+    if (p->choices) return enum_choice(p->choices, i, buf, n);
+    if (i < 0 || i >= op->n_impls) return 0;
+    snprintf(buf, n, "%s", op->impls[i].name);
+    return 1;
+}
+
+static int enum_index(const kvb_op *op, const kvb_param *p, const char *value)
 {
     char buf[64];
-    for (int i = 0; enum_choice(choices, i, buf, sizeof buf); i++)
+    for (int i = 0; param_choice(op, p, i, buf, sizeof buf); i++)
         if (!strcmp(buf, value)) return i;
     return -1;
+}
+
+/* "a|b|c" of an enum key, for messages. */
+static void choices_text(const kvb_op *op, const kvb_param *p, char *buf, size_t n)
+{
+    size_t len = 0;
+    char c[64];
+    buf[0] = '\0';
+    for (int i = 0; len < n && param_choice(op, p, i, c, sizeof c); i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", c);
 }
 
 /* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix. */
@@ -105,11 +124,11 @@ static void list_kernels(char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", kvb_op_at(i)->name);
 }
 
-static void format_value(const kvb_param *p, double v, char *buf, size_t n)
+static void format_value(const kvb_op *op, const kvb_param *p, double v, char *buf, size_t n)
 {
     if (p->type == KVB_P_INT) snprintf(buf, n, "%lld", (long long)v);
     else if (p->type == KVB_P_FLOAT) snprintf(buf, n, "%.10g", v);
-    else if (!enum_choice(p->choices, (int)v, buf, n)) snprintf(buf, n, "?");
+    else if (!param_choice(op, p, (int)v, buf, n)) snprintf(buf, n, "?");
 }
 
 static void make_id(kvb_case *c)
@@ -117,7 +136,7 @@ static void make_id(kvb_case *c)
     size_t len = (size_t)snprintf(c->id, sizeof c->id, "%s", c->op->name);
     for (int i = 0; i < c->op->n_params && len < sizeof c->id; i++) {
         char v[64];
-        format_value(&c->op->params[i], c->v[i], v, sizeof v);
+        format_value(c->op, &c->op->params[i], c->v[i], v, sizeof v);
         len += (size_t)snprintf(c->id + len, sizeof c->id - len, " %s=%s", c->op->params[i].name, v);
     }
 }
@@ -195,8 +214,12 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
             if (v < p->lo || v > p->hi) FAIL("%s: %s=%g out of range [%g, %g]", op->name, p->name, v, p->lo, p->hi);
             c.v[pi] = v;
         } else {
-            int e = enum_index(p->choices, val);
-            if (e < 0) FAIL("%s: %s=%s is not one of %s", op->name, p->name, val, p->choices);
+            int e = enum_index(op, p, val);
+            if (e < 0) {
+                char choices[512];
+                choices_text(op, p, choices, sizeof choices);
+                FAIL("%s: %s=%s is not one of %s", op->name, p->name, val, choices);
+            }
             c.v[pi] = e;
         }
     }
@@ -232,7 +255,7 @@ const char *kvb_case_enum(const kvb_case *c, const char *name)
         abort();
     }
     char *b = buf[next++ & 3];
-    enum_choice(c->op->params[i].choices, (int)c->v[i], b, 64);
+    param_choice(c->op, &c->op->params[i], (int)c->v[i], b, 64);
     return b;
 }
 

@@ -2,6 +2,7 @@
  * subcommands (check.c, bench.c, compare_results.c; cli.h says which file holds what).
  *
  *   kvbench list     [FILTER...]                 case ids (all tiers unless --tier)
+ *   kvbench kernels                              every kernel, its keys and its implementations
  *   kvbench check    [FILTER...] [--json F] [--dump DIR]   CUDA vs reference, exit 1 on a failure
  *   kvbench bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_*...]
  *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
@@ -22,6 +23,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kvbench <command> [FILTER...] [options]\n"
             "  list     [FILTER...]                      list case ids\n"
+            "  kernels                                   every kernel with its keys and implementations\n"
             "  check    [FILTER...] [--json F] [--dump DIR]\n"
             "                                            run CUDA and the C reference, compare; exit 1 on a failure\n"
             "           --fault zeros                    fault injection, no device needed: validate outputs of\n"
@@ -119,6 +121,20 @@ static int cmd_list(const kvb_options *o)
     return 0;
 }
 
+static int cmd_kernels(void)
+{
+    for (int i = 0; i < kvb_op_count(); i++) {
+        const kvb_op *op = kvb_op_at(i);
+        printf("%s (%s): %s\n  keys:", op->name, op->family, op->summary);
+        for (int k = 0; k < op->n_params; k++) printf(" %s", op->params[k].name);
+        printf("\n");
+        for (int k = 0; k < op->n_impls; k++)
+            printf("  impl=%-14s %s%s\n", op->impls[k].name, op->impls[k].about,
+                   op->impls[k].wall_timed ? " [wall-timed: includes host work]" : "");
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* compare has options of its own: it parses its arguments itself */
@@ -132,6 +148,7 @@ int main(int argc, char **argv)
     if (rc) return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(o.cmd, "list")) return cmd_list(&o);
+    if (!strcmp(o.cmd, "kernels")) return cmd_kernels();
     if (!strcmp(o.cmd, "check")) return kvb_cmd_check(&o);
     if (!strcmp(o.cmd, "bench")) return kvb_cmd_bench(&o);
     if (!strcmp(o.cmd, "ceilings")) return cmd_ceilings(&o);

@@ -99,21 +99,33 @@ typedef struct kvb_run {
     double stage_ms[16];
 } kvb_run;
 
+/* One implementation of an op: the suite's kernel or a baseline. An op's table of these gives the
+ * `impl=` choices (a key {"impl", KVB_P_ENUM, ..., choices NULL} takes its choices from the table,
+ * the first entry being the default), which launch runs, and which are wall-timed. */
+typedef struct kvb_impl {
+    const char *name;
+    int (*launch)(kvb_run *r); /* enqueue one launch on r->stream (NULL: the op's launch) */
+    int wall_timed;            /* its cost includes host work: timed on the wall clock of an idle stream
+                                  rather than behind a blocking kernel */
+    const char *about;         /* one line for `kvbench kernels` */
+} kvb_impl;
+
 typedef struct kvb_op {
     const char *name;    /* the kernel name in case lines */
     const char *family;  /* kernels/<family>.cu, reference/<family>.c */
     const char *summary;
     const kvb_param *params;
     int n_params;
-    const char *wall_timed_impls; /* impls whose cost includes host work: timed on the wall clock of an
-                                     idle stream rather than behind a blocking kernel ("" = none) */
+    const kvb_impl *impls;        /* the implementations (NULL: one, "kernel", through launch) */
+    int n_impls;
     kvb_tol tol;                  /* default tolerances for floating outputs */
     int (*validate)(const kvb_case *c);               /* cross-key checks, via kvb_fail */
     size_t (*host_pool_bytes)(const kvb_case *c);     /* pinned host pool this case needs (or NULL) */
     int (*setup)(kvb_run *r);                         /* host inputs, tensors, reference outputs */
     int (*ref_check)(kvb_run *r);                     /* invariants of the reference result (or NULL) */
     int (*gpu_setup)(kvb_run *r);                     /* op-private device state (or NULL) */
-    int (*launch)(kvb_run *r);                        /* enqueue one launch on r->stream */
+    int (*launch)(kvb_run *r);                        /* enqueue one launch on r->stream, for impls
+                                                         without a launch of their own */
     void (*cost)(const kvb_run *r, kvb_cost *cost);
     void (*teardown)(kvb_run *r);                     /* free op-private state (or NULL) */
     /* Invariants of the device's outputs checked on EVERY slice, also those a sampled reference
@@ -129,6 +141,7 @@ typedef struct kvb_op {
 const kvb_op *kvb_op_find(const char *name);
 int kvb_op_count(void);
 const kvb_op *kvb_op_at(int i);
+#define KVB_IMPLS(table) .impls = (table), .n_impls = (int)(sizeof(table) / sizeof((table)[0]))
 
 /* run.c: tensors and the generic device lifecycle */
 kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, const int64_t *shape,

@@ -34,7 +34,7 @@ static const kvb_param decode_params[] = {
     {"vary", KVB_P_INT, 0, 0, 1, NULL, "1: sequences 1..B-1 get seeded lengths in [1, len]"},
     {"dist", KVB_P_ENUM, 0, 0, 0, "normal|peaked", "inputs: normal, or peaked (q with std 3)"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
-    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|steps2", "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 
 static decode_layout layout_of(const kvb_case *c)
@@ -149,6 +149,11 @@ static void teardown_decode(kvb_run *r)
     r->priv = NULL;
 }
 
+static const kvb_impl decode_impls[] = {
+    {"kernel", NULL, 0, "flash decoding, one 16-token step per warp in flight"},
+    {"steps2", NULL, 0, "the same kernel with two steps per warp in flight (kept to compare)"},
+};
+
 const kvb_op op_decode_attn = {
     .name = "decode_attn",
     .family = "decode",
@@ -159,6 +164,7 @@ const kvb_op op_decode_attn = {
     .validate = validate_decode,
     .setup = setup_decode,
     .launch = launch_decode,
+    KVB_IMPLS(decode_impls),
     .cost = cost_decode,
     .teardown = teardown_decode,
 };

@@ -670,31 +670,69 @@ static void teardown_int2(kvb_run *r)
 /* ---- registry entries ---- */
 
 const kvb_op op_int2_quantize = {
-    "int2_quantize", "int2", "INT2 quantize/pack of a prompt: keys per channel, values per token (bit-exact)",
-    quantize_params, NPARAMS(quantize_params), "", {0, 0, 0},
-    validate_quantize, NULL, setup_quantize, NULL, NULL, launch_quantize, cost_quantize, teardown_int2,
+    .name = "int2_quantize",
+    .family = "int2",
+    .summary = "INT2 quantize/pack of a prompt: keys per channel, values per token (bit-exact)",
+    .params = quantize_params,
+    .n_params = NPARAMS(quantize_params),
+    .validate = validate_quantize,
+    .setup = setup_quantize,
+    .launch = launch_quantize,
+    .cost = cost_quantize,
+    .teardown = teardown_int2,
 };
 
 const kvb_op op_int2_append = {
-    "int2_append", "int2", "INT2 decode-step append to the bf16 residual, flush every 128 tokens (bit-exact)",
-    append_params, NPARAMS(append_params), "", {0, 0, 0},
-    validate_append, NULL, setup_append, NULL, NULL, launch_append, cost_append, teardown_int2,
+    .name = "int2_append",
+    .family = "int2",
+    .summary = "INT2 decode-step append to the bf16 residual, flush every 128 tokens (bit-exact)",
+    .params = append_params,
+    .n_params = NPARAMS(append_params),
+    .validate = validate_append,
+    .setup = setup_append,
+    .launch = launch_append,
+    .cost = cost_append,
+    .teardown = teardown_int2,
 };
 
 const kvb_op op_int2_qk = {
-    "int2_qk", "int2", "fused dequant-matmul q . dequant(K) over the INT2 keys (fp32 scores)",
-    matmul_params, NPARAMS(matmul_params), "", {1e-5, 1e-3, 1e-3},
-    validate_matmul, NULL, setup_qk, NULL, NULL, launch_qk, cost_qk, teardown_int2,
+    .name = "int2_qk",
+    .family = "int2",
+    .summary = "fused dequant-matmul q . dequant(K) over the INT2 keys (fp32 scores)",
+    .params = matmul_params,
+    .n_params = NPARAMS(matmul_params),
+    .tol = {1e-5, 1e-3, 1e-3},
+    .validate = validate_matmul,
+    .setup = setup_qk,
+    .launch = launch_qk,
+    .cost = cost_qk,
+    .teardown = teardown_int2,
 };
 
 const kvb_op op_int2_av = {
-    "int2_av", "int2", "fused dequant-matmul p . dequant(V) over the INT2 values (fp32 out)",
-    matmul_params, NPARAMS(matmul_params), "", {1e-5, 1e-3, 1e-3},
-    validate_matmul, NULL, setup_av, NULL, NULL, launch_av, cost_av, teardown_int2,
+    .name = "int2_av",
+    .family = "int2",
+    .summary = "fused dequant-matmul p . dequant(V) over the INT2 values (fp32 out)",
+    .params = matmul_params,
+    .n_params = NPARAMS(matmul_params),
+    .tol = {1e-5, 1e-3, 1e-3},
+    .validate = validate_matmul,
+    .setup = setup_av,
+    .launch = launch_av,
+    .cost = cost_av,
+    .teardown = teardown_int2,
 };
 
 const kvb_op op_int2_decode_attn = {
-    "int2_decode_attn", "int2", "fused INT2 decode attention (quantized tokens + bf16 residual), with peers",
-    attn_params, NPARAMS(attn_params), "", {1e-2, 2e-2, 1e-2},
-    validate_attn, NULL, setup_attn, NULL, NULL, launch_attn, cost_attn, teardown_int2,
+    .name = "int2_decode_attn",
+    .family = "int2",
+    .summary = "fused INT2 decode attention (quantized tokens + bf16 residual), with peers",
+    .params = attn_params,
+    .n_params = NPARAMS(attn_params),
+    .tol = {1e-2, 2e-2, 1e-2},
+    .validate = validate_attn,
+    .setup = setup_attn,
+    .launch = launch_attn,
+    .cost = cost_attn,
+    .teardown = teardown_int2,
 };

@@ -671,20 +671,46 @@ static int out_check_attn(kvb_run *r)
 }
 
 const kvb_op op_selective_attn = {
-    "selective_attn", "selective_attn", "flash attention that also returns exact column sums of the probabilities",
-    attn_params, NPARAMS(attn_params), "", {1e-2, 2e-2, 1e-2},
-    validate_attn, NULL, setup_attn, ref_check_attn, gpu_setup_attn, launch_attn, cost_attn, teardown_sattn,
-    out_check_attn,
+    .name = "selective_attn",
+    .family = "selective_attn",
+    .summary = "flash attention that also returns exact column sums of the probabilities",
+    .params = attn_params,
+    .n_params = NPARAMS(attn_params),
+    .tol = {1e-2, 2e-2, 1e-2},
+    .validate = validate_attn,
+    .setup = setup_attn,
+    .ref_check = ref_check_attn,
+    .gpu_setup = gpu_setup_attn,
+    .launch = launch_attn,
+    .cost = cost_attn,
+    .teardown = teardown_sattn,
+    .out_check = out_check_attn,
 };
 
 const kvb_op op_heavy_hitters = {
-    "heavy_hitters", "heavy_hitters", "MiniKV heavy hitters from column sums (top-k + recent window, pyramid), gather of K, V",
-    hh_params, NPARAMS(hh_params), "", {0, 0, 0},
-    validate_hh, NULL, setup_hh, NULL, NULL, launch_hh, cost_hh, teardown_sattn,
+    .name = "heavy_hitters",
+    .family = "heavy_hitters",
+    .summary = "MiniKV heavy hitters from column sums (top-k + recent window, pyramid), gather of K, V",
+    .params = hh_params,
+    .n_params = NPARAMS(hh_params),
+    .validate = validate_hh,
+    .setup = setup_hh,
+    .launch = launch_hh,
+    .cost = cost_hh,
+    .teardown = teardown_sattn,
 };
 
 const kvb_op op_snapkv = {
-    "snapkv", "heavy_hitters", "RocketKV SnapKV++: window column sums per KV group, max-pooling, top-k + window, gather",
-    snap_params, NPARAMS(snap_params), "", {1e-3, 1e-3, 1e-3},
-    validate_snap, NULL, setup_snap, ref_check_snap, NULL, launch_snap, cost_snap, teardown_sattn,
+    .name = "snapkv",
+    .family = "heavy_hitters",
+    .summary = "RocketKV SnapKV++: window column sums per KV group, max-pooling, top-k + window, gather",
+    .params = snap_params,
+    .n_params = NPARAMS(snap_params),
+    .tol = {1e-3, 1e-3, 1e-3},
+    .validate = validate_snap,
+    .setup = setup_snap,
+    .ref_check = ref_check_snap,
+    .launch = launch_snap,
+    .cost = cost_snap,
+    .teardown = teardown_sattn,
 };

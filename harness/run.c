@@ -79,16 +79,19 @@ const char *kvb_run_impl(const kvb_run *r)
     return op_has_param(r->op, "impl") ? kvb_case_enum(r->c, "impl") : "kernel";
 }
 
+/* The op's table entry for the case's impl= (NULL for an op without a table). */
+static const kvb_impl *run_impl_entry(const kvb_run *r)
+{
+    const char *name = kvb_run_impl(r);
+    for (int i = 0; i < r->op->n_impls; i++)
+        if (!strcmp(r->op->impls[i].name, name)) return &r->op->impls[i];
+    return NULL;
+}
+
 int kvb_run_wall_timed(const kvb_run *r)
 {
-    const char *impl = kvb_run_impl(r), *list = r->op->wall_timed_impls;
-    size_t n = strlen(impl);
-    for (const char *p = list; p && *p;) {
-        size_t len = strcspn(p, "|");
-        if (len == n && !strncmp(p, impl, n)) return 1;
-        p += len + (p[len] == '|');
-    }
-    return 0;
+    const kvb_impl *e = run_impl_entry(r);
+    return e && e->wall_timed;
 }
 
 int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil)
@@ -139,7 +142,8 @@ int kvb_run_reset(kvb_run *r)
 
 int kvb_run_launch(kvb_run *r)
 {
-    int rc = r->op->launch(r);
+    const kvb_impl *e = run_impl_entry(r);
+    int rc = e && e->launch ? e->launch(r) : r->op->launch(r);
 #if KVB_HAVE_CUDA
     KVB_CUDA_LAUNCHED();
 #endif
