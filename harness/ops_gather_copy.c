@@ -22,6 +22,7 @@
 #include "op.h"
 #include "ops.h"
 #if KVB_HAVE_CUDA
+#include "../kernels/gather_baselines.h"
 #include "../kernels/gather_copy.h"
 #include "../kernels/step_gather.h"
 #endif
@@ -426,17 +427,9 @@ static int setup_packed(kvb_run *r)
 /* ---- launches ---- */
 
 #if KVB_HAVE_CUDA
-static kvb_bf16 *slot_of(void *buf, const gather_layout *g, int64_t row, int64_t slot)
-{
-    return (kvb_bf16 *)buf + (row * g->NB + g->sparse_start + slot * g->c) * g->D;
-}
-
-static const kvb_bf16 *host_chunk(const void *vh, const gather_layout *g, int64_t row, int64_t id)
-{
-    return (const kvb_bf16 *)vh + (row * g->host_stride + id) * gather_chunk_elems(g);
-}
-
-static kvb_bf16 *staging(gather_priv *p, size_t bytes)
+/* Pinned staging for the cpu_gather baselines, sized once from the layout (the first launch is a
+ * warm-up, outside the timed loop). */
+static void *staging(gather_priv *p, size_t bytes)
 {
     if (p->staging_bytes < bytes) {
         kvb_pinned_free(p->staging);
@@ -444,24 +437,6 @@ static kvb_bf16 *staging(gather_priv *p, size_t bytes)
         p->staging_bytes = bytes;
     }
     return p->staging;
-}
-
-/* Baseline: hits one D2D copy each, in ascending slot order (the stream keeps them ordered), then
- * misses one H2D copy each. The ids are read on the host, as such a baseline would need them. */
-static void memcpy_chunks(kvb_run *r, const gather_layout *g, void *buf, const void *vh, const int32_t *off,
-                          const int32_t *cnts, int with_misses)
-{
-    size_t chunk = (size_t)gather_chunk_bytes(g);
-    for (int64_t row = 0; row < (int64_t)g->B * g->Hkv; row++) {
-        const int32_t *o = off + row * g->M;
-        for (int i = 0; i < cnts[row]; i++)
-            if (o[i] != i) KVB_CUDA(cudaMemcpyAsync(slot_of(buf, g, row, i), slot_of(buf, g, row, o[i]), chunk,
-                                                    cudaMemcpyDeviceToDevice, r->stream));
-        if (with_misses)
-            for (int i = cnts[row]; i < g->M; i++)
-                KVB_CUDA(cudaMemcpyAsync(slot_of(buf, g, row, i), host_chunk(vh, g, row, o[i]), chunk,
-                                         cudaMemcpyHostToDevice, r->stream));
-    }
 }
 
 static int launch_gather_copy(kvb_run *r)
@@ -472,36 +447,19 @@ static int launch_gather_copy(kvb_run *r)
                *cnts = kvb_run_find(r, "cnts"), *ws = kvb_run_find(r, "workspace");
     const char *impl = kvb_run_impl(r);
     if (!strcmp(impl, "kernel")) return gather_copy(vh->d, vbuf->d, off->d, cnts->d, g, ws->d, r->stream);
-    if (!strcmp(impl, "memcpy_chunks")) {
-        memcpy_chunks(r, g, vbuf->d, vh->h, off->h, cnts->h, 1);
-        return KVB_OK;
-    }
-    /* cpu_gather: hits by the suite's d2d kernel while the CPU gathers the misses into a pinned
-     * staging buffer; then one copy per (b, h) row, since each row's misses fill slots cnt .. M-1 */
+    if (!strcmp(impl, "memcpy_chunks")) return gather_memcpy_chunks(vbuf->d, vh->h, off->h, cnts->h, g, 1, r->stream);
+    /* cpu_gather: hits by the suite's d2d kernel while the CPU gathers the misses */
     int rc = gather_copy_d2d(vbuf->d, off->d, cnts->d, g, ws->d, r->stream);
     if (rc) return rc;
-    size_t chunk = (size_t)gather_chunk_bytes(g);
-    int rows = g->B * g->Hkv;
-    kvb_bf16 *st = staging(p, chunk * (size_t)rows * g->M);
-    const int32_t *o = off->h, *cn = cnts->h;
-    for (int64_t row = 0; row < rows; row++)
-        for (int i = cn[row]; i < g->M; i++)
-            memcpy((char *)st + (row * g->M + i) * chunk, host_chunk(vh->h, g, row, o[row * g->M + i]), chunk);
-    for (int64_t row = 0; row < rows; row++)
-        if (cn[row] < g->M)
-            KVB_CUDA(cudaMemcpyAsync(slot_of(vbuf->d, g, row, cn[row]), (char *)st + (row * g->M + cn[row]) * chunk,
-                                     chunk * (size_t)(g->M - cn[row]), cudaMemcpyHostToDevice, r->stream));
-    return KVB_OK;
+    return gather_cpu_misses(vbuf->d, vh->h, off->h, cnts->h, g, staging(p, gather_cpu_staging_bytes(g)), r->stream);
 }
 
 static int launch_gather_d2d(kvb_run *r)
 {
     gather_priv *p = r->priv;
     kvb_tensor *kbuf = kvb_run_find(r, "Kbuf"), *off = kvb_run_find(r, "offsets"), *cnts = kvb_run_find(r, "cnts");
-    if (!strcmp(kvb_run_impl(r), "memcpy_chunks")) {
-        memcpy_chunks(r, &p->g, kbuf->d, NULL, off->h, cnts->h, 0);
-        return KVB_OK;
-    }
+    if (!strcmp(kvb_run_impl(r), "memcpy_chunks"))
+        return gather_memcpy_chunks(kbuf->d, NULL, off->h, cnts->h, &p->g, 0, r->stream);
     return gather_copy_d2d(kbuf->d, off->d, cnts->d, &p->g, kvb_run_find(r, "workspace")->d, r->stream);
 }
 
@@ -513,47 +471,17 @@ static int launch_gather_all(kvb_run *r)
     const char *impl = kvb_run_impl(r);
     if (!strcmp(impl, "kernel")) return gather_copy_all(vh->d, vbuf->d, ids->d, g, r->stream);
     if (!strcmp(impl, "tma")) return gather_copy_all_tma(vh->d, vbuf->d, ids->d, g, r->stream);
-    int rows = g->B * g->Hkv;
-    size_t chunk = (size_t)gather_chunk_bytes(g);
-    const int32_t *id = ids->h;
-    if (!strcmp(impl, "ce_batch")) { /* the copy engines, one batch of per-chunk copies */
-        size_t n = (size_t)rows * g->M;
+    if (!strcmp(impl, "ce_batch")) {
         if (!p->batch_dst) {
-            p->batch_dst = malloc(n * sizeof(void *));
-            p->batch_src = malloc(n * sizeof(void *));
-            p->batch_size = malloc(n * sizeof(size_t));
+            size_t n = (size_t)g->B * g->Hkv * g->M;
+            p->batch_dst = kvb_run_alloc(r, n * sizeof(void *), "ce_batch descriptors");
+            p->batch_src = kvb_run_alloc(r, n * sizeof(void *), "ce_batch descriptors");
+            p->batch_size = kvb_run_alloc(r, n * sizeof(size_t), "ce_batch descriptors");
         }
-        for (int64_t row = 0; row < rows; row++)
-            for (int i = 0; i < g->M; i++) {
-                size_t k = (size_t)row * g->M + i;
-                p->batch_dst[k] = slot_of(vbuf->d, g, row, i);
-                p->batch_src[k] = (void *)host_chunk(vh->h, g, row, id[k]);
-                p->batch_size[k] = chunk;
-            }
-        struct cudaMemcpyAttributes attr;
-        memset(&attr, 0, sizeof attr);
-        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-        size_t attr_idx = 0;
-        KVB_CUDA(cudaMemcpyBatchAsync(p->batch_dst, (const void *const *)p->batch_src, p->batch_size, n, &attr,
-                                      &attr_idx, 1, r->stream));
-        return KVB_OK;
+        return gather_all_ce_batch(vbuf->d, vh->h, ids->h, g, p->batch_dst, p->batch_src, p->batch_size, r->stream);
     }
-    if (!strcmp(impl, "memcpy_chunks")) {
-        for (int64_t row = 0; row < rows; row++)
-            for (int i = 0; i < g->M; i++)
-                KVB_CUDA(cudaMemcpyAsync(slot_of(vbuf->d, g, row, i), host_chunk(vh->h, g, row, id[row * g->M + i]),
-                                         chunk, cudaMemcpyHostToDevice, r->stream));
-        return KVB_OK;
-    }
-    /* cpu_gather: every row's M chunks packed in staging, then one 2D copy into the sparse regions */
-    kvb_bf16 *st = staging(p, chunk * (size_t)rows * g->M);
-    for (int64_t row = 0; row < rows; row++)
-        for (int i = 0; i < g->M; i++)
-            memcpy((char *)st + (row * g->M + i) * chunk, host_chunk(vh->h, g, row, id[row * g->M + i]), chunk);
-    KVB_CUDA(cudaMemcpy2DAsync(slot_of(vbuf->d, g, 0, 0), (size_t)g->NB * g->D * 2, st, chunk * g->M, chunk * g->M,
-                               (size_t)rows, cudaMemcpyHostToDevice, r->stream));
-    return KVB_OK;
+    if (!strcmp(impl, "memcpy_chunks")) return gather_all_memcpy_chunks(vbuf->d, vh->h, ids->h, g, r->stream);
+    return gather_all_cpu(vbuf->d, vh->h, ids->h, g, staging(p, gather_cpu_staging_bytes(g)), r->stream);
 }
 
 /* gather_step is a composition (kernels/step_gather.h): planned here once, enqueued by each launch;
@@ -597,7 +525,6 @@ static int launch_packed(kvb_run *r)
     const packed_layout *p = &pr->p;
     kvb_tensor *kvh = kvb_run_find(r, "KVh"), *kvg = kvb_run_find(r, "KVg"), *idx = kvb_run_find(r, "idx");
     int64_t row = packed_row_elems(p);
-    size_t row_bytes = (size_t)row * 2;
     const kvb_bf16 *src[PACKED_MAX_LAYERS];
     kvb_bf16 *dst[PACKED_MAX_LAYERS];
     for (int l = 0; l < p->layers; l++) {
@@ -606,24 +533,8 @@ static int launch_packed(kvb_run *r)
     }
     const char *impl = kvb_run_impl(r);
     if (!strcmp(impl, "kernel")) return packed_load(src, dst, idx->d, p, r->stream);
-    const int32_t *ix = idx->h;
-    if (!strcmp(impl, "memcpy_rows")) {
-        for (int l = 0; l < p->layers; l++)
-            for (int64_t b = 0; b < p->B; b++)
-                for (int i = 0; i < p->k; i++)
-                    KVB_CUDA(cudaMemcpyAsync(dst[l] + (b * p->k + i) * row, src[l] + (b * p->T + ix[b * p->k + i]) * row,
-                                             row_bytes, cudaMemcpyHostToDevice, r->stream));
-        return KVB_OK;
-    }
-    /* cpu_gather: all layers' rows packed in staging in KVg's layout, then one copy */
-    kvb_bf16 *st = staging(pr, row_bytes * (size_t)p->layers * p->B * p->k);
-    for (int l = 0; l < p->layers; l++)
-        for (int64_t b = 0; b < p->B; b++)
-            for (int i = 0; i < p->k; i++)
-                memcpy(st + (((int64_t)l * p->B + b) * p->k + i) * row, src[l] + (b * p->T + ix[b * p->k + i]) * row,
-                       row_bytes);
-    KVB_CUDA(cudaMemcpyAsync(kvg->d, st, row_bytes * (size_t)p->layers * p->B * p->k, cudaMemcpyHostToDevice, r->stream));
-    return KVB_OK;
+    if (!strcmp(impl, "memcpy_rows")) return packed_load_memcpy_rows(src, dst, idx->h, p, r->stream);
+    return packed_load_cpu(src, dst, idx->h, p, staging(pr, packed_cpu_staging_bytes(p)), r->stream);
 }
 #else
 static int no_device(kvb_run *r) { (void)r; return KVB_EDEVICE; }
