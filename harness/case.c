@@ -81,18 +81,23 @@ static void choices_text(const kvb_op *op, const kvb_param *p, char *buf, size_t
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", c);
 }
 
-/* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix. */
+/* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix.
+ * Returns 1, 0 when s is not an integer, or -1 when its value does not fit in 64 bits (so the
+ * caller can say "out of range" instead of accepting a wrapped value: L=17592186044417M). */
 static int parse_int(const char *s, long long *out)
 {
     errno = 0;
     char *end;
     if (!*s || isspace((unsigned char)*s)) return 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || errno) return 0;
-    if (*end == 'K' && !end[1]) v *= 1024, end++;
-    else if (*end == 'M' && !end[1]) v *= 1048576, end++;
+    if (end == s) return 0;
+    if (errno == ERANGE) return -1;
+    if (errno) return 0;
+    long long scale = 1;
+    if (*end == 'K' && !end[1]) scale = 1024, end++;
+    else if (*end == 'M' && !end[1]) scale = 1048576, end++;
     if (*end) return 0;
-    *out = v;
+    if (__builtin_mul_overflow(v, scale, out)) return -1;
     return 1;
 }
 
@@ -204,7 +209,9 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
         if (set[pi]++) FAIL("%s: key '%s' given twice", op->name, p->name);
         if (p->type == KVB_P_INT) {
             long long v;
-            if (!parse_int(val, &v)) FAIL("%s: %s=%s is not an integer", op->name, p->name, val);
+            int ok = parse_int(val, &v);
+            if (!ok) FAIL("%s: %s=%s is not an integer", op->name, p->name, val);
+            if (ok < 0) FAIL("%s: %s=%s out of range [%.0f, %.0f]", op->name, p->name, val, p->lo, p->hi);
             if (v < p->lo || v > p->hi)
                 FAIL("%s: %s=%lld out of range [%.0f, %.0f]", op->name, p->name, v, p->lo, p->hi);
             c.v[pi] = (double)v;

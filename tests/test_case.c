@@ -85,6 +85,22 @@ static void test_bad_values(void **state)
     assert_int_equal(parse("gather_copy atol=-1"), KVB_EINVAL);
 }
 
+/* A suffix or the digits themselves must not wrap around 64 bits into an accepted value:
+ * 17592186044417M = 2^64 + 2^20 would wrap to L=1M. */
+static void test_integer_overflow_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("decode_attn L=17592186044417M"), KVB_EINVAL);
+    assert_error_mentions("L=17592186044417M out of range");
+    assert_int_equal(parse("decode_attn L=18014398509481985K"), KVB_EINVAL); /* 2^54+1 K wraps to 1K */
+    assert_error_mentions("out of range");
+    assert_int_equal(parse("decode_attn L=99999999999999999999"), KVB_EINVAL); /* beyond strtoll */
+    assert_error_mentions("L=99999999999999999999 out of range");
+    assert_int_equal(parse("decode_attn L=-9223372036854775808M"), KVB_EINVAL);
+    assert_error_mentions("out of range");
+    assert_int_equal(parse("decode_attn L=1M"), KVB_OK); /* the wrapped values' neighbour still parses */
+}
+
 /* The issue's list: M above 4096, a chunk not a multiple of 16 bytes, chunk ids outside the host
  * range, a negative size. */
 static void test_out_of_range_sizes(void **state)
@@ -165,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_malformed_tokens),
         cmocka_unit_test(test_unknown_and_duplicate_keys),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_integer_overflow_refused),
         cmocka_unit_test(test_out_of_range_sizes),
         cmocka_unit_test(test_case_files),
         cmocka_unit_test(test_shipped_case_files_parse),
