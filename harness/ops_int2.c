@@ -9,10 +9,8 @@
  *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: the best version, v2),
- *                     kernel_v1 (the first version, for one-run comparisons), kernel_v2_* (v2's measured
- *                     variants: magic = codes as 1024 + c instead of fp16 subnormals, nolo = q s_g without
- *                     its low half, 3blk = registers for 3 blocks per SM instead of 2), and the in-suite
- *                     peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
+ *                     kernel_v1 (the first version, for one-run comparisons; v2's other measured
+ *                     variants lost their A/B and left), and the in-suite peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
  *                     attention) and dense_bf16 (dense decode attention over the same tokens unquantized,
  *                     validated against the dense reference). The summary's speedups compare these at
  *                     equal shapes.
@@ -70,8 +68,7 @@ static const kvb_param append_params[] = {
 static const kvb_param matmul_params[] = {K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_DIST, K_SEED};
 static const kvb_param attn_params[] = {
     K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_R, K_DIST, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|kernel_v1|kernel_v2_magic|kernel_v2_nolo|kernel_v2_3blk|dequant_dense|dense_bf16",
-     "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation"},
 };
 
 enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFINITE };
@@ -608,35 +605,55 @@ static int setup_attn(kvb_run *r)
     return rc;
 }
 
+#if KVB_HAVE_CUDA
+static int launch_attn_dense(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    kvb_tensor *len = kvb_run_find(r, "len");
+    return decode_attn(kvb_run_find(r, "q")->d, kvb_run_find(r, "K")->d, kvb_run_find(r, "V")->d, len->d, len->h,
+                       kvb_run_find(r, "o")->d, &p->dense, kvb_run_find(r, "dense_workspace")->d, r->stream);
+}
+
+static int launch_attn_dequant_dense(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    kvb_tensor *len = kvb_run_find(r, "len");
+    void *Kd = kvb_run_find(r, "Kd")->d, *Vd = kvb_run_find(r, "Vd")->d;
+    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
+    return rc ? rc
+              : decode_attn(kvb_run_find(r, "q")->d, Kd, Vd, len->d, len->h, kvb_run_find(r, "o")->d, &p->dense,
+                            kvb_run_find(r, "dense_workspace")->d, r->stream);
+}
+
+static int launch_attn_v1(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    return int2_decode_attn_v1(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "o")->d, &p->l,
+                               kvb_run_find(r, "workspace")->d, r->stream);
+}
+
 static int launch_attn(kvb_run *r)
 {
-#if KVB_HAVE_CUDA
     int2_priv *p = r->priv;
-    const char *impl = kvb_run_impl(r);
-    void *q = kvb_run_find(r, "q")->d, *o = kvb_run_find(r, "o")->d;
-    if (!strcmp(impl, "dense_bf16")) {
-        kvb_tensor *len = kvb_run_find(r, "len");
-        return decode_attn(q, kvb_run_find(r, "K")->d, kvb_run_find(r, "V")->d, len->d, len->h, o, &p->dense,
-                           kvb_run_find(r, "dense_workspace")->d, r->stream);
-    }
     int2_cache c = cache_of(r, 1, 0);
-    if (!strcmp(impl, "dequant_dense")) {
-        kvb_tensor *len = kvb_run_find(r, "len");
-        void *Kd = kvb_run_find(r, "Kd")->d, *Vd = kvb_run_find(r, "Vd")->d;
-        int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
-        return rc ? rc : decode_attn(q, Kd, Vd, len->d, len->h, o, &p->dense, kvb_run_find(r, "dense_workspace")->d, r->stream);
-    }
-    void *ws = kvb_run_find(r, "workspace")->d;
-    if (!strcmp(impl, "kernel_v1")) return int2_decode_attn_v1(q, &c, o, &p->l, ws, r->stream);
-    if (!strcmp(impl, "kernel_v2_magic")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_MAGIC, r->stream);
-    if (!strcmp(impl, "kernel_v2_nolo")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_NOLO, r->stream);
-    if (!strcmp(impl, "kernel_v2_3blk")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_3BLK, r->stream);
-    return int2_decode_attn(q, &c, o, &p->l, ws, r->stream);
-#else
-    (void)r;
-    return KVB_EDEVICE;
-#endif
+    return int2_decode_attn(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "o")->d, &p->l,
+                            kvb_run_find(r, "workspace")->d, r->stream);
 }
+#else
+static int launch_attn(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+#define launch_attn_dense launch_attn
+#define launch_attn_dequant_dense launch_attn
+#define launch_attn_v1 launch_attn
+#endif
+
+static const kvb_impl attn_impls[] = {
+    {"kernel", NULL, 0, "v2: 2-bit codes straight into the tensor cores, scales folded into q and p"},
+    {"kernel_v1", launch_attn_v1, 0, "v1: codes dequantized to fp16 before the MMA (kept to compare)"},
+    {"dequant_dense", launch_attn_dequant_dense, 0, "peer: dequantize to bf16, then the dense decode kernel"},
+    {"dense_bf16", launch_attn_dense, 0, "peer: the dense decode kernel on the bf16 cache"},
+};
 
 /* Bytes: the packed cache (2-bit codes, fp16 scale and zero) and the bf16 residual, q, o; for the
  * dense peer the bf16 K and V of the same tokens. Goal (spec int2.md): the fused kernel at >= 80% of
@@ -733,6 +750,7 @@ const kvb_op op_int2_decode_attn = {
     .validate = validate_attn,
     .setup = setup_attn,
     .launch = launch_attn,
+    KVB_IMPLS(attn_impls),
     .cost = cost_attn,
     .teardown = teardown_int2,
 };

@@ -58,7 +58,7 @@ static const kvb_param attn_params[] = {
     {"need_out", KVB_P_INT, 1, 0, 1, NULL, "1: O and LSE of every row; 0: LSE of rows w0.. only, no O"},
     {"group_sum", KVB_P_INT, 0, 0, 1, NULL, "1: also colsum_kv, summed over the G query heads of each KV head"},
     K_INPUT, K_SAMPLE, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|fwd_only|colsum_only|cublas", "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation"},
 };
 static const kvb_param hh_params[] = {
     K_B, K_HQ, K_HKV, K_L, K_D,
@@ -174,7 +174,14 @@ static int validate_snap(const kvb_case *c)
 
 /* ---- op-private state ---- */
 
-enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS };
+enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS }; /* the order of attn_impls */
+/* One launch serves them all (launch_attn switches on the index): they share inputs and setup. */
+static const kvb_impl attn_impls[] = {
+    {"kernel", NULL, 0, "forward (O, LSE), then the key-block-major column-sum pass"},
+    {"fwd_only", NULL, 0, "the forward alone (O, LSE)"},
+    {"colsum_only", NULL, 0, "the column-sum pass alone, from an LSE computed in setup"},
+    {"cublas", NULL, 0, "peer: scores and probabilities materialized with cuBLAS, column sums by reduction"},
+};
 
 typedef struct sattn_priv {
     sattn_params p;
@@ -294,9 +301,8 @@ static void mask_slices(kvb_tensor *t, int64_t slice_len, const uint8_t *mask)
 static int impl_of(const kvb_run *r)
 {
     const char *impl = kvb_run_impl(r);
-    if (!strcmp(impl, "fwd_only")) return IMPL_FWD_ONLY;
-    if (!strcmp(impl, "colsum_only")) return IMPL_COLSUM_ONLY;
-    if (!strcmp(impl, "cublas")) return IMPL_CUBLAS;
+    for (int i = 0; i < (int)(sizeof attn_impls / sizeof attn_impls[0]); i++)
+        if (!strcmp(impl, attn_impls[i].name)) return i;
     return IMPL_KERNEL;
 }
 
@@ -537,8 +543,9 @@ static void cost_hh(const kvb_run *r, kvb_cost *c)
 {
     const sattn_priv *pv = r->priv;
     const double L = kvb_case_int(r->c, "L"), D = kvb_case_int(r->c, "D"), kept = (double)pv->rows * pv->n_keep;
-    c->bytes_dev = pv->rows * L * 4 + kept * 4 + 2 * 2 * kept * D * 2; /* scores once, keep, K and V rows read + written */
-    c->ceiling = KVB_CEIL_D2D;
+    /* scores once, keep, K and V rows read + written; read-mostly, so stated against the read-only ceiling */
+    c->bytes_dev = pv->rows * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
+    c->ceiling = KVB_CEIL_READ;
 }
 
 /* ---- snapkv ---- */
@@ -636,7 +643,7 @@ static void cost_snap(const kvb_run *r, kvb_cost *c)
      * floor), the window's Q, the scores, the kept rows of K and V read and written */
     c->flops = BH * 4 * D * sattn_pairs(p, p->w0);
     c->bytes_dev = n_kv * L * D * 2 + BH * pv->W * D * 2 + 3 * n_kv * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
-    c->ceiling = KVB_CEIL_D2D;
+    c->ceiling = KVB_CEIL_READ;
     c->workspace_bytes = BH * pv->W * 4 + BH * L * 4 + (double)pv->ws_bytes;
 }
 
@@ -682,6 +689,7 @@ const kvb_op op_selective_attn = {
     .ref_check = ref_check_attn,
     .gpu_setup = gpu_setup_attn,
     .launch = launch_attn,
+    KVB_IMPLS(attn_impls),
     .cost = cost_attn,
     .teardown = teardown_sattn,
     .out_check = out_check_attn,

@@ -1612,8 +1612,10 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-// The fused decode kernel of a version: v1, or v2 with its flags (INT2_V2_MAGIC, INT2_V2_NOLO).
-enum { ATTN_V1 = -1 };
+// The fused decode kernel of a version: v1 (ATTN_V1) or v2 (ATTN_V2). v2's template knobs (MAGIC
+// codes, no low half of q s_g, 3 blocks per SM) lost their A/B on the H200 (results/h200/int2/NOTES.md)
+// and are no longer instantiated: v2 runs as <MAGIC=false, LO=true, MINB=2>.
+enum { ATTN_V1 = -1, ATTN_V2 = 0 };
 
 template <int D, int GS>
 void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
@@ -1622,18 +1624,8 @@ void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
         *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
         return;
     }
-    const bool three = version & INT2_V2_3BLK;
-    *smem = three ? v2::smem_bytes<D, GS, v2::stages_of<3>()>() : v2::smem_bytes<D, GS, v2::stages_of<2>()>();
-    switch (version & (INT2_V2_MAGIC | INT2_V2_NOLO | INT2_V2_3BLK)) {
-    case 0: *kernel = v2::attn_kernel<D, GS, false, true, 2>; break;
-    case INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 2>; break;
-    case INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 2>; break;
-    case INT2_V2_MAGIC | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, true, false, 2>; break;
-    case INT2_V2_3BLK: *kernel = v2::attn_kernel<D, GS, false, true, 3>; break;
-    case INT2_V2_3BLK | INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 3>; break;
-    case INT2_V2_3BLK | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 3>; break;
-    default: *kernel = v2::attn_kernel<D, GS, true, false, 3>; break;
-    }
+    *kernel = v2::attn_kernel<D, GS, false, true, 2>;
+    *smem = v2::smem_bytes<D, GS, v2::stages_of<2>()>();
 }
 
 // Resident blocks of the version's kernel on this device (the stream-K grid: one wave).
@@ -1914,7 +1906,7 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 {
     if (int2_attn_check(l, "int2_decode_attn_workspace_bytes")) return 0;
     int cap = 0;
-    for (int v = ATTN_V1; v <= INT2_V2_ALL; v++) {
+    for (int v = ATTN_V1; v <= ATTN_V2; v++) {
         int c = 0;
         if (attn_capacity_of(l, v, &c)) return 0;
         cap = c > cap ? c : cap;
@@ -1964,21 +1956,13 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
 extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                                 void *workspace, cudaStream_t stream)
 {
-    return decode_attn_launch("int2_decode_attn", q, c, o, l, workspace, 0, stream);
+    return decode_attn_launch("int2_decode_attn", q, c, o, l, workspace, ATTN_V2, stream);
 }
 
 extern "C" int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                                    void *workspace, cudaStream_t stream)
 {
     return decode_attn_launch("int2_decode_attn_v1", q, c, o, l, workspace, ATTN_V1, stream);
-}
-
-extern "C" int int2_decode_attn_v2x(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                                    void *workspace, int flags, cudaStream_t stream)
-{
-    if (flags < 0 || flags > INT2_V2_ALL)
-        return kvb_fail(KVB_EINVAL, "int2_decode_attn_v2x: flags=%d out of range [0, %d]", flags, INT2_V2_ALL);
-    return decode_attn_launch("int2_decode_attn_v2x", q, c, o, l, workspace, flags, stream);
 }
 
 // Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).

@@ -41,7 +41,7 @@ shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal
 if [ "${VARIANTS:-1}" = 1 ]; then
     cases=()
     for s in "$shape32" "$shape128"; do
-        for i in kernel kernel_v2_3blk kernel_v2_nolo; do cases+=("$s impl=$i"); done
+        for i in kernel kernel_v1 dequant_dense dense_bf16; do cases+=("$s impl=$i"); done
     done
     "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$tmp/variants.json" --summary "$out/variants.md" "$@" \
         >"$tmp/variants.log" 2>&1
@@ -50,11 +50,11 @@ if [ "${VARIANTS:-1}" = 1 ]; then
     cat "$out/variants.md"
 fi
 spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
-"$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=kernel_v2_nolo" "$spiky impl=kernel_v2_magic" \
+"$kv" check --cases "$b/cases" "$spiky impl=kernel" \
     "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" >"$out/spiky.log" 2>&1
 # the bench shapes' error margins (the bench only prints them on a failure)
 "$kv" check --cases "$b/cases" "$shape32 impl=kernel" "$shape32 impl=kernel_v1" "$shape128 impl=kernel" \
-    "$shape128 impl=kernel_v2_3blk" "$shape128 impl=kernel_v1" >>"$out/spiky.log" 2>&1
+    "$shape128 impl=kernel_v1" >>"$out/spiky.log" 2>&1
 echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
 {
     echo "== SASS instruction mix per fused kernel (cuobjdump --dump-sass lib/libkvbench.so)"
