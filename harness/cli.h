@@ -85,6 +85,6 @@ void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_r
 int kvb_cmd_check(const kvb_options *o);
 int kvb_cmd_profile(const kvb_options *o);
 int kvb_cmd_bench(const kvb_options *o);
-int kvb_compare_main(int argc, char **argv); /* compare_results.c */
+/* kvb_compare_main: compare_results.h */
 
 #endif

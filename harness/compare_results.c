@@ -1,240 +1,239 @@
-/* compare_results.c: `kvbench compare BASE.json NEW.json [--threshold PCT]`.
- *
- * Reads two Google Benchmark JSON files written by `kvbench bench --json`, matches cases by id, and
- * reports each case's change of median time. A change counts only beyond the noise: more than twice
- * the larger of the two runs' noise (relative stddev of the samples). A case slower than the
- * threshold (default 5%) beyond the noise is a regression, and the exit status is 1.
- */
-#include <ctype.h>
+/* compare_results.c: see compare_results.h (the rules and the exit status). */
+#include "compare_results.h"
+
+#include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a minimal JSON reader: enough for Google Benchmark's output ---- */
+#include "../reference/kvb.h"
+#include "json_read.h"
 
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
+kvb_gate_verdict kvb_compare_case(const kvb_case_timing *base, const kvb_case_timing *cur, double threshold,
+                             double *change, double *z)
+{
+    *change = NAN, *z = NAN;
+    if (!cur->present) return KVB_V_MISSING;
+    if (!base->present) return KVB_V_NEW;
+    if (cur->failed) return KVB_V_FAILED;
+    if (base->failed) return KVB_V_FIXED;
+    const double m0 = base->median_us, m1 = cur->median_us;
+    *change = (m1 - m0) / m0;
+    /* fewer than 3 samples on either side: no estimate of the noise, so no change is significant */
+    if (base->n < 3 || cur->n < 3) return fabs(*change) <= threshold ? KVB_V_SAME : KVB_V_NOISY;
+    const double se0 = KVB_COMPARE_SE_MEDIAN * base->noise * m0 / sqrt(base->n);
+    const double se1 = KVB_COMPARE_SE_MEDIAN * cur->noise * m1 / sqrt(cur->n);
+    const double se = sqrt(se0 * se0 + se1 * se1);
+    *z = se > 0 ? fabs(m1 - m0) / se : (m1 != m0 ? INFINITY : 0);
+    if (fabs(*change) <= threshold) return KVB_V_SAME;
+    if (*z <= KVB_COMPARE_Z) return KVB_V_NOISY;
+    return *change > 0 ? KVB_V_SLOWER : KVB_V_FASTER;
+}
 
-typedef struct jval {
-    jtype type;
-    double num;
-    char *str;           /* J_STR */
-    struct jval *items;  /* J_ARR, J_OBJ values */
-    char **keys;         /* J_OBJ */
+/* ---- reading a bench file ---- */
+
+typedef struct entry {
+    char *id;
+    kvb_case_timing t;
+} entry;
+
+typedef struct bench_file {
+    kvb_jval root;
+    entry *e;
     int n;
-} jval;
+} bench_file;
 
-typedef struct jparser {
-    const char *p;
-    int error;
-} jparser;
-
-static void skip_ws(jparser *j)
+static int unusable(const char *path, const char *why)
 {
-    while (isspace((unsigned char)*j->p)) j->p++;
+    fprintf(stderr, "kvbench compare: %s: %s\n", path, why);
+    return 2;
 }
 
-static int parse_value(jparser *j, jval *v);
-
-static char *parse_string(jparser *j)
+/* The id is the benchmark name without Google Benchmark's "/manual_time" suffix. */
+static char *case_id(const char *name)
 {
-    if (*j->p != '"') return j->error = 1, NULL;
-    j->p++;
-    size_t cap = 64, len = 0;
-    char *s = malloc(cap);
-    while (*j->p && *j->p != '"') {
-        char c = *j->p++;
-        if (c == '\\') {
-            char e = *j->p++;
-            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'u' ? '?' : e;
-            if (e == 'u') j->p += 4 <= (int)strlen(j->p) ? 4 : 0;
-        }
-        if (len + 2 > cap) s = realloc(s, cap *= 2);
-        s[len++] = c;
-    }
-    if (*j->p != '"') return free(s), j->error = 1, NULL;
-    j->p++;
-    s[len] = '\0';
-    return s;
+    char *id = strdup(name);
+    char *slash = strstr(id, "/manual_time");
+    if (slash && !slash[12]) *slash = 0;
+    return id;
 }
 
-static int parse_container(jparser *j, jval *v, int object)
+static int load(const char *path, bench_file *f)
 {
-    v->type = object ? J_OBJ : J_ARR;
-    j->p++;
-    int cap = 8;
-    v->items = malloc(sizeof(jval) * (size_t)cap);
-    v->keys = object ? malloc(sizeof(char *) * (size_t)cap) : NULL;
-    skip_ws(j);
-    if (*j->p == (object ? '}' : ']')) return j->p++, 0;
-    for (;;) {
-        if (v->n == cap) {
-            cap *= 2;
-            v->items = realloc(v->items, sizeof(jval) * (size_t)cap);
-            if (object) v->keys = realloc(v->keys, sizeof(char *) * (size_t)cap);
+    memset(f, 0, sizeof *f);
+    if (kvb_json_read_file(path, &f->root)) return unusable(path, kvb_last_error());
+    const kvb_jval *ctx = kvb_jget(&f->root, "context"), *arr = kvb_jget(&f->root, "benchmarks");
+    if (!ctx || ctx->type != KVB_J_OBJ || !arr || arr->type != KVB_J_ARR)
+        return unusable(path, "not a Google Benchmark JSON file (no context object or benchmarks array)");
+    if (!kvb_jstr(ctx, "kvbench_git_revision"))
+        return unusable(path, "not written by kvbench bench (no kvbench_git_revision in its context)");
+    f->e = calloc((size_t)arr->n + 1, sizeof *f->e);
+    for (int i = 0; i < arr->n; i++) {
+        const kvb_jval *b = &arr->items[i];
+        const char *name = kvb_jstr(b, "name"), *type = kvb_jstr(b, "run_type");
+        if (!name) return unusable(path, "a benchmark without a name");
+        if (type && !strcmp(type, "aggregate")) continue; /* repetitions' summaries: the runs are there */
+        entry *e = &f->e[f->n++];
+        e->id = case_id(name);
+        e->t.present = 1;
+        const kvb_jval *err = kvb_jget(b, "error_occurred");
+        e->t.failed = err && err->num != 0;
+        if (e->t.failed) continue;
+        e->t.median_us = kvb_jnum(b, "median_us", NAN);
+        e->t.noise = kvb_jnum(b, "noise_pct", 0) / 100.0;
+        e->t.n = kvb_jnum(b, "samples", 1);
+        if (!(e->t.median_us > 0)) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "case '%s' has no positive median_us (not a kvbench bench result)", e->id);
+            return unusable(path, msg);
         }
-        skip_ws(j);
-        if (object) {
-            char *k = parse_string(j);
-            if (!k) return -1;
-            v->keys[v->n] = k;
-            skip_ws(j);
-            if (*j->p++ != ':') return j->error = 1, -1;
-        }
-        if (parse_value(j, &v->items[v->n])) return -1;
-        v->n++;
-        skip_ws(j);
-        if (*j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (*j->p == (object ? '}' : ']')) return j->p++, 0;
-        return j->error = 1, -1;
     }
-}
-
-static int parse_value(jparser *j, jval *v)
-{
-    memset(v, 0, sizeof *v);
-    skip_ws(j);
-    char c = *j->p;
-    if (c == '{' || c == '[') return parse_container(j, v, c == '{');
-    if (c == '"') {
-        v->type = J_STR;
-        return (v->str = parse_string(j)) ? 0 : -1;
-    }
-    if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "null", 4)) {
-        v->type = c == 't' ? J_BOOL : J_NULL;
-        v->num = c == 't';
-        j->p += 4;
-        return 0;
-    }
-    if (!strncmp(j->p, "false", 5)) {
-        v->type = J_BOOL;
-        j->p += 5;
-        return 0;
-    }
-    char *end;
-    v->num = strtod(j->p, &end);
-    if (end == j->p) return j->error = 1, -1;
-    v->type = J_NUM;
-    j->p = end;
+    if (f->n == 0) return unusable(path, "no benchmark results in it");
     return 0;
 }
 
-static const jval *jget(const jval *o, const char *key)
+static void release(bench_file *f)
 {
-    if (!o || o->type != J_OBJ) return NULL;
-    for (int i = 0; i < o->n; i++)
-        if (!strcmp(o->keys[i], key)) return &o->items[i];
+    for (int i = 0; i < f->n; i++) free(f->e[i].id);
+    free(f->e);
+    kvb_json_free(&f->root);
+}
+
+static const entry *find(const bench_file *f, const char *id)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->e[i].id, id)) return &f->e[i];
     return NULL;
 }
 
-static char *slurp(const char *path)
+static void json_string(FILE *o, const char *s)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
+    fputc('"', o);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', o);
+        if ((unsigned char)*s >= 0x20) fputc(*s, o);
+    }
+    fputc('"', o);
 }
 
-static int load(const char *path, jval *root)
+static void json_number(FILE *o, double v)
 {
-    char *text = slurp(path);
-    if (!text) {
-        fprintf(stderr, "kvbench compare: cannot read %s\n", path);
-        return -1;
-    }
-    jparser j = {text, 0};
-    int rc = parse_value(&j, root);
-    free(text);
-    if (rc || j.error || !jget(root, "benchmarks")) {
-        fprintf(stderr, "kvbench compare: %s is not a Google Benchmark JSON file\n", path);
-        return -1;
-    }
-    return 0;
+    if (isfinite(v)) fprintf(o, "%.6g", v);
+    else fputs("null", o);
 }
 
-/* median (us) and noise (fraction) of one benchmark entry */
-static int timing_of(const jval *b, double *median_us, double *noise)
+int kvb_compare_files(const char *base_path, const char *cur_path, double threshold, const char *json_out,
+                      FILE *report)
 {
-    const jval *err = jget(b, "error_occurred");
-    if (err && err->num) return -1;
-    const jval *m = jget(b, "median_us"), *nz = jget(b, "noise_pct");
-    if (m && m->type == J_NUM) *median_us = m->num;
-    else {
-        const jval *rt = jget(b, "real_time"), *unit = jget(b, "time_unit");
-        if (!rt) return -1;
-        double scale = 1;
-        if (unit && unit->str) scale = !strcmp(unit->str, "ns") ? 1e-3 : !strcmp(unit->str, "ms") ? 1e3 : !strcmp(unit->str, "s") ? 1e6 : 1;
-        *median_us = rt->num * scale;
+    bench_file base, cur;
+    memset(&cur, 0, sizeof cur);
+    int rc = load(base_path, &base);
+    if (rc || (rc = load(cur_path, &cur))) {
+        release(&base), release(&cur);
+        return rc;
     }
-    *noise = nz && nz->type == J_NUM ? nz->num / 100.0 : 0;
-    return 0;
+    FILE *js = NULL;
+    if (json_out && !(js = fopen(json_out, "w"))) {
+        fprintf(stderr, "kvbench compare: --json %s: %s\n", json_out, strerror(errno));
+        release(&base), release(&cur);
+        return 2;
+    }
+    static const char *names[] = KVB_VERDICT_NAMES;
+    int count[8] = {0};
+    if (js) fprintf(js, "{\"threshold\": %.6g, \"z\": %.1f, \"cases\": [", threshold, KVB_COMPARE_Z);
+    fprintf(report, "%-8s %11s %11s %8s %6s %6s  %s\n", "verdict", "base us", "new us", "change", "noise", "z", "case");
+    /* every case of BASE in its order, then the cases only NEW has */
+    for (int pass = 0, first = 1; pass < 2; pass++) {
+        const bench_file *f = pass ? &cur : &base;
+        for (int i = 0; i < f->n; i++) {
+            const entry *b = pass ? find(&base, f->e[i].id) : &f->e[i];
+            const entry *c = pass ? &f->e[i] : find(&cur, f->e[i].id);
+            if (pass && b) continue;
+            static const kvb_case_timing absent = {0};
+            double change, z;
+            kvb_gate_verdict v = kvb_compare_case(b ? &b->t : &absent, c ? &c->t : &absent, threshold, &change, &z);
+            count[v]++;
+            const kvb_case_timing *tb = b ? &b->t : &absent, *tc = c ? &c->t : &absent;
+            char t0[32] = "", t1[32] = "", ch[32] = "", nz[32] = "", zs[32] = "";
+            if (tb->present && !tb->failed) snprintf(t0, sizeof t0, "%.2f", tb->median_us);
+            if (tc->present && !tc->failed) snprintf(t1, sizeof t1, "%.2f", tc->median_us);
+            if (isfinite(change)) {
+                snprintf(ch, sizeof ch, "%+.1f%%", 100 * change);
+                snprintf(nz, sizeof nz, "%.1f%%", 100 * fmax(tb->noise, tc->noise));
+                snprintf(zs, sizeof zs, isfinite(z) ? "%.1f" : "inf", z);
+            }
+            fprintf(report, "%-8s %11s %11s %8s %6s %6s  %s\n", names[v], t0, t1, ch, nz, zs, f->e[i].id);
+            if (js) {
+                fprintf(js, "%s\n  {\"id\": ", first ? "" : ",");
+                json_string(js, f->e[i].id);
+                fprintf(js, ", \"verdict\": \"%s\", \"base_us\": ", names[v]);
+                json_number(js, tb->present && !tb->failed ? tb->median_us : NAN);
+                fputs(", \"new_us\": ", js);
+                json_number(js, tc->present && !tc->failed ? tc->median_us : NAN);
+                fputs(", \"change\": ", js);
+                json_number(js, change);
+                fputs(", \"z\": ", js);
+                json_number(js, z);
+                fputc('}', js);
+                first = 0;
+            }
+        }
+    }
+    const int fail = count[KVB_V_SLOWER] + count[KVB_V_MISSING] + count[KVB_V_FAILED];
+    fprintf(report,
+            "compare: %d slower, %d faster, %d same, %d noisy, %d missing, %d failed, %d new, %d fixed "
+            "(threshold %.1f%%, z > %.0f): %s\n",
+            count[KVB_V_SLOWER], count[KVB_V_FASTER], count[KVB_V_SAME], count[KVB_V_NOISY], count[KVB_V_MISSING],
+            count[KVB_V_FAILED], count[KVB_V_NEW], count[KVB_V_FIXED], 100 * threshold, KVB_COMPARE_Z,
+            fail ? "FAIL" : "pass");
+    if (js) {
+        fprintf(js, "\n], \"pass\": %s}\n", fail ? "false" : "true");
+        fclose(js);
+    }
+    release(&base), release(&cur);
+    return fail ? 1 : 0;
 }
 
+/* Options may come before, between or after the two files: --threshold PCT, --json FILE (or =). */
 int kvb_compare_main(int argc, char **argv)
 {
-    const char *files[2] = {NULL, NULL};
-    double threshold = 5.0;
+    const char *files[2] = {NULL, NULL}, *json_out = NULL;
+    double threshold_pct = 5.0;
     int nf = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--threshold") && i + 1 < argc) {
-            char *end;
-            threshold = strtod(argv[++i], &end);
-            if (*end || threshold < 0) {
-                fprintf(stderr, "kvbench compare: --threshold %s is not a non-negative percentage\n", argv[i]);
+        const char *a = argv[i], *val = NULL;
+        size_t len = strcspn(a, "=");
+        if (!strncmp(a, "--", 2)) {
+            if (a[len]) val = a + len + 1;
+            else if (i + 1 < argc) val = argv[++i];
+            else {
+                fprintf(stderr, "kvbench compare: %s needs a value\n", a);
                 return 2;
             }
-        } else if (nf < 2) files[nf++] = argv[i];
-        else {
-            fprintf(stderr, "kvbench compare: unexpected argument %s\n", argv[i]);
+            if (len == 11 && !strncmp(a, "--threshold", len)) {
+                char *end;
+                threshold_pct = strtod(val, &end);
+                if (end == val || *end || !(threshold_pct > 0 && threshold_pct < 1000)) {
+                    fprintf(stderr, "kvbench compare: --threshold %s out of range (0, 1000) percent\n", val);
+                    return 2;
+                }
+            } else if (len == 6 && !strncmp(a, "--json", len)) {
+                json_out = val;
+            } else {
+                fprintf(stderr, "kvbench compare: unknown option %.*s (options: --threshold PCT, --json FILE)\n",
+                        (int)len, a);
+                return 2;
+            }
+        } else if (nf < 2) {
+            files[nf++] = a;
+        } else {
+            fprintf(stderr, "kvbench compare: unexpected argument %s (two files: BASE.json NEW.json)\n", a);
             return 2;
         }
     }
     if (nf != 2) {
-        fprintf(stderr, "usage: kvbench compare BASE.json NEW.json [--threshold PCT]\n");
+        fprintf(stderr, "usage: kvbench compare BASE.json NEW.json [--threshold PCT] [--json FILE]\n");
         return 2;
     }
-    jval base, cur;
-    if (load(files[0], &base) || load(files[1], &cur)) return 2;
-    const jval *bb = jget(&base, "benchmarks"), *cb = jget(&cur, "benchmarks");
-    int regressions = 0, compared = 0;
-    printf("%-9s %11s %11s %8s %7s  %s\n", "verdict", "base us", "new us", "change", "noise", "case");
-    for (int i = 0; i < cb->n; i++) {
-        const jval *name = jget(&cb->items[i], "name");
-        if (!name || !name->str) continue;
-        const jval *match = NULL;
-        for (int k = 0; k < bb->n && !match; k++) {
-            const jval *bn = jget(&bb->items[k], "name");
-            if (bn && bn->str && !strcmp(bn->str, name->str)) match = &bb->items[k];
-        }
-        double t0, t1, n0, n1;
-        if (!match) {
-            printf("%-9s %11s %11s %8s %7s  %s\n", "new", "", "", "", "", name->str);
-            continue;
-        }
-        if (timing_of(match, &t0, &n0) || timing_of(&cb->items[i], &t1, &n1)) {
-            printf("%-9s %11s %11s %8s %7s  %s\n", "error", "", "", "", "", name->str);
-            regressions++;
-            continue;
-        }
-        compared++;
-        double change = (t1 - t0) / t0, noise = fmax(n0, n1);
-        const char *verdict = "same";
-        if (fabs(change) > 2 * noise) {
-            if (change > threshold / 100.0) verdict = "SLOWER", regressions++;
-            else if (change > 0) verdict = "slower";
-            else verdict = "faster";
-        }
-        printf("%-9s %11.2f %11.2f %+7.1f%% %6.1f%%  %s\n", verdict, t0, t1, 100 * change, 100 * noise, name->str);
-    }
-    printf("%d compared, %d regressed beyond %.1f%% and the noise\n", compared, regressions, threshold);
-    return regressions ? 1 : 0;
+    return kvb_compare_files(files[0], files[1], threshold_pct / 100.0, json_out, stdout);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare_results.h"
 
 static void usage(FILE *f)
 {
@@ -34,9 +35,11 @@ static void usage(FILE *f)
             "                                            (harness/torch_peers.py)\n"
             "  ceilings [--json F]                       measure copy and read bandwidths and the bf16 matrix rate\n"
             "  profile  CASE                             one launch of CASE between cudaProfilerStart/Stop\n"
-            "  compare  BASE.json NEW.json [--threshold PCT]\n"
-            "                                            per case faster/slower beyond noise; exit 1 on a regression,\n"
-            "                                            a missing case or a failed one\n"
+            "  compare  BASE.json NEW.json [--threshold PCT] [--json F]\n"
+            "                                            the regression gate: per case SLOWER/FASTER (beyond the\n"
+            "                                            threshold, default 5%%, and 3 standard errors of the medians),\n"
+            "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
+            "                                            failed case, 2 on an unusable file\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\") or a substring of case ids\n"
             "options: --tier smoke|check|bench|all   --cases FILE_OR_DIR (default ./cases)\n");
 }

@@ -83,13 +83,22 @@ expect "help" 0 'usage: kvbench' -- help
 # fault injection: outputs of zeros must fail validation for every smoke case (references only, no GPU)
 expect "zeros caught on every smoke case" 0 'fault injection \(outputs of zeros\): [0-9]+ caught, 0 missed' -- check --cases "$cases" --tier smoke --fault zeros
 
-# compare: a 10% slower case beyond the noise is a regression, a 1% change within noise is not
-mk() { printf '{"context": {}, "benchmarks": [{"name": "x B=1", "real_time": %s, "time_unit": "us", "median_us": %s, "noise_pct": %s}]}\n' "$2" "$2" "$3" >"$1"; }
-mk "$tmp/base.json" 100 1
-mk "$tmp/slow.json" 110 1
-mk "$tmp/same.json" 101 1
-expect "compare flags a regression" 1 'SLOWER' -- compare "$tmp/base.json" "$tmp/slow.json"
-expect "compare passes within noise" 0 '^same' -- compare "$tmp/base.json" "$tmp/same.json"
-expect "compare rejects a non-benchmark file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$cases/gather_copy.cases"
+# compare, the gate: a case 10% slower beyond the noise fails; options before or after the files;
+# a missing case fails; a file that is not a kvbench bench file is unusable (exit 2)
+mk() {
+    printf '{"context": {"kvbench_git_revision": "abc1234"}, "benchmarks": [{"name": "x B=1/manual_time", "median_us": %s, "noise_pct": %s, "samples": 100}%s]}\n' "$2" "$3" "${4:-}" >"$1"
+}
+mk "$tmp/base.json" 100 1 ', {"name": "y B=2/manual_time", "median_us": 50, "noise_pct": 1, "samples": 100}'
+mk "$tmp/slow.json" 110 1 ', {"name": "y B=2/manual_time", "median_us": 50, "noise_pct": 1, "samples": 100}'
+mk "$tmp/same.json" 101 1 ', {"name": "y B=2/manual_time", "median_us": 50, "noise_pct": 1, "samples": 100}'
+mk "$tmp/missing.json" 100 1
+expect "compare flags a regression" 1 '^SLOWER .* x B=1' -- compare "$tmp/base.json" "$tmp/slow.json"
+expect "compare passes within the threshold" 0 '^same .* x B=1' -- compare "$tmp/base.json" "$tmp/same.json"
+expect "compare --threshold before the files" 0 'threshold 20.0%' -- compare --threshold 20 "$tmp/base.json" "$tmp/slow.json"
+expect "compare --threshold after the files" 0 'threshold 20.0%' -- compare "$tmp/base.json" "$tmp/slow.json" --threshold 20
+expect "compare fails on a missing case" 1 '^MISSING .* y B=2' -- compare "$tmp/base.json" "$tmp/missing.json"
+expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compare "$tmp/base.json" "$cases/gather_copy.cases"
+expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$tmp/c.json"
+expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- compare "$tmp/base.json" "$tmp/same.json" --frobnicate 1
 
 echo "cli: $passed passed, $failed failed"
