@@ -38,7 +38,10 @@ CXXFLAGS += -std=c++17 -fPIC -Wall -Wextra
 NVFLAGS  ?= -O3 -lineinfo
 NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -Xcompiler -Wall,-fPIC
 LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
-LDLIBS   := $(CUDA_LIBS) -lbenchmark -lstdc++ -lm
+# -llapacke: reference/shadowkv.c (the prefill SVD, LAPACKE_dgesdd). Only LAPACKE is named: the
+# BLAS/LAPACK under it (Debian's alternatives: OpenBLAS here) come in as liblapacke's own needs, and
+# `make bundle` carries them with rpath $ORIGIN (patchelf, in DEB_PKGS).
+LDLIBS   := $(CUDA_LIBS) -lbenchmark -llapacke -lstdc++ -lm
 
 REF_SRC     := $(wildcard reference/*.c)
 HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c))
@@ -126,7 +129,7 @@ bundle: all
 	@bash harness/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
 
 # ---- dependencies ----
-DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev
+DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PKGS))"; \

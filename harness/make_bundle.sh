@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # make_bundle.sh OUT BINARY...: a relocatable folder for a GPU machine without Debian packages:
 #   OUT/bin   the binaries (rpath $ORIGIN/../lib, then /usr/local/cuda/lib64 for cuBLAS)
-#   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, ...)
+#   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, lapacke and
+#             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
+#             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
 #   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/*.py (optional peers)
 # The CUDA driver and cuBLAS come from the GPU machine (cuBLAS is too large to carry).
+# BUNDLE_FROM_HOST=REGEX leaves more libraries to the GPU machine (matched on the soname), for one
+# known to have them: the LAPACK stack is 56 MB of the bundle (libopenblas alone 37 MB), so
+#   BUNDLE_FROM_HOST='liblapacke|liblapack|libblas|libopenblas|libgfortran|libquadmath|libtmglib'
+# makes a bundle of about 17 MB that loads Debian's liblapacke.so.3 from the GPU machine.
 set -eu
 out=$1
 shift
@@ -16,6 +22,7 @@ cp harness/gpu_round.sh "$out/"
 cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
+if [ -n "${BUNDLE_FROM_HOST:-}" ]; then skip="$skip|^(${BUNDLE_FROM_HOST})"; fi
 for b in "$@"; do
     ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
         if ! grep -qE "$skip" <<<"$name"; then cp -Ln "$path" "$out/lib/$name" 2>/dev/null || true; fi
@@ -31,6 +38,22 @@ missing=$(for b in "$out"/bin/* "$out"/lib/*; do LD_LIBRARY_PATH= ldd "$b" 2>/de
 if [ -n "$missing" ]; then
     echo "bundle: unresolved libraries (link with rpath \$ORIGIN or install patchelf):" >&2
     echo "$missing" >&2
+    exit 1
+fi
+# "Resolves" above is judged on this machine, which has the Debian packages: a library that the
+# bundle holds but that its dependents find only through the system folders (liblapacke -> liblapack
+# -> libopenblas -> libgfortran, without patchelf's rpath $ORIGIN) passes there and fails on a bare
+# GPU machine. So every library a binary loads, other than the skipped system ones, must load from
+# the bundle's lib/ (ldd lists the whole load tree, as the loader resolves it).
+lib=$(cd "$out/lib" && pwd -P)
+leaks=$(for b in "$out"/bin/*; do LD_LIBRARY_PATH= ldd "$b" 2>/dev/null | awk '/=> \// {print $1, $3}'; done |
+        sort -u | while read -r name path; do
+            grep -qE "$skip" <<<"$name" && continue
+            case "$(readlink -f "$path")" in "$lib"/*) ;; *) echo "  $name => $path" ;; esac
+        done)
+if [ -n "$leaks" ]; then
+    echo "bundle: libraries loaded from outside the bundle (install patchelf so bundle/lib/* get rpath \$ORIGIN):" >&2
+    echo "$leaks" >&2
     exit 1
 fi
 du -sh "$out" | sed 's/^/bundle: /'
