@@ -1,86 +1,17 @@
-// heavy_hitters.cu: top-k per row (radix select), MiniKV heavy hitters, SnapKV++ max-pooling and
-// selection, gather of the kept rows. Not the performance focus (the attention is): one block per row
-// for the top-k, simple and deterministic; the pooling and gather are plain bandwidth kernels.
+// heavy_hitters.cu: MiniKV heavy hitters, SnapKV++ max-pooling and selection, gather of the kept rows.
+// The selections go through the suite's top-k (select.h), one block per row; the pooling and gather
+// are plain bandwidth kernels.
 #include <cstdint>
 
 #include <cub/block/block_scan.cuh>
 
 #include "kvb_cuda.h"
 #include "heavy_hitters.h"
+#include "select.h"
 
 namespace {
 
-constexpr int TOPK_THREADS = 1024, POOL_OUT = 1024, POOL_THREADS = 256;
-
-// order-preserving key: larger float -> larger unsigned; -0 is +0 (they compare equal)
-__device__ __forceinline__ uint32_t order_key(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__global__ void __launch_bounds__(TOPK_THREADS) topk_kernel(const float *x, int64_t ld, int n, int k, int tail_first,
-                                                            int tail_n, int32_t *idx, int64_t ldo)
-{
-    using Scan = cub::BlockScan<int, TOPK_THREADS>;
-    __shared__ typename Scan::TempStorage scan_tmp;
-    __shared__ uint32_t hist[256];
-    __shared__ uint32_t s_digit, s_need;
-    const int tid = threadIdx.x;
-    const float *xr = x + blockIdx.x * ld;
-    int32_t *out = idx + blockIdx.x * ldo;
-    for (int i = tid; i < tail_n; i += TOPK_THREADS) out[k + i] = tail_first + i;
-    if (k >= n) {
-        for (int i = tid; i < n; i += TOPK_THREADS) out[i] = i;
-        return;
-    }
-    if (k == 0) return;
-
-    // radix select: the key of the k-th largest, 8 bits at a time from the top
-    uint32_t prefix = 0, mask = 0, need = (uint32_t)k; // `need` of the keys matching prefix are still wanted
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += TOPK_THREADS) hist[i] = 0;
-        __syncthreads();
-        for (int i = tid; i < n; i += TOPK_THREADS) {
-            const uint32_t key = order_key(xr[i]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
-        }
-        __syncthreads();
-        if (tid == 0) {
-            uint32_t above = 0;
-            int d = 255;
-            for (; d > 0; --d) {
-                if (above + hist[d] >= need) break;
-                above += hist[d];
-            }
-            s_digit = (uint32_t)d;
-            s_need = need - above;
-        }
-        __syncthreads();
-        prefix |= s_digit << shift;
-        mask |= 255u << shift;
-        need = s_need;
-        __syncthreads(); // s_digit / s_need are rewritten only after the next histogram's barriers, but keep it plain
-    }
-    // keys > prefix are all taken (k - need of them); of the keys == prefix, the `need` lowest indices
-    int eq_seen = 0, written = 0;
-    for (int base = 0; base < n; base += TOPK_THREADS) {
-        const int i = base + tid;
-        const uint32_t key = i < n ? order_key(xr[i]) : 0u;
-        const int gt = i < n && key > prefix, eq = i < n && key == prefix;
-        int eq_rank, eq_total;
-        Scan(scan_tmp).ExclusiveSum(eq, eq_rank, eq_total);
-        __syncthreads();
-        const int sel = gt || (eq && (uint32_t)(eq_seen + eq_rank) < need);
-        int pos, sel_total;
-        Scan(scan_tmp).ExclusiveSum(sel, pos, sel_total);
-        __syncthreads();
-        if (sel) out[written + pos] = i;
-        eq_seen += eq_total;
-        written += sel_total;
-    }
-}
+constexpr int POOL_OUT = 1024, POOL_THREADS = 256;
 
 __global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, int L, int half, float *y)
 {
@@ -124,21 +55,6 @@ int check_rows(const char *who, int rows, int L)
 
 } // namespace
 
-extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k, int tail_first, int tail_n,
-                         int32_t *idx, int64_t ldo, cudaStream_t stream)
-{
-    if (rows < 1) return kvb_fail(KVB_EINVAL, "topk_rows: rows=%d out of range [1, 2^31)", rows);
-    if (n < 0 || ld < n) return kvb_fail(KVB_EINVAL, "topk_rows: n=%d out of range [0, ld = %lld]", n, (long long)ld);
-    if (k < 0 || k > n) return kvb_fail(KVB_EINVAL, "topk_rows: k=%d out of range [0, n = %d]", k, n);
-    if (tail_n < 0 || ldo < (int64_t)k + tail_n)
-        return kvb_fail(KVB_EINVAL, "topk_rows: k + tail_n = %lld out of range [0, ldo = %lld]", (long long)k + tail_n,
-                        (long long)ldo);
-    if (!scores || !idx) return kvb_fail(KVB_EINVAL, "topk_rows: NULL pointer");
-    topk_kernel<<<rows, TOPK_THREADS, 0, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
-}
-
 extern "C" int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep,
                                   cudaStream_t stream)
 {
@@ -146,8 +62,8 @@ extern "C" int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh
     if (rc) return rc;
     if (n_hh < 0 || n_hh > L) return kvb_fail(KVB_EINVAL, "heavy_hitters_keep: n_hh=%d out of range [0, L = %d]", n_hh, L);
     if (n_rw < 0 || n_rw > L) return kvb_fail(KVB_EINVAL, "heavy_hitters_keep: n_rw=%d out of range [0, L = %d]", n_rw, L);
-    if ((int64_t)n_hh + n_rw >= L) return topk_rows(scores, rows, L, L, L, 0, 0, keep, L, stream); /* keep all */
-    return topk_rows(scores, rows, L, L - n_rw, n_hh, L - n_rw, n_rw, keep, n_hh + n_rw, stream);
+    if ((int64_t)n_hh + n_rw >= L) return topk_rows(scores, rows, L, L, L, 0, 0, keep, L, nullptr, stream); /* keep all */
+    return topk_rows(scores, rows, L, L - n_rw, n_hh, L - n_rw, n_rw, keep, n_hh + n_rw, nullptr, stream);
 }
 
 extern "C" int maxpool_rows(const float *x, int rows, int L, int ks, float *y, cudaStream_t stream)
@@ -171,8 +87,8 @@ extern "C" int snapkv_keep(const float *pooled, int rows, int L, int W, int n_ke
     if (rc) return rc;
     if (W < 1 || W > L) return kvb_fail(KVB_EINVAL, "snapkv_keep: W=%d out of range [1, L = %d]", W, L);
     if (n_keep < W || n_keep > L) return kvb_fail(KVB_EINVAL, "snapkv_keep: n_keep=%d out of range [W = %d, L = %d]", n_keep, W, L);
-    if (n_keep == L) return topk_rows(pooled, rows, L, L, L, 0, 0, keep, L, stream);
-    return topk_rows(pooled, rows, L, L - W, n_keep - W, L - W, W, keep, n_keep, stream);
+    if (n_keep == L) return topk_rows(pooled, rows, L, L, L, 0, 0, keep, L, nullptr, stream);
+    return topk_rows(pooled, rows, L, L - W, n_keep - W, L - W, W, keep, n_keep, nullptr, stream);
 }
 
 extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,

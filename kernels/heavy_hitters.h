@@ -1,6 +1,6 @@
 /* heavy_hitters.h: CUDA API of the token selections at the end of prefill (spec: selective_attn.md;
- * semantics and budgets in reference/heavy_hitters.h): top-k per row, MiniKV heavy hitters, SnapKV++
- * pooling and selection, and the gather of the kept K, V rows.
+ * semantics and budgets in reference/heavy_hitters.h): MiniKV heavy hitters, SnapKV++ pooling and
+ * selection (both through the suite's top-k, select.h), and the gather of the kept K, V rows.
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
@@ -12,17 +12,11 @@
 #include <cuda_runtime_api.h>
 
 #include "../reference/heavy_hitters.h"
+#include "select.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* idx[r, 0:k] (row stride ldo) = the k largest of scores[r, 0:n] (row stride ld), ties to the lower
- * index, ascending; then idx[r, k + i] = tail_first + i for i < tail_n (a window kept whole).
- * One block per row: a radix select of the k-th largest value (4 passes of 8 bits over the row's
- * order-preserving 32-bit keys), then a block-wide scan that compacts the winners in index order. */
-int topk_rows(const float *scores, int rows, int64_t ld, int n, int k, int tail_first, int tail_n, int32_t *idx,
-              int64_t ldo, cudaStream_t stream);
 
 /* keep [rows, n_keep] (hh_budget) from scores [rows, L]. */
 int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep, cudaStream_t stream);

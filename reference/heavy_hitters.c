@@ -64,40 +64,6 @@ int snapkv_pool_size(int L, int ks, int *out, const char *who)
     return KVB_OK;
 }
 
-typedef struct scored {
-    float s;
-    int32_t i;
-} scored;
-
-static int by_score_desc(const void *a, const void *b)
-{
-    const scored *x = a, *y = b;
-    if (x->s != y->s) return x->s > y->s ? -1 : 1;
-    return (x->i > y->i) - (x->i < y->i); /* ties: lower index first */
-}
-
-static int by_index(const void *a, const void *b)
-{
-    const scored *x = a, *y = b;
-    return (x->i > y->i) - (x->i < y->i);
-}
-
-int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *idx, int64_t ldo)
-{
-    if (n < 0 || k < 0 || k > n) return kvb_fail(KVB_EINVAL, "ref_topk: k=%d out of range [0, n = %d]", k, n);
-    scored *v = malloc(sizeof(scored) * (size_t)(n > 0 ? n : 1));
-    if (!v) return kvb_fail(KVB_ENOMEM, "ref_topk: out of memory (n=%d)", n);
-    for (int r = 0; r < rows; r++) {
-        const float *x = scores + (int64_t)r * ld;
-        for (int j = 0; j < n; j++) v[j] = (scored){x[j], j};
-        qsort(v, (size_t)n, sizeof *v, by_score_desc);
-        qsort(v, (size_t)k, sizeof *v, by_index);
-        for (int j = 0; j < k; j++) idx[(int64_t)r * ldo + j] = v[j].i;
-    }
-    free(v);
-    return KVB_OK;
-}
-
 int ref_heavy_hitters(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep)
 {
     if ((int64_t)n_hh + n_rw >= L) {

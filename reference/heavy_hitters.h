@@ -23,6 +23,7 @@
 #define REF_HEAVY_HITTERS_H
 
 #include "kvb.h"
+#include "select.h" /* ref_topk: the one top-k every selection uses */
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,9 +48,6 @@ int snapkv_budget(int L, int budget, int *W, int *n_keep, const char *who);
 /* The pooling kernel: ks as given (odd, 1..SNAPKV_MAX_KS), or the paper's rule when ks == 0. */
 int snapkv_pool_size(int L, int ks, int *out, const char *who);
 
-/* idx[r, 0:k] (row stride ldo) = the k largest of scores[r, 0:n] (row stride ld), ties to the lower
- * index, ascending. 0 <= k <= n. */
-int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *idx, int64_t ldo);
 
 /* keep [rows, n_keep] from scores [rows, L] (n_keep as hh_budget returns it). */
 int ref_heavy_hitters(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep);

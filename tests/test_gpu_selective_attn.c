@@ -49,7 +49,7 @@ static void test_api_rejects_before_launch(void **state)
     /* selections */
     assert_int_equal(maxpool_rows(f, 4, 1000, 64, f, 0), KVB_EINVAL);
     assert_error_mentions("maxpool_rows: ks=64 is not an odd pooling kernel in [1, 8191]");
-    assert_int_equal(topk_rows(f, 4, 1000, 1000, 1001, 0, 0, i, 1001, 0), KVB_EINVAL);
+    assert_int_equal(topk_rows(f, 4, 1000, 1000, 1001, 0, 0, i, 1001, NULL, 0), KVB_EINVAL);
     assert_error_mentions("topk_rows: k=1001 out of range [0, n = 1000]");
     assert_int_equal(heavy_hitters_keep(f, 4, 1000, 1001, 0, i, 0), KVB_EINVAL);
     assert_error_mentions("heavy_hitters_keep: n_hh=1001 out of range [0, L = 1000]");

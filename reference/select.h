@@ -1,0 +1,16 @@
+/* select.h: the reference top-k (spec: decode.md "topk"; the order of kernels/select.h). */
+#ifndef KVB_REF_SELECT_H
+#define KVB_REF_SELECT_H
+
+#include <stdint.h>
+
+/* Order-preserving key of a float: larger float, larger key; -0 and +0 equal; NaN by its bits. */
+uint32_t topk_order_key(float f);
+
+/* idx[r, 0:k] (row stride ldo) = the k largest of scores[r, 0:n] (row stride ld), ties to the lower
+ * index, ascending. KVB_EINVAL naming the parameter when k is outside [0, n], n outside [0, 2^21],
+ * rows < 1, ld < n or ldo < k. (The topk kernel of the suite is specified for k up to 8192; the
+ * selections of heavy hitters take more.) */
+int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *idx, int64_t ldo);
+
+#endif
