@@ -34,6 +34,8 @@ expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cas
 expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
 expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"
 expect "negative size" 2 'B=-4 out of range \[1, 1024\]' -- check --cases "$cases" "gather_step B=-4"
+expect "integer overflow with a suffix" 2 'L=17592186044417M out of range \[1, 1048576\] \(beyond a 64-bit integer\)' -- check --cases "$cases" "selective_attn L=17592186044417M"
+expect "integer overflow without a suffix" 2 'B=99999999999999999999 out of range \[1, 1024\]' -- check --cases "$cases" "gather_copy B=99999999999999999999"
 expect "unknown kernel" 2 "unknown kernel 'gathercopy'" -- check --cases "$cases" "gathercopy B=1"
 expect "unknown key" 2 "unknown key 'Z'" -- bench --cases "$cases" "packed_load Z=1"
 expect "malformed case line" 2 "malformed token 'B'" -- check --cases "$cases" "index_scan B M=2"
