@@ -9,9 +9,7 @@
  *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: the best version, v2),
- *                     kernel_v1 (the first version, for one-run comparisons), kernel_v2_* (v2's measured
- *                     variants: magic = codes as 1024 + c instead of fp16 subnormals, nolo = q s_g without
- *                     its low half, 3blk = registers for 3 blocks per SM instead of 2), and the in-suite
+ *                     kernel_v1 (the first version, for one-run comparisons), and the in-suite
  *                     peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
  *                     attention) and dense_bf16 (dense decode attention over the same tokens unquantized,
  *                     validated against the dense reference). The summary's speedups compare these at
@@ -70,7 +68,7 @@ static const kvb_param append_params[] = {
 static const kvb_param matmul_params[] = {K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_DIST, K_SEED};
 static const kvb_param attn_params[] = {
     K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_R, K_DIST, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|kernel_v1|kernel_v2_magic|kernel_v2_nolo|kernel_v2_3blk|dequant_dense|dense_bf16",
+    {"impl", KVB_P_ENUM, 0, 0, 0, "kernel|kernel_v1|dequant_dense|dense_bf16",
      "implementation"},
 };
 
@@ -628,9 +626,6 @@ static int launch_attn(kvb_run *r)
     }
     void *ws = kvb_run_find(r, "workspace")->d;
     if (!strcmp(impl, "kernel_v1")) return int2_decode_attn_v1(q, &c, o, &p->l, ws, r->stream);
-    if (!strcmp(impl, "kernel_v2_magic")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_MAGIC, r->stream);
-    if (!strcmp(impl, "kernel_v2_nolo")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_NOLO, r->stream);
-    if (!strcmp(impl, "kernel_v2_3blk")) return int2_decode_attn_v2x(q, &c, o, &p->l, ws, INT2_V2_3BLK, r->stream);
     return int2_decode_attn(q, &c, o, &p->l, ws, r->stream);
 #else
     (void)r;

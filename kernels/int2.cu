@@ -943,38 +943,27 @@ struct State {
 
 // Per-thread constants. The A fragments of both products are built the same way: row g of an m-tile
 // is element 2g of a 16-element code word, row g+8 element 2g+1; one PRMT takes byte g/2 of two
-// words (the two k of a register), one LOP3 keeps one 2-bit code in each 16-bit half: the fp16 whose
-// bits are c << sh, i.e. the exact integer c times 2^(sh-24) (a subnormal; sh = 4(g&1) for row g,
-// 4(g&1) + 2 for row g+8). MAGIC: the bits are 0x6400 | c << sh = 1024 + c 2^sh, and an HSUB2
-// removes the 1024 (normal fp16, exact). rf[r] undoes the row scale (r = 0: row g, 1: row g+8).
+// words (the two k of a register), one LOP3 (code2) keeps one 2-bit code in each 16-bit half: the fp16
+// whose bits are c << sh, i.e. the exact integer c times 2^(sh-24) (a subnormal; sh = 4(g&1) for row g,
+// 4(g&1) + 2 for row g+8). rf[r] undoes the row scale (r = 0: row g, 1: row g+8). (Measured and
+// dropped: 1024 + c 2^sh with an HSUB2 to remove the 1024, the same results 3-4% slower; see
+// results/h200/int2/NOTES.md.)
 struct Consts {
     uint32_t sel, m0, m1;
     float rf[2];
 };
 
-template <bool MAGIC>
 __device__ __forceinline__ Consts make_consts(int lane)
 {
     const int g = lane >> 2, b = g >> 1, sh = 4 * (g & 1);
     Consts k;
     k.sel = (uint32_t)(b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12));
     k.m0 = 0x00030003u << sh, k.m1 = 0x000C000Cu << sh;
-    k.rf[0] = exp2f((float)((MAGIC ? 0 : 24) - sh)), k.rf[1] = exp2f((float)((MAGIC ? 0 : 24) - sh - 2));
+    k.rf[0] = exp2f((float)(24 - sh)), k.rf[1] = exp2f((float)(24 - sh - 2));
     return k;
 }
 
-template <bool MAGIC>
-__device__ __forceinline__ uint32_t code2(uint32_t m, uint32_t mask)
-{
-    if constexpr (MAGIC) {
-        uint32_t x = (m & mask) | 0x64006400u;
-        __half2 h = *reinterpret_cast<__half2 *>(&x);
-        h = __hsub2(h, __half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-        return *reinterpret_cast<uint32_t *>(&h);
-    } else {
-        return m & mask;
-    }
-}
+__device__ __forceinline__ uint32_t code2(uint32_t m, uint32_t mask) { return m & mask; }
 
 __device__ __forceinline__ uint32_t hmul2u(uint32_t a, uint32_t b)
 {
@@ -1046,7 +1035,7 @@ __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32
 // ---- one 64-token step of the quantized cache (warp w of the tile in `buf`) ----
 // uf[c]: the score factor of column 2t + c (log2(e)/sqrt(D) / q's power-of-two scale); tok: the step's
 // first token (masking: T is a multiple of 16, so an m-tile is wholly valid or not).
-template <int D, int GS, bool MAGIC, bool LO>
+template <int D, int GS>
 __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned char *buf, const uint2 *qf_s,
                                            const Consts &k, const float (&uf)[2], int w, int lane, int64_t tok, int64_t T)
 {
@@ -1055,6 +1044,8 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     const int g = lane >> 2, t = lane & 3;
 
     // ---- S^T = codes^T . (q s_g) (hi and lo halves of q s_g), and the key zeros' bias q . z_g ----
+    // (Measured and dropped: the hi half alone, 4-5% faster but the spiky case at 93% of its tolerance
+    // instead of 25%; see results/h200/int2/NOTES.md.)
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -1089,14 +1080,14 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
                 const int par = ((j >> 1) & 1) ^ ((GS >= 64 ? pk : r) & 1); // (j >> 1) ^ parity of group gk0 + r
                 const uint2 sk = *reinterpret_cast<const uint2 *>(ks_b + 2 * r * D + 64 * par + jo);
                 bh[0] = hmul2u(qj.x, sk.x), bh[1] = hmul2u(qj.y, sk.y);
-                if constexpr (LO) bl[0] = hfms2u(qj.x, sk.x, bh[0]), bl[1] = hfms2u(qj.y, sk.y, bh[1]);
+                bl[0] = hfms2u(qj.x, sk.x, bh[0]), bl[1] = hfms2u(qj.y, sk.y, bh[1]);
             }
             const uint32_t m01 = __byte_perm(word_of(wv[0], i), word_of(wv[1], i), k.sel);
             const uint32_t m23 = __byte_perm(word_of(wv[2], i), word_of(wv[3], i), k.sel);
-            const uint32_t a0 = code2<MAGIC>(m01, k.m0), a1 = code2<MAGIC>(m01, k.m1);
-            const uint32_t a2 = code2<MAGIC>(m23, k.m0), a3 = code2<MAGIC>(m23, k.m1);
+            const uint32_t a0 = code2(m01, k.m0), a1 = code2(m01, k.m1);
+            const uint32_t a2 = code2(m23, k.m0), a3 = code2(m23, k.m1);
             mma_f16(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
-            if constexpr (LO) mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+            mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
         }
     }
 
@@ -1169,8 +1160,7 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
                 }
                 const uint32_t m02 = __byte_perm(word_of(wv[0], mm), word_of(wv[2], mm), k.sel);
                 const uint32_t m13 = __byte_perm(word_of(wv[1], mm), word_of(wv[3], mm), k.sel);
-                mma_f16(os[mm], code2<MAGIC>(m02, k.m0), code2<MAGIC>(m02, k.m1), code2<MAGIC>(m13, k.m0),
-                        code2<MAGIC>(m13, k.m1), pp0, pp1);
+                mma_f16(os[mm], code2(m02, k.m0), code2(m02, k.m1), code2(m13, k.m0), code2(m13, k.m1), pp0, pp1);
             }
         }
 #pragma unroll
@@ -1297,37 +1287,37 @@ __device__ __noinline__ void finish(const MergeSmem<D> &ms, int G, int64_t head,
     finish_head<D>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
 }
 
-// Tile buffers: STAGES of them (3 at 2 blocks per SM: two tiles in flight while one computes; 2 at 3
-// blocks per SM, where shared memory holds no more), the merge buffer aliasing them.
-template <int D, int GS, int STAGES>
+// Tile buffers: STAGES of them (two tiles in flight while one computes, at 2 blocks per SM), the merge
+// buffer aliasing them. (Measured and dropped: registers for 3 blocks per SM, which spills and leaves
+// shared memory for 2 buffers only, 4-6% slower; see results/h200/int2/NOTES.md.)
+constexpr int STAGES = 3, MIN_BLOCKS = 2;
+
+template <int D, int GS>
 __host__ __device__ constexpr size_t tiles_bytes()
 {
     return STAGES * (size_t)Lay<D, GS>::BYTES > sizeof(MergeSmem<D>) ? STAGES * (size_t)Lay<D, GS>::BYTES : sizeof(MergeSmem<D>);
 }
 
-template <int D, int GS, int STAGES>
+template <int D, int GS>
 constexpr size_t smem_bytes()
 {
-    return tiles_bytes<D, GS, STAGES>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
 
-template <int MINB>
-__host__ __device__ constexpr int stages_of() { return MINB >= 3 ? 2 : 3; }
-
-template <int D, int GS, bool MAGIC, bool LO, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
+template <int D, int GS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 {
     constexpr int MT = D / 16;
-    constexpr int BUF = Lay<D, GS>::BYTES, STAGES = stages_of<MINB>();
+    constexpr int BUF = Lay<D, GS>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
-    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS, STAGES>());
+    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int G = p.G;
-    const Consts k = make_consts<MAGIC>(lane);
+    const Consts k = make_consts(lane);
     const uint32_t vs0 = bits_of(__float2bfloat162_rn(1.f / k.rf[0])), vs1 = bits_of(__float2bfloat162_rn(1.f / k.rf[1]));
     const int64_t per_head = p.nr + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     int64_t u = part_begin(kb, N, grid);
@@ -1355,14 +1345,13 @@ __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
             Plan<D, GS> pl;
             pl.init(head, p.Tcap, tid);
-            // cp.async groups: one per tile (STAGES = 3: one per iteration, empty past the last tile), so
-            // that waiting for all but the newest STAGES - 2 leaves this tile's complete
+            // cp.async groups: one per tile (one per iteration, empty past the last tile), so that waiting
+            // for all but the newest STAGES - 2 leaves this tile's complete
+            static_assert(STAGES == 3, "the prologue issues tiles ta0 and ta0 + 1");
             load_tile<D, GS>(smem, p.c, pl, ta0, p.T, p.Tcap, tid);
             cp_commit();
-            if constexpr (STAGES == 3) {
-                if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
-                cp_commit();
-            }
+            if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
+            cp_commit();
             int slot = 0; // the buffer of `tile`
             for (int tile = ta0; tile <= ta1; tile++) {
                 unsigned char *buf = smem + slot * BUF;
@@ -1374,11 +1363,11 @@ __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
                 __syncthreads(); // the transposed metadata and the codes are visible
                 const int nt = tile + STAGES - 1, ns = slot == 0 ? STAGES - 1 : slot - 1; // into the previous tile's buffer
                 if (nt <= ta1) load_tile<D, GS>(smem + ns * BUF, p.c, pl, nt, p.T, p.Tcap, tid);
-                if (STAGES == 3 || nt <= ta1) cp_commit();
+                cp_commit();
                 slot = slot == STAGES - 1 ? 0 : slot + 1;
                 const int step = tile * 4 + warp;
                 if (step >= qa && step < qe)
-                    quant_step<D, GS, MAGIC, LO>(st, buf, qf_s, k, uf, warp, lane, (int64_t)step * 64, p.T);
+                    quant_step<D, GS>(st, buf, qf_s, k, uf, warp, lane, (int64_t)step * 64, p.T);
             }
             __syncthreads(); // the merge buffer aliases the tiles
         }
@@ -1612,28 +1601,14 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-// The fused decode kernel of a version: v1, or v2 with its flags (INT2_V2_MAGIC, INT2_V2_NOLO).
-enum { ATTN_V1 = -1 };
+// The fused decode kernel of a version: v2 (the default) or v1.
+enum { ATTN_V2 = 0, ATTN_V1 = 1 };
 
 template <int D, int GS>
 void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
 {
-    if (version == ATTN_V1) {
-        *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
-        return;
-    }
-    const bool three = version & INT2_V2_3BLK;
-    *smem = three ? v2::smem_bytes<D, GS, v2::stages_of<3>()>() : v2::smem_bytes<D, GS, v2::stages_of<2>()>();
-    switch (version & (INT2_V2_MAGIC | INT2_V2_NOLO | INT2_V2_3BLK)) {
-    case 0: *kernel = v2::attn_kernel<D, GS, false, true, 2>; break;
-    case INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 2>; break;
-    case INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 2>; break;
-    case INT2_V2_MAGIC | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, true, false, 2>; break;
-    case INT2_V2_3BLK: *kernel = v2::attn_kernel<D, GS, false, true, 3>; break;
-    case INT2_V2_3BLK | INT2_V2_MAGIC: *kernel = v2::attn_kernel<D, GS, true, true, 3>; break;
-    case INT2_V2_3BLK | INT2_V2_NOLO: *kernel = v2::attn_kernel<D, GS, false, false, 3>; break;
-    default: *kernel = v2::attn_kernel<D, GS, true, false, 3>; break;
-    }
+    if (version == ATTN_V1) *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
+    else *kernel = v2::attn_kernel<D, GS>, *smem = v2::smem_bytes<D, GS>();
 }
 
 // Resident blocks of the version's kernel on this device (the stream-K grid: one wave).
@@ -1914,7 +1889,7 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 {
     if (int2_attn_check(l, "int2_decode_attn_workspace_bytes")) return 0;
     int cap = 0;
-    for (int v = ATTN_V1; v <= INT2_V2_ALL; v++) {
+    for (int v : {ATTN_V2, ATTN_V1}) {
         int c = 0;
         if (attn_capacity_of(l, v, &c)) return 0;
         cap = c > cap ? c : cap;
@@ -1964,21 +1939,13 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
 extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                                 void *workspace, cudaStream_t stream)
 {
-    return decode_attn_launch("int2_decode_attn", q, c, o, l, workspace, 0, stream);
+    return decode_attn_launch("int2_decode_attn", q, c, o, l, workspace, ATTN_V2, stream);
 }
 
 extern "C" int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                                    void *workspace, cudaStream_t stream)
 {
     return decode_attn_launch("int2_decode_attn_v1", q, c, o, l, workspace, ATTN_V1, stream);
-}
-
-extern "C" int int2_decode_attn_v2x(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                                    void *workspace, int flags, cudaStream_t stream)
-{
-    if (flags < 0 || flags > INT2_V2_ALL)
-        return kvb_fail(KVB_EINVAL, "int2_decode_attn_v2x: flags=%d out of range [0, %d]", flags, INT2_V2_ALL);
-    return decode_attn_launch("int2_decode_attn_v2x", q, c, o, l, workspace, flags, stream);
 }
 
 // Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).

@@ -61,16 +61,6 @@ int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const 
                      cudaStream_t stream);
 int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
                         cudaStream_t stream);
-/* v2 with its variant flags (INT2_V2_*; 0 = the default int2_decode_attn runs), for measurements. */
-enum {
-    INT2_V2_MAGIC = 1, /* codes as 1024 + c (HSUB2 removes the 1024) instead of fp16 subnormals */
-    INT2_V2_NOLO = 2,  /* q s_g as one fp16 (no low half: one MMA per k-step instead of two) */
-    INT2_V2_3BLK = 4,  /* registers for 3 resident blocks per SM instead of 2 (spills; 2 tile buffers, not 3) */
-    INT2_V2_ALL = 7
-};
-int int2_decode_attn_v2x(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
-                         int flags, cudaStream_t stream);
-
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */

@@ -17,7 +17,6 @@
 // Shared-memory tiles hold rows of D bf16 (D*2 bytes) in 16-byte chunks; chunk c of row r is stored at
 // chunk c ^ (r & 7), so the 8 rows an ldmatrix phase reads fall in 8 different bank groups.
 #include <cstdint>
-#include <cstdlib>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -125,7 +124,7 @@ template <int D, bool NEED_OUT> constexpr int fwd_smem_bytes()
     return FWD_BR * D * 2 + FWD_STAGES * FWD_BC * D * 2 * (NEED_OUT ? 2 : 1);
 }
 
-template <int D, bool CAUSAL, bool NEED_OUT, bool IL>
+template <int D, bool CAUSAL, bool NEED_OUT>
 __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 {
     constexpr int STAGES = FWD_STAGES;
@@ -225,18 +224,16 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             m_r[r] = mx[r];
             l_r[r] *= alpha[r];
         }
-        // P = exp2(s * scale_log2 - m). IL (an experiment): 16 keys at a time, each group's P V MMAs right
-        // after its exps; else all exps, then the P V MMAs.
-        if (!IL) {
+        // P = exp2(s * scale_log2 - m): all exps, then the P V MMAs. (Measured and dropped: each 16-key
+        // group's exps right before its P V MMAs, 1.8-2.2% slower; results/h200/selective_attn/NOTES.md.)
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
-                s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
-                s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
-                s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
-                l_r[0] += s[n][0] + s[n][1];
-                l_r[1] += s[n][2] + s[n][3];
-            }
+        for (int n = 0; n < NT; ++n) {
+            s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
+            s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
+            s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
+            s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
+            l_r[0] += s[n][0] + s[n][1];
+            l_r[1] += s[n][2] + s[n][3];
         }
         if (NEED_OUT) {
 #pragma unroll
@@ -246,20 +243,9 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             }
         }
         const uint32_t vt = v_s + (it % STAGES) * KV_TILE;
+        if (NEED_OUT) {
 #pragma unroll
-        for (int kk = 0; kk < FWD_BC / 16; ++kk) {
-            if (IL) {
-#pragma unroll
-                for (int n = 2 * kk; n < 2 * kk + 2; ++n) {
-                    s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
-                    s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
-                    s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
-                    s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
-                    l_r[0] += s[n][0] + s[n][1];
-                    l_r[1] += s[n][2] + s[n][3];
-                }
-            }
-            if (NEED_OUT) {
+            for (int kk = 0; kk < FWD_BC / 16; ++kk) {
                 const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                                         pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                         pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
@@ -358,41 +344,34 @@ template <int D> constexpr int col_smem_bytes()
     return COL_BK * D * 2 + COL_STAGES * (COL_BQ * D * 2 + COL_BQ * 4);
 }
 
-// Variants of the column-sum pass (an experiment; the default is the one the measurements chose):
-//   MT      key m-tiles of 16 per warp: 2 (4 warps x 32 keys, K and S in 128 registers) or 1 (8 warps
-//           x 16 keys, half the registers, twice the shared-memory reads of Q per MMA)
-//   ORDER   0: all MMAs of a step, then the exps; 1: the queries in two halves, the second half's MMAs
-//           interleaved with the first half's exps
-//   PRE     0: raw LSE in shared memory, scaled and masked per use; 1: LSE * log2(e) (+inf for rows that
-//           do not contribute) stored in shared memory once per step
-template <int MT, int ORDER, int PRE> struct ColVariant {
-    static constexpr int mt = MT, order = ORDER, pre = PRE, warps = COL_BK / (16 * MT), threads = 32 * warps;
-};
+// The warps of the column-sum pass: COL_MT key m-tiles of 16 per warp, 4 warps x 32 keys (K and S in
+// 128 registers); a step runs all its MMAs, then the exps, with the raw LSE in shared memory scaled and
+// masked per use. (Measured and dropped: 8 warps x 16 keys; the query tile in two halves with the second
+// half's MMAs interleaved with the first half's exps; the LSE pre-scaled in shared memory once per step:
+// 8-17% slower, results/h200/selective_attn/NOTES.md.)
+constexpr int COL_MT = 2, COL_THREADS = 32 * (COL_BK / (16 * COL_MT));
 
-// The log2-scaled LSE of this thread's query columns n*8 + 2t + e of a step.
-template <int PRE, int NT>
+// The log2-scaled LSE of this thread's query columns n*8 + 2t + e of a step (+inf for rows that do not
+// contribute).
+template <int NT>
 __device__ __forceinline__ void col_lse(float (&l2)[NT][2], const float *ls, int t, int q0, int w0, int L)
 {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         const float2 v = *reinterpret_cast<const float2 *>(ls + n * 8 + 2 * t);
-        if (PRE) {
-            l2[n][0] = v.x, l2[n][1] = v.y;
-        } else {
-            const int q = q0 + n * 8 + 2 * t;
-            l2[n][0] = q >= w0 && q < L ? v.x * LOG2E : INFINITY;
-            l2[n][1] = q + 1 >= w0 && q + 1 < L ? v.y * LOG2E : INFINITY;
-        }
+        const int q = q0 + n * 8 + 2 * t;
+        l2[n][0] = q >= w0 && q < L ? v.x * LOG2E : INFINITY;
+        l2[n][1] = q + 1 >= w0 && q + 1 < L ? v.y * LOG2E : INFINITY;
     }
 }
 
 // One step of a warp: S^T = K Q^T for its 16 * MT keys x the tile's 64 queries, then p = exp2(s *
 // scale_log2 - lse2[q]) added into the keys' sums (p = 0 where the query precedes the key when MASK).
-template <int D, int MT, int ORDER, int PRE, bool MASK>
+template <int D, int MT, bool MASK>
 __device__ __forceinline__ void colsum_step(const uint32_t (&kf)[MT][D / 16][4], uint32_t qt, const float *ls, float sl2,
                                             int lane, int q0, int wk0, int w0, int L, float (&acc)[MT][2])
 {
-    constexpr int KSTEPS = D / 16, ROWB = D * 2, NT = COL_BQ / 8, HALF_ELEMS = MT * 16, PER = HALF_ELEMS / KSTEPS;
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, NT = COL_BQ / 8;
     const int g = lane >> 2, t = lane & 3;
     float s[MT][NT][4];
 #pragma unroll
@@ -417,46 +396,28 @@ __device__ __forceinline__ void colsum_step(const uint32_t (&kf)[MT][D / 16][4],
         }
         acc[mt][e >> 1] += p;
     };
-    if (ORDER == 0) {
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
+    for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
-            for (int np = 0; np < NT / 2; ++np) mma_pair(kk, np);
-        col_lse<PRE>(l2, ls, t, q0, w0, L);
+        for (int np = 0; np < NT / 2; ++np) mma_pair(kk, np);
+    col_lse(l2, ls, t, q0, w0, L);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NT; ++n)
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) add(mt, n, e);
-    } else {
-        col_lse<PRE>(l2, ls, t, q0, w0, L);
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            mma_pair(kk, 0);
-            mma_pair(kk, 1);
-        }
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            mma_pair(kk, 2);
-            mma_pair(kk, 3);
-#pragma unroll
-            for (int x = kk * PER; x < (kk + 1) * PER; ++x) add(x / 16, (x / 4) % 4, x % 4); // half 0
-        }
-#pragma unroll
-        for (int x = 0; x < HALF_ELEMS; ++x) add(x / 16, 4 + (x / 4) % 4, x % 4); // half 1
-    }
+            for (int e = 0; e < 4; ++e) add(mt, n, e);
 }
 
-template <int D, bool CAUSAL, typename V>
-__global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
 {
-    constexpr int KSTEPS = D / 16, ROWB = D * 2, MT = V::mt, THREADS = V::threads, WK = 16 * MT;
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, MT = COL_MT, THREADS = COL_THREADS, WK = 16 * MT;
     constexpr uint32_t Q_TILE = COL_BQ * ROWB;
     static_assert(COL_STAGES == 3, "the LSE of step it + 2 is loaded at step it and stored at step it + 1");
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t k_s = smem_u32(smem), q_s = k_s + COL_BK * ROWB;
-    // [stage][COL_BQ]: the tile rows' LSE (PRE: times log2(e), +inf for rows that do not contribute)
+    // [stage][COL_BQ]: the tile rows' LSE
     float *lse_s = reinterpret_cast<float *>(smem + COL_BK * ROWB + COL_STAGES * Q_TILE);
     const uint32_t lse_su = smem_u32(lse_s);
 
@@ -471,34 +432,22 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
         const int h = step / nq, q0 = qbeg + (step % nq) * COL_BQ;
         load_rows<COL_BQ, D, THREADS>(q_s + stage * Q_TILE, a.Q + (bkv * G + h) * L * D, q0, L, tid);
     };
-    auto lse_raw = [&](int step, int stage) { // PRE = 0: cp.async of the raw values (rows not read stay zero)
+    auto lse_raw = [&](int step, int stage) { // cp.async of the raw values (rows not read stay zero)
         const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
         const bool ok = q >= w0 && q < L;
         const float *src = ok ? a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0) : a.lse;
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(lse_su + (stage * COL_BQ + tid) * 4), "l"(src),
                      "r"(ok ? 4 : 0));
     };
-    auto lse_pre = [&](int step) -> float { // PRE = 1: row tid of the step's tile
-        const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
-        return q >= w0 && q < L ? __ldg(a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0)) * LOG2E : INFINITY;
-    };
 
-    // prologue: group 0 = K block + step 0, group 1 = step 1 (PRE: step 0's LSE straight to shared memory,
-    // step 1's kept in a register until the loop's first iteration)
+    // prologue: group 0 = K block + step 0, group 1 = step 1
     load_rows<COL_BK, D, THREADS>(k_s, a.K + bkv * L * D, k0, L, tid);
     load_q(0, 0);
-    if (tid < COL_BQ) {
-        if (V::pre) lse_s[tid] = lse_pre(0);
-        else lse_raw(0, 0);
-    }
+    if (tid < COL_BQ) lse_raw(0, 0);
     cp_async_commit();
-    float lse_next = INFINITY;
     if (total > 1) {
         load_q(1, 1);
-        if (tid < COL_BQ) {
-            if (V::pre) lse_next = lse_pre(1);
-            else lse_raw(1, 1);
-        }
+        if (tid < COL_BQ) lse_raw(1, 1);
     }
     cp_async_commit();
 
@@ -517,16 +466,11 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
                 for (int kk = 0; kk < KSTEPS; ++kk)
                     ldsm_x4(kf[mt][kk], k_s + swz<ROWB>(warp * WK + mt * 16 + (lane & 15), 2 * kk + (lane >> 4)));
         }
-        // PRE: step it + 1's LSE into its stage (last read at step it - 2); request step it + 2
-        if (V::pre && tid < COL_BQ && it + 1 < total) lse_s[((it + 1) % COL_STAGES) * COL_BQ + tid] = lse_next;
-        {
+        { // request step it + 2
             const int nx = it + 2;
             if (nx < total) {
                 load_q(nx, nx % COL_STAGES);
-                if (tid < COL_BQ) {
-                    if (V::pre) lse_next = lse_pre(nx);
-                    else lse_raw(nx, nx % COL_STAGES);
-                }
+                if (tid < COL_BQ) lse_raw(nx, nx % COL_STAGES);
             }
             cp_async_commit();
         }
@@ -534,9 +478,9 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
         const uint32_t qt = q_s + stage * Q_TILE;
         const float *ls = lse_s + stage * COL_BQ;
         if (!CAUSAL || q0 >= wk0 + WK) // every query of the tile follows every key of the warp
-            colsum_step<D, MT, V::order, V::pre, false>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
+            colsum_step<D, MT, false>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
         else if (q0 + COL_BQ - 1 >= wk0) // the diagonal crosses the tile (else every query precedes every key)
-            colsum_step<D, MT, V::order, V::pre, true>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
+            colsum_step<D, MT, true>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
 
         if (it % nq == nq - 1) { // head h done: reduce over the 4 lanes sharing each key, write once
             const int64_t bh = bkv * G + h;
@@ -601,74 +545,43 @@ template <typename K> int set_smem(K kernel, int bytes)
     return KVB_OK;
 }
 
-// Kernel variants (experiments, see fwd_kernel's IL and ColVariant): the defaults are the ones the
-// measurements chose; KVB_SATTN_FWD=0|1 and KVB_SATTN_COLSUM=200|201|211|101|111 (MT, ORDER, PRE) pick
-// others for A/B timing in one run.
-#define SATTN_DEFAULT_FWD 0
-#define SATTN_DEFAULT_COLSUM 200
-
-int env_variant(const char *name, int def)
-{
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
-}
-
-template <int D, bool CAUSAL, bool NEED_OUT, bool IL> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = fwd_smem_bytes<D, NEED_OUT>();
     static bool ready = false; // the attribute is per kernel and device; set once
     if (!ready) {
-        int rc = set_smem(fwd_kernel<D, CAUSAL, NEED_OUT, IL>, smem);
+        int rc = set_smem(fwd_kernel<D, CAUSAL, NEED_OUT>, smem);
         if (rc) return rc;
         ready = true;
     }
-    fwd_kernel<D, CAUSAL, NEED_OUT, IL><<<grid, FWD_THREADS, smem, s>>>(a);
+    fwd_kernel<D, CAUSAL, NEED_OUT><<<grid, FWD_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-
-template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_il(const FwdArgs &a, dim3 grid, cudaStream_t s)
-{
-    static const int il = env_variant("KVB_SATTN_FWD", SATTN_DEFAULT_FWD);
-    return il ? launch_fwd_t<D, CAUSAL, NEED_OUT, true>(a, grid, s) : launch_fwd_t<D, CAUSAL, NEED_OUT, false>(a, grid, s);
 }
 
 int launch_fwd(const sattn_params *p, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     const bool c = p->causal, n = p->need_out;
     if (p->D == 64) {
-        if (c) return n ? launch_fwd_il<64, true, true>(a, grid, s) : launch_fwd_il<64, true, false>(a, grid, s);
-        return n ? launch_fwd_il<64, false, true>(a, grid, s) : launch_fwd_il<64, false, false>(a, grid, s);
+        if (c) return n ? launch_fwd_t<64, true, true>(a, grid, s) : launch_fwd_t<64, true, false>(a, grid, s);
+        return n ? launch_fwd_t<64, false, true>(a, grid, s) : launch_fwd_t<64, false, false>(a, grid, s);
     }
-    if (c) return n ? launch_fwd_il<128, true, true>(a, grid, s) : launch_fwd_il<128, true, false>(a, grid, s);
-    return n ? launch_fwd_il<128, false, true>(a, grid, s) : launch_fwd_il<128, false, false>(a, grid, s);
+    if (c) return n ? launch_fwd_t<128, true, true>(a, grid, s) : launch_fwd_t<128, true, false>(a, grid, s);
+    return n ? launch_fwd_t<128, false, true>(a, grid, s) : launch_fwd_t<128, false, false>(a, grid, s);
 }
 
-template <int D, bool CAUSAL, typename V> int launch_col_t(const ColArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL> int launch_col_t(const ColArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = col_smem_bytes<D>();
     static bool ready = false;
     if (!ready) {
-        int rc = set_smem(colsum_kernel<D, CAUSAL, V>, smem);
+        int rc = set_smem(colsum_kernel<D, CAUSAL>, smem);
         if (rc) return rc;
         ready = true;
     }
-    colsum_kernel<D, CAUSAL, V><<<grid, V::threads, smem, s>>>(a);
+    colsum_kernel<D, CAUSAL><<<grid, COL_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-
-template <int D, bool CAUSAL> int launch_col_v(const ColArgs &a, dim3 grid, cudaStream_t s)
-{
-    static const int v = env_variant("KVB_SATTN_COLSUM", SATTN_DEFAULT_COLSUM);
-    switch (v) {
-    case 201: return launch_col_t<D, CAUSAL, ColVariant<2, 0, 1>>(a, grid, s);
-    case 211: return launch_col_t<D, CAUSAL, ColVariant<2, 1, 1>>(a, grid, s);
-    case 101: return launch_col_t<D, CAUSAL, ColVariant<1, 0, 1>>(a, grid, s);
-    case 111: return launch_col_t<D, CAUSAL, ColVariant<1, 1, 1>>(a, grid, s);
-    case 200: return launch_col_t<D, CAUSAL, ColVariant<2, 0, 0>>(a, grid, s);
-    }
-    return kvb_fail(KVB_EINVAL, "selective_attn: KVB_SATTN_COLSUM=%d is not a column-sum variant (200, 201, 211, 101, 111)", v);
 }
 
 int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, bf16 *O, float *LSE, void *ws,
@@ -706,8 +619,8 @@ int run_colsum(const bf16 *Q, const bf16 *K, const float *LSE, const sattn_param
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
     const dim3 grid((unsigned)((int64_t)p->B * p->Hkv), (unsigned)((p->L + COL_BK - 1) / COL_BK));
-    if (p->D == 64) return p->causal ? launch_col_v<64, true>(a, grid, s) : launch_col_v<64, false>(a, grid, s);
-    return p->causal ? launch_col_v<128, true>(a, grid, s) : launch_col_v<128, false>(a, grid, s);
+    if (p->D == 64) return p->causal ? launch_col_t<64, true>(a, grid, s) : launch_col_t<64, false>(a, grid, s);
+    return p->causal ? launch_col_t<128, true>(a, grid, s) : launch_col_t<128, false>(a, grid, s);
 }
 
 int check_ptrs(const char *who, const void *Q, const void *K, const void *V, const void *LSE)

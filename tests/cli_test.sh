@@ -65,6 +65,15 @@ if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.np
 else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: json and npy files exist"
 fi
+# tolerance overrides are not part of the id, but the reproduce line, the JSON and the list carry them
+expect "check --json with a tolerance override" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
+if grep -q '"reproduce": "index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5 rtol=0.125"' "$tmp/o.json" && grep -q '"overridden": true' "$tmp/o.json"; then
+    passed=$((passed + 1)); echo "[       OK ] cli: overrides in the JSON's reproduce line"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: overrides in the JSON's reproduce line"
+fi
+printf 'index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 tier=smoke\n' >"$tmp/tol.cases"
+expect "list shows a case's tolerance overrides" 0 '^smoke +index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5$' -- list --cases "$tmp/tol.cases"
 # decode and int2 families (issue 4): each bad input named with its value and range, nothing runs
 expect "gs not in the supported set" 2 'int2_quantize: gs=24 is not one of \{16, 32, 64, 128\}' -- check --cases "$cases" "int2_quantize gs=24"
 expect "T not a multiple of gs" 2 'int2_decode_attn: T=1000 is not a multiple of gs=16' -- check --cases "$cases" "int2_decode_attn T=1000 gs=16"

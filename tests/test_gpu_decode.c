@@ -50,10 +50,6 @@ static void test_int2_api_rejects_before_launch(void **state)
     assert_error_mentions("int2_decode_attn: T=1000 is not a multiple of gs=16");
     assert_int_equal(int2_decode_attn_v1(b, &c, b, &l, w, 0), KVB_EINVAL);
     assert_error_mentions("int2_decode_attn_v1: T=1000 is not a multiple of gs=16");
-    assert_int_equal(int2_decode_attn_v2x(b, &c, b, &l, w, INT2_V2_MAGIC, 0), KVB_EINVAL);
-    assert_error_mentions("int2_decode_attn_v2x: T=1000 is not a multiple of gs=16");
-    assert_int_equal(int2_decode_attn_v2x(b, &c, b, &l, w, INT2_V2_ALL + 1, 0), KVB_EINVAL);
-    assert_error_mentions("int2_decode_attn_v2x: flags=8 out of range [0, 7]");
     l.T = 1024, l.D = 64, l.gs = 128;
     assert_int_equal(int2_quantize_values(b, 1024, 1024, 0, &c, &l, 0), KVB_EINVAL);
     assert_error_mentions("int2_quantize_values: D=64 is not a multiple of gs=128");
