@@ -24,7 +24,10 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
 #include "gather_copy.h"
+
+using kvb_dev::smem_u32;
 
 // ------------------------------------------------------------------------------------------------
 // index_scan
@@ -399,7 +402,6 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
 // Hopper copy engine inside the SM) per chunk from pinned host memory into shared memory, completing
 // on an mbarrier, then bulk-stores the chunks to the buffer. An experiment against the 16-byte-load
 // path: whether the bulk engine's reads of host memory cross PCIe more efficiently.
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
 {
@@ -413,14 +415,14 @@ __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
     const uint32_t bytes = (uint32_t)a.chunk16 * 16;
     const int32_t *off = a.offsets + bh * a.M + first;
     uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16 + (int64_t)first * a.chunk16;
-    const uint32_t b = smem_addr(&bar);
+    const uint32_t b = smem_u32(&bar);
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes * n) : "memory");
     for (int s = 0; s < n; s++) {
         const uint4 *src = a.host + bh * a.host_row16 + (int64_t)off[s] * a.chunk16;
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
+                     ::"r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
                      : "memory");
     }
     uint32_t done = 0;
@@ -429,7 +431,7 @@ __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
                      : "=r"(done) : "r"(b) : "memory");
     for (int s = 0; s < n; s++)
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                     ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)
+                     ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)
                      : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");

@@ -137,28 +137,6 @@ __device__ __forceinline__ uint32_t code_of(float x, float s, float z, float r)
 
 __device__ __forceinline__ bool unsupported(float x) { return !(fabsf(x) <= (float)INT2_MAX_ABS); }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
-__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
-
 // Keys: a block of 256 threads per tile of 128 tokens of one (b, h), staged in shared memory with
 // cp.async. Work unit = (channel pair p, 16-token chunk c): 16 bf16 pairs in registers (one word of
 // codes per channel). The min and max of a group of gs tokens are reduced over its gs/16 chunk lanes
@@ -182,8 +160,8 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
         const int t = c / NCH, ch = c % NCH;
         cp_async16(&tile[t * PAIRS + ((ch ^ ((t >> 4) & (NCH - 1))) << 2)], src + (int64_t)t * D + ch * 8, true);
     }
-    cp_commit();
-    cp_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
 
     const int64_t words = Tcap / 16, groups = Tcap / gs;
@@ -403,8 +381,7 @@ template <int BYTES_>
 __device__ __forceinline__ void cp_async_n(void *smem, const void *gmem)
 {
     if constexpr (BYTES_ == 16) cp_async16(smem, gmem, true);
-    else if constexpr (BYTES_ == 8) cp_async8(smem, gmem);
-    else cp_async4(smem, gmem);
+    else cp_async<BYTES_>(smem, gmem);
 }
 
 // Issue the cp.async copies of tile `tile` (tokens [256*tile, 256*tile + 256)) of head bh. Value
@@ -583,8 +560,7 @@ __device__ __forceinline__ void stage_q(float *q_s, float *f_s, float *u_s, cons
     for (int h = warp; h < G; h += WARPS) {
         float mx = 0.f;
         for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(q_s[h * D + c]));
-#pragma unroll
-        for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        mx = warp_max<16, 1>(mx);
         int e = 0;
         if (mx > 0.f) {
             int E;
@@ -671,15 +647,15 @@ __global__ void __launch_bounds__(THREADS) int2_attn_kernel(AttnParams p)
             const float sc1 = 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f;
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
             load_tile<D, GS>(smem, p.c, head, ta0, p.T, p.Tcap, true, true, tid);
-            cp_commit();
+            cp_async_commit();
             for (int tile = ta0; tile <= ta1; tile++) {
                 const unsigned char *buf = smem + ((tile - ta0) & 1) * BUF;
                 if (tile < ta1) {
                     load_tile<D, GS>(smem + ((tile - ta0 + 1) & 1) * BUF, p.c, head, tile + 1, p.T, p.Tcap, true, true, tid);
-                    cp_commit();
-                    cp_wait<1>();
+                    cp_async_commit();
+                    cp_async_wait<1>();
                 } else {
-                    cp_wait<0>();
+                    cp_async_wait<0>();
                 }
                 __syncthreads();
                 const int step = tile * 4 + warp;
@@ -760,17 +736,6 @@ __host__ __device__ constexpr int vpos(int tau)
 __host__ __device__ __forceinline__ int vphys(int g, int tau) { return g * TILE + (vpos(tau) ^ (32 * (g & 1))); }
 __host__ __device__ constexpr int rho(int tau) { return (tau & ~15) | ((tau & 3) << 2) | ((tau >> 2) & 3); }
 
-// cp.async of N bytes (4, 8 or 16), zero-filled when !pred
-template <int N>
-__device__ __forceinline__ void cp_async_z(void *smem, const void *gmem, bool pred)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    if constexpr (N == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(N), "r"(pred ? N : 0));
-}
-
 // N 32-bit words from shared memory in one access (N = 1, 2, 4; 4N-byte aligned)
 template <int N>
 __device__ __forceinline__ void lds_words(uint32_t (&w)[N], const void *p)
@@ -835,10 +800,10 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c
     for (int k = 0; k < D / 32; k++) cp_async16(buf + pl.kqd + k * 32 * 64, kq + k * 32 * (Tcap / 16), true);
     if (tid < L::KITEMS) {
         const int64_t off = pl.km + tok0 / GS;
-        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd, c.Ks + off, true);
-        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd + L::NGK * 2, c.Ks + off + Tcap / GS, true);
-        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd, c.Kz + off, true);
-        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd + L::NGK * 2, c.Kz + off + Tcap / GS, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KS + pl.kmd, c.Ks + off, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KS + pl.kmd + L::NGK * 2, c.Ks + off + Tcap / GS, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KZ + pl.kmd, c.Kz + off, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KZ + pl.kmd + L::NGK * 2, c.Kz + off + Tcap / GS, true);
     }
     const uint32_t *vq = c.Vq + pl.vq + tok0 * L::VW;
     const int64_t vt = tok0 + tid / CPR; // token of chunk 0
@@ -847,13 +812,13 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c
         cp_async16(buf + pl.vqd + k * VSTEP * (D / 4), vq + k * VSTEP * L::VW, vt + k * VSTEP < T);
     const int64_t voff = pl.vm + tok0 * L::NGV, vt0 = tok0 + pl.t0;
     if constexpr (L::NGV >= 2) {
-        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd + 4 * L::NGV, c.Vs + voff + 2 * L::NGV, vt0 + 2 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd + 4 * L::NGV, c.Vz + voff + 2 * L::NGV, vt0 + 2 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VS + pl.vmd + 4 * L::NGV, c.Vs + voff + 2 * L::NGV, vt0 + 2 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VZ + pl.vmd + 4 * L::NGV, c.Vz + voff + 2 * L::NGV, vt0 + 2 < T);
     } else if (tid < TILE / 4) {
-        cp_async_z<8>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
-        cp_async_z<8>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
+        cp_async_zfill<8>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_zfill<8>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
     }
 }
 
@@ -1008,11 +973,7 @@ __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32
         mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][2]));
         mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
     }
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
+    warp_max<4, 16>(mx0, mx1); // over the 8 row groups
     const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
     const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
     const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
@@ -1237,11 +1198,7 @@ __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &s
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f); // + Z row 8 (sum of p)
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
+    warp_sum<4, 16>(l0, l1); // over the 8 row groups
     if (g == 0) {
         ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
         ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
@@ -1349,13 +1306,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
             // for all but the newest STAGES - 2 leaves this tile's complete
             static_assert(STAGES == 3, "the prologue issues tiles ta0 and ta0 + 1");
             load_tile<D, GS>(smem, p.c, pl, ta0, p.T, p.Tcap, tid);
-            cp_commit();
+            cp_async_commit();
             if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
-            cp_commit();
+            cp_async_commit();
             int slot = 0; // the buffer of `tile`
             for (int tile = ta0; tile <= ta1; tile++) {
                 unsigned char *buf = smem + slot * BUF;
-                cp_wait<STAGES - 2>();
+                cp_async_wait<STAGES - 2>();
                 PassRegs<D, GS> pr;
                 pass_read<D, GS>(pr, buf, pl, tid);
                 __syncthreads(); // every warp is past the previous tile, and done reading this one's metadata
@@ -1363,7 +1320,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
                 __syncthreads(); // the transposed metadata and the codes are visible
                 const int nt = tile + STAGES - 1, ns = slot == 0 ? STAGES - 1 : slot - 1; // into the previous tile's buffer
                 if (nt <= ta1) load_tile<D, GS>(smem + ns * BUF, p.c, pl, nt, p.T, p.Tcap, tid);
-                cp_commit();
+                cp_async_commit();
                 slot = slot == STAGES - 1 ? 0 : slot + 1;
                 const int step = tile * 4 + warp;
                 if (step >= qa && step < qe)
@@ -1408,9 +1365,9 @@ __global__ void __launch_bounds__(THREADS) int2_qk_kernel(QKParams p)
     const int64_t head = blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
     load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, true, false, tid);
-    cp_commit();
+    cp_async_commit();
     stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid); // while the tile lands
-    cp_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     const int64_t tok = (int64_t)tile * TILE + 64 * warp + 8 * g; // the thread's 8 tokens; T is a multiple of 16
     if ((int64_t)tile * TILE + 64 * warp >= p.T) return;
@@ -1467,8 +1424,8 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
     int e_run = 127; // O columns of head g are scaled by 2^e_run: p values enter fp16 below 2^15
     for (int tile = tile_a; tile < tile_b; tile++) {
         load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, false, true, tid);
-        cp_commit();
-        cp_wait<0>();
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
         const int64_t tok = (int64_t)tile * TILE + 64 * warp + 16 * t; // the thread's 16 tokens (all or none below T)
         if ((int64_t)tile * TILE + 64 * warp < p.T) {
@@ -1482,8 +1439,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
             float mx = 0.f;
 #pragma unroll
             for (int i = 0; i < 16; i++) mx = fmaxf(mx, fabsf(pv[i]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = warp_max<1, 2>(mx); // the quad of head g
             int e_step = 127;
             if (mx > 0.f) {
                 int E;

@@ -22,67 +22,18 @@
 #include <cuda_bf16.h>
 
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
 #include "selective_attn.h"
 
 typedef __nv_bfloat16 bf16;
+using namespace kvb_dev; // PTX wrappers, packing, warp reductions
 
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-// ---- PTX wrappers ----------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, bypassing L1; src_bytes = 0 fills the destination with zeros
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c += a * b (m16n8k16, bf16 inputs, fp32 accumulators)
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float ex2(float x) // 2^x on the SFU; ex2(-inf) = 0
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) // lo in the low half
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
+// ---- shared-memory tiles ----------------------------------------------------------------------------
 
 // byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of ROWB-byte rows
 template <int ROWB> __device__ __forceinline__ uint32_t swz(int r, int c) { return r * ROWB + ((c ^ (r & 7)) << 4); }
@@ -217,8 +168,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
         float alpha[2], msc[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mx[r] = warp_max<1, 2>(mx[r]); // the quad holding the row
             alpha[r] = m_r[r] == -INFINITY ? 0.f : ex2((m_r[r] - mx[r]) * a.scale_log2);
             msc[r] = mx[r] == -INFINITY ? 0.f : mx[r] * a.scale_log2;
             m_r[r] = mx[r];
@@ -262,10 +212,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 
     // epilogue: full row sums, LSE (or the split's partial), O
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
-    }
+    for (int r = 0; r < 2; ++r) l_r[r] = warp_sum<1, 2>(l_r[r]);
     if (t == 0) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -436,8 +383,7 @@ __global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
         const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
         const bool ok = q >= w0 && q < L;
         const float *src = ok ? a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0) : a.lse;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(lse_su + (stage * COL_BQ + tid) * 4), "l"(src),
-                     "r"(ok ? 4 : 0));
+        cp_async_zfill<4>(lse_su + (stage * COL_BQ + tid) * 4, src, ok);
     };
 
     // prologue: group 0 = K block + step 0, group 1 = step 1
@@ -488,9 +434,7 @@ __global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    float v = acc[mt][r];
-                    v += __shfl_xor_sync(0xffffffffu, v, 1);
-                    v += __shfl_xor_sync(0xffffffffu, v, 2);
+                    const float v = warp_sum<1, 2>(acc[mt][r]);
                     const int key = wk0 + mt * 16 + g + 8 * r;
                     if (t == 0 && key < L) a.colsum[bh * L + key] = v;
                     kvacc[mt][r] += v;
@@ -644,7 +588,7 @@ __global__ void softmax_rows_kernel(float *S, bf16 *P, int L, int R, int r0, int
     __shared__ float red[32];
     float m = -INFINITY;
     for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = warp_max<16, 1>(m);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
     m = -INFINITY;
@@ -652,7 +596,7 @@ __global__ void softmax_rows_kernel(float *S, bf16 *P, int L, int R, int r0, int
     __syncthreads();
     float sum = 0.f;
     for (int j = threadIdx.x; j < n; j += blockDim.x) sum += expf(s[j] - m);
-    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum<16, 1>(sum);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
     __syncthreads();
     sum = 0.f;
