@@ -25,6 +25,7 @@
 
 #include "kvb_cuda.h"
 #include "kvb_device.cuh"
+#include "kvb_grid.h"
 #include "gather_copy.h"
 
 using kvb_dev::smem_u32;
@@ -510,9 +511,10 @@ extern "C" int packed_load(const kvb_bf16 *const *KVh, kvb_bf16 *const *KVg, con
     a.rows_per_block = GC_STAGE_BYTES / (a.row16 * 16);
     if (a.rows_per_block < 1) a.rows_per_block = 1;
     a.nblk = (p->k + a.rows_per_block - 1) / a.rows_per_block;
-    int64_t blocks = (int64_t)p->layers * p->B * a.nblk;
-    if (blocks > INT_MAX) return kvb_fail(KVB_EINVAL, "packed_load: layers*B*k too large (%lld blocks)", (long long)blocks);
-    packed_load_kernel<<<(unsigned)blocks, GC_THREADS, 0, stream>>>(a);
+    unsigned blocks = 0; // one per (layer, b, rows_per_block selected rows)
+    if (kvb_grid_x("packed_load", "layers*B*ceil(k/rows_per_block) (blocks)", (int64_t)p->layers * p->B * a.nblk, 1, &blocks))
+        return KVB_EINVAL;
+    packed_load_kernel<<<blocks, GC_THREADS, 0, stream>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "kvb_cuda.h"
+#include "kvb_grid.h"
 #include "attn_device.h"
 #include "int2.h"
 
@@ -148,12 +149,12 @@ template <int D>
 __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bfloat16 *__restrict__ K, int64_t src_len,
                                                                   int64_t n, int64_t t0, uint32_t *__restrict__ Kq,
                                                                   __half *__restrict__ Ks, __half *__restrict__ Kz,
-                                                                  int64_t Tcap, int gs)
+                                                                  int64_t Tcap, int gs, int64_t bh0)
 {
     constexpr int PAIRS = D / 2, NCH = PAIRS / 4; // 32-bit pairs per token, 16-byte chunks per token
     __shared__ __align__(16) uint32_t tile[QK_TILE * PAIRS]; // 32 KB (D=128) or 16 KB (D=64)
     const int tid = threadIdx.x;
-    const int64_t bh = blockIdx.y, tile0 = (int64_t)blockIdx.x * QK_TILE;
+    const int64_t bh = bh0 + blockIdx.y, tile0 = (int64_t)blockIdx.x * QK_TILE; // heads in chunks (kvb_grid.h)
     const int ntile = (int)min((int64_t)QK_TILE, n - tile0); // a multiple of gs
     const __nv_bfloat16 *src = K + (bh * src_len + tile0) * D;
     for (int c = tid; c < ntile * NCH; c += QK_THREADS) {
@@ -223,10 +224,10 @@ template <int D>
 __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfloat16 *__restrict__ V, int64_t src_len,
                                                                     int64_t n, int64_t t0, uint32_t *__restrict__ Vq,
                                                                     __half *__restrict__ Vs, __half *__restrict__ Vz,
-                                                                    int64_t Tcap, int gs)
+                                                                    int64_t Tcap, int gs, int64_t bh0)
 {
     constexpr int WPT = D / 16; // code words per token
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t flat = (int64_t)blockIdx.x * QV_THREADS + threadIdx.x;
     const int64_t tok = flat / WPT;
     const int w = (int)(flat % WPT);
@@ -303,9 +304,10 @@ __global__ void shift_kernel(__nv_bfloat16 *Kr, __nv_bfloat16 *Vr, int64_t heads
 
 // K: one thread per (channel, 16-token word) writes 16 rows' element; V: one thread per (token, word)
 // writes 32 bytes; then the residual rows are copied.
-__global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, int D, int64_t Tcap, int64_t T, int gs)
+__global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, int D, int64_t Tcap, int64_t T, int gs,
+                                    int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // (word, channel), channel fastest
     if (i >= (T / 16) * D) return;
     const int d = (int)(i % D);
@@ -321,9 +323,10 @@ __global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, in
     }
 }
 
-__global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, int D, int64_t Tcap, int64_t T, int gs)
+__global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, int D, int64_t Tcap, int64_t T, int gs,
+                                      int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // (token, word)
     const int wpt = D / 16;
     if (i >= T * wpt) return;
@@ -343,9 +346,9 @@ __global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, 
 }
 
 __global__ void copy_residual_kernel(CachePtrs c, __nv_bfloat16 *K, __nv_bfloat16 *V, int64_t L, int D, int64_t T,
-                                     int Rcap, int R)
+                                     int Rcap, int R, int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // 16-byte chunk of the R rows
     if (i >= (int64_t)R * D / 8) return;
     reinterpret_cast<uint4 *>(K + (bh * L + T) * D)[i] = reinterpret_cast<const uint4 *>(c.Kr + bh * Rcap * D)[i];
@@ -1349,6 +1352,7 @@ struct QKParams {
     float *scores;
     int Hkv, Hq, G;
     int64_t Tcap, T;
+    int64_t head0; // the launch's first head: heads go to grid.y in chunks (kvb_grid.h)
 };
 
 template <int D, int GS>
@@ -1362,7 +1366,7 @@ __global__ void __launch_bounds__(THREADS) int2_qk_kernel(QKParams p)
     float *f_s = q_s + MAXG * D, *u_s = f_s + MAXG;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x;
-    const int64_t head = blockIdx.y, b = head / p.Hkv;
+    const int64_t head = p.head0 + blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
     load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, true, false, tid);
     cp_async_commit();
@@ -1397,6 +1401,7 @@ struct AVParams {
     int64_t Tcap, T, ntiles;
     int *counters;
     float *parts;
+    int64_t head0; // the launch's first head: heads go to grid.y in chunks (kvb_grid.h)
 };
 
 template <int D, int GS>
@@ -1414,7 +1419,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
     float(*o_s)[MAXG][D] = reinterpret_cast<float(*)[MAXG][D]>(smem); // aliases the tile at the end
     __shared__ int flag_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t split = blockIdx.x, head = blockIdx.y, b = head / p.Hkv;
+    const int64_t split = blockIdx.x, head = p.head0 + blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
     const int tile_a = (int)(split * p.ntiles / p.nsplit), tile_b = (int)((split + 1) * p.ntiles / p.nsplit);
     const float *prow = p.p + (b * p.Hq + (int64_t)kvh * G + g) * p.T; // head g of the thread's B column
@@ -1686,13 +1691,18 @@ extern "C" int int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n,
     if (rc) return rc;
     if (!K || (rc = check_keys_present(c, who))) return rc ? rc : kvb_fail(KVB_EINVAL, "%s: K is NULL", who);
     if (n == 0) return KVB_OK;
-    dim3 grid((unsigned)((n + QK_TILE - 1) / QK_TILE), (unsigned)(l->B * l->Hkv));
+    const unsigned tiles = (unsigned)((n + QK_TILE - 1) / QK_TILE); // n <= Tcap <= 2^21: <= 16384
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(K);
     __half *Ks = reinterpret_cast<__half *>(c->Ks), *Kz = reinterpret_cast<__half *>(c->Kz);
-    if (l->D == 64) quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs);
-    else quant_keys_kernel<128><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
+        const dim3 grid(tiles, heads);
+        if (l->D == 64)
+            quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
+        else
+            quant_keys_kernel<128><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0, const int2_cache *c,
@@ -1703,14 +1713,19 @@ extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t 
     if (rc) return rc;
     if (!V || (rc = check_values_present(c, who))) return rc ? rc : kvb_fail(KVB_EINVAL, "%s: V is NULL", who);
     if (n == 0) return KVB_OK;
-    const int64_t threads = n * (l->D / 16);
-    dim3 grid((unsigned)((threads + QV_THREADS - 1) / QV_THREADS), (unsigned)(l->B * l->Hkv));
+    unsigned blocks = 0;
+    if ((rc = kvb_grid_x(who, "n*D/16 (threads per head)", n * (l->D / 16), QV_THREADS, &blocks))) return rc;
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(V);
     __half *Vs = reinterpret_cast<__half *>(c->Vs), *Vz = reinterpret_cast<__half *>(c->Vz);
-    if (l->D == 64) quant_values_kernel<64><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs);
-    else quant_values_kernel<128><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
+        const dim3 grid(blocks, heads);
+        if (l->D == 64)
+            quant_values_kernel<64><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
+        else
+            quant_values_kernel<128><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
@@ -1754,21 +1769,30 @@ extern "C" int int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, in
                         (long long)(l->T + l->R));
     if (!K || !V) return kvb_fail(KVB_EINVAL, "%s: K or V is NULL", who);
     const CachePtrs p = ptrs_of(c);
-    const unsigned heads = (unsigned)(l->B * l->Hkv);
+    const int64_t heads = (int64_t)l->B * l->Hkv;
     __nv_bfloat16 *Ko = reinterpret_cast<__nv_bfloat16 *>(K), *Vo = reinterpret_cast<__nv_bfloat16 *>(V);
     if (l->T > 0) {
         if ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who))) return rc;
-        const int64_t nk = (l->T / 16) * l->D, nv = l->T * (l->D / 16);
-        dequant_keys_kernel<<<dim3((unsigned)((nk + 255) / 256), heads), 256, 0, stream>>>(p, Ko, L, l->D, l->Tcap, l->T, l->gs);
-        dequant_values_kernel<<<dim3((unsigned)((nv + 255) / 256), heads), 256, 0, stream>>>(p, Vo, L, l->D, l->Tcap, l->T, l->gs);
-        CUDA_TRY(cudaGetLastError());
+        unsigned bk = 0, bv = 0;
+        if ((rc = kvb_grid_x(who, "T/16*D (threads per head)", (l->T / 16) * l->D, 256, &bk)) ||
+            (rc = kvb_grid_x(who, "T*D/16 (threads per head)", l->T * (l->D / 16), 256, &bv)))
+            return rc;
+        rc = kvb_grid_chunks(heads, [&](int64_t bh0, unsigned n) -> int {
+            dequant_keys_kernel<<<dim3(bk, n), 256, 0, stream>>>(p, Ko, L, l->D, l->Tcap, l->T, l->gs, bh0);
+            dequant_values_kernel<<<dim3(bv, n), 256, 0, stream>>>(p, Vo, L, l->D, l->Tcap, l->T, l->gs, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
+        if (rc) return rc;
     }
     if (l->R > 0) {
         if (!c->Kr || !c->Vr) return kvb_fail(KVB_EINVAL, "%s: Kr or Vr is NULL", who);
-        const int64_t n = (int64_t)l->R * l->D / 8;
-        copy_residual_kernel<<<dim3((unsigned)((n + 255) / 256), heads), 256, 0, stream>>>(p, Ko, Vo, L, l->D, l->T,
-                                                                                           l->Rcap, l->R);
-        CUDA_TRY(cudaGetLastError());
+        const unsigned br = (unsigned)(((int64_t)l->R * l->D / 8 + 255) / 256); // R < 128 + gs
+        return kvb_grid_chunks(heads, [&](int64_t bh0, unsigned n) -> int {
+            copy_residual_kernel<<<dim3(br, n), 256, 0, stream>>>(p, Ko, Vo, L, l->D, l->T, l->Rcap, l->R, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     }
     return KVB_OK;
 }
@@ -1789,12 +1813,15 @@ extern "C" int int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, co
     p.scores = scores;
     p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv;
     p.Tcap = l->Tcap, p.T = l->T;
-    dim3 grid((unsigned)((l->T + TILE - 1) / TILE), (unsigned)(l->B * l->Hkv));
+    const unsigned tiles = (unsigned)((l->T + TILE - 1) / TILE); // T <= 2^21: <= 8192
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
-        int2_qk_kernel<D, GS><<<grid, THREADS, qk_smem_bytes<D, GS>(), stream>>>(p);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t head0, unsigned heads) -> int {
+            p.head0 = head0;
+            int2_qk_kernel<D, GS><<<dim3(tiles, heads), THREADS, qk_smem_bytes<D, GS>(), stream>>>(p);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 
@@ -1828,14 +1855,16 @@ extern "C" int int2_av(const float *pr, const int2_cache *c, float *out, const i
     p.Tcap = l->Tcap, p.T = l->T, p.ntiles = (l->T + TILE - 1) / TILE;
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + off);
-    dim3 grid((unsigned)p.nsplit, (unsigned)(l->B * l->Hkv));
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         constexpr size_t smem = av_smem_bytes<D, GS>();
         CUDA_TRY(cudaFuncSetAttribute(int2_av_kernel<D, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int2_av_kernel<D, GS><<<grid, THREADS, smem, stream>>>(p);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t head0, unsigned heads) -> int {
+            p.head0 = head0; // nsplit <= 256 splits in grid.x
+            int2_av_kernel<D, GS><<<dim3((unsigned)p.nsplit, heads), THREADS, smem, stream>>>(p);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 

@@ -56,6 +56,11 @@ expect "heavy hitters: unsupported D" 2 'heavy_hitters: D=12 is not a multiple o
 expect "snapkv: pooling kernel not odd" 2 'snapkv: ks=64 is not an odd pooling kernel in \[1, 8191\]' -- check --cases "$cases" "snapkv ks=64"
 expect "snapkv: budget below the window" 2 'snapkv: budget=16 out of range \[W = min\(32, L\) = 32' -- check --cases "$cases" "snapkv budget=16"
 expect "snapkv: unsupported D" 2 'snapkv: D=80 is not supported' -- check --cases "$cases" "snapkv D=80"
+# B*Hkv past grid.y's 65535 (B=257, Hkv=256): accepted when the case is read (the heads run in grid.y
+# chunks; the check tier holds such cases for the GPU), and listed
+expect "int2_qk with B*Hkv = 65792 accepted" 0 '^none +int2_qk B=257 Hq=256 Hkv=256 D=64 gs=16 T=256' -- list --cases "$cases" "int2_qk B=257 Hq=256 Hkv=256 D=64 T=256"
+expect "snapkv with B*Hkv = 65792 accepted" 0 '^none +snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8' -- list --cases "$cases" "snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8"
+expect "int2 check-tier case with B*Hkv = 65792 shipped" 0 '^check +int2_quantize B=257 Hkv=256 D=64 gs=16 T=16' -- list --cases "$cases" --tier check int2_quantize
 expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
 expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
 expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
