@@ -70,7 +70,7 @@ $(OBJ)/%.o: %.cc harness/gbench_shim.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h)
+$(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h kernels/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

@@ -28,8 +28,8 @@ typedef struct bench_ctx {
     int live;
     kvb_sample_stats st; /* the reported loop, for the summary */
     int done, failed;
-    char error[1200];
-    char label[600];
+    char error[1600];
+    char label[1200];
 } bench_ctx;
 
 static void bench_reset(void *p) { kvb_run_reset(&((bench_ctx *)p)->run); }
@@ -42,7 +42,10 @@ static void bench_work(void *p)
 
 static int bench_fail(bench_ctx *b, const char *what, const char *detail)
 {
-    snprintf(b->error, sizeof b->error, "%s%s%s", what, detail && *detail ? ": " : "", detail ? detail : "");
+    char repro[KVB_ID_MAX + 128];
+    kvb_case_repro(b->c, repro, sizeof repro); /* with its tolerance overrides: the verdict's own line */
+    snprintf(b->error, sizeof b->error, "%s%s%s (reproduce: kvbench check \"%s\")", what, detail && *detail ? ": " : "",
+             detail ? detail : "", repro);
     b->failed = 1;
     return kvb_fail(KVB_EINVAL, "%s", b->error);
 }
@@ -54,7 +57,7 @@ static int bench_prepare(void *p)
     kvb_outcome out;
     kvb_status st = kvb_case_prepare(&b->run, b->c, b->ceil, &out);
     b->live = 1;
-    snprintf(b->label, sizeof b->label, "%s%soutputs of zeros caught by validation", b->run.note, b->run.note[0] ? "; " : "");
+    kvb_bench_label(b->c, b->run.note, b->label, sizeof b->label);
     if (st != KVB_PASS) {
         kvb_print_verdict(&b->run, &out.v);
         return bench_fail(b, st == KVB_SKIP ? "skipped" : "validation before timing failed", *out.msg ? out.msg : out.why);

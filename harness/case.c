@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,9 +82,9 @@ static void choices_text(const kvb_op *op, const kvb_param *p, char *buf, size_t
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", c);
 }
 
-/* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix.
- * Returns 1, 0 when s is not an integer, or -1 when its value does not fit in 64 bits (so the
- * caller can say "out of range" instead of accepting a wrapped value: L=17592186044417M). */
+/* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix. Returns 1 with
+ * the value, 0 when the text is not such an integer, and -1 when it is one whose value (digits times
+ * suffix) does not fit in 64 bits: never a wrapped value. */
 static int parse_int(const char *s, long long *out)
 {
     errno = 0;
@@ -91,13 +92,14 @@ static int parse_int(const char *s, long long *out)
     if (!*s || isspace((unsigned char)*s)) return 0;
     long long v = strtoll(s, &end, 10);
     if (end == s) return 0;
-    if (errno == ERANGE) return -1;
-    if (errno) return 0;
-    long long scale = 1;
-    if (*end == 'K' && !end[1]) scale = 1024, end++;
-    else if (*end == 'M' && !end[1]) scale = 1048576, end++;
+    const int range = errno == ERANGE;
+    if (errno && !range) return 0;
+    long long mul = 1;
+    if (*end == 'K') mul = 1024, end++;
+    else if (*end == 'M') mul = 1048576, end++;
     if (*end) return 0;
-    if (__builtin_mul_overflow(v, scale, out)) return -1;
+    if (range || __builtin_mul_overflow(v, mul, &v)) return -1;
+    *out = v;
     return 1;
 }
 
@@ -209,11 +211,20 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
         if (set[pi]++) FAIL("%s: key '%s' given twice", op->name, p->name);
         if (p->type == KVB_P_INT) {
             long long v;
-            int ok = parse_int(val, &v);
+            const int ok = parse_int(val, &v);
             if (!ok) FAIL("%s: %s=%s is not an integer", op->name, p->name, val);
-            if (ok < 0) FAIL("%s: %s=%s out of range [%.0f, %.0f]", op->name, p->name, val, p->lo, p->hi);
-            if (v < p->lo || v > p->hi)
-                FAIL("%s: %s=%lld out of range [%.0f, %.0f]", op->name, p->name, v, p->lo, p->hi);
+            /* the declared range is integral: compare as integers (a bound past 64 bits is no bound) */
+            const long long lo = p->lo <= (double)LLONG_MIN ? LLONG_MIN : (long long)p->lo;
+            const long long hi = p->hi >= (double)LLONG_MAX ? LLONG_MAX : (long long)p->hi;
+            if (ok < 0)
+                FAIL("%s: %s=%s out of range [%lld, %lld] (beyond a 64-bit integer)", op->name, p->name, val, lo, hi);
+            if (v < lo || v > hi) {
+                char num[32];
+                snprintf(num, sizeof num, "%lld", v);
+                if (strcmp(num, val)) /* a suffix or another spelling: show both */
+                    FAIL("%s: %s=%s (= %lld) out of range [%lld, %lld]", op->name, p->name, val, v, lo, hi);
+                FAIL("%s: %s=%lld out of range [%lld, %lld]", op->name, p->name, v, lo, hi);
+            }
             c.v[pi] = (double)v;
         } else if (p->type == KVB_P_FLOAT) {
             double v;

@@ -62,7 +62,11 @@ int kvb_run_zeros_caught(kvb_run *r);
 kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o);
 
 /* ---- report.c ---- */
-void kvb_case_repro(const kvb_case *c, char *buf, size_t n); /* id plus any tolerance overrides */
+void kvb_case_overrides(const kvb_case *c, char *buf, size_t n); /* "atol=.. rtol=.. l2=..", those given */
+void kvb_case_repro(const kvb_case *c, char *buf, size_t n);     /* id plus any tolerance overrides */
+/* A benchmark's label (its JSON "label"; the benchmark's name is the id, which has no overrides): the
+ * run's note, the zeros check, and the tolerance overrides with the line that reproduces the verdict. */
+void kvb_bench_label(const kvb_case *c, const char *note, char *buf, size_t n);
 void kvb_print_verdict(kvb_run *r, const kvb_verdict *v);
 void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v);
 void kvb_tolerance_json(kvb_json *j, const kvb_case *c);

@@ -119,7 +119,11 @@ static int cmd_list(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH, &cases);
     if (rc) return rc;
-    for (int i = 0; i < cases.n; i++) printf("%-5s  %s\n", kvb_tier_name(cases.v[i].tier), cases.v[i].id);
+    for (int i = 0; i < cases.n; i++) { /* the id, and the tolerance overrides a case line gave */
+        char repro[KVB_ID_MAX + 128];
+        kvb_case_repro(&cases.v[i], repro, sizeof repro);
+        printf("%-5s  %s\n", kvb_tier_name(cases.v[i].tier), repro);
+    }
     kvb_cases_free(&cases);
     return 0;
 }

@@ -9,8 +9,8 @@
  *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: the best version, v2),
- *                     kernel_v1 (the first version, for one-run comparisons; v2's other measured
- *                     variants lost their A/B and left), and the in-suite peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
+ *                     kernel_v1 (the first version, for one-run comparisons), and the in-suite
+ *                     peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
  *                     attention) and dense_bf16 (dense decode attention over the same tokens unquantized,
  *                     validated against the dense reference). The summary's speedups compare these at
  *                     equal shapes.
@@ -68,10 +68,15 @@ static const kvb_param append_params[] = {
 static const kvb_param matmul_params[] = {K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_DIST, K_SEED};
 static const kvb_param attn_params[] = {
     K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_R, K_DIST, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 
 enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFINITE };
+
+/* int2_decode_attn's implementations, in the order of its impl table (attn_impls): impl= is the index. */
+enum { IMPL_KERNEL, IMPL_KERNEL_V1, IMPL_DEQUANT_DENSE, IMPL_DENSE_BF16 };
+
+static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
 
 static int dist_of(const kvb_case *c)
 {
@@ -547,8 +552,8 @@ static int setup_attn(kvb_run *r)
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
     const int64_t heads = (int64_t)l->B * l->Hkv, n_src = l->T + l->R;
-    const char *impl = kvb_run_impl(r);
-    const int dense = !strcmp(impl, "dense_bf16"), dequant = !strcmp(impl, "dequant_dense");
+    const int impl = impl_index(r->c);
+    const int dense = impl == IMPL_DENSE_BF16, dequant = impl == IMPL_DEQUANT_DENSE;
     const int dist = dist_of(r->c);
     int64_t sq[3] = {l->B, l->Hq, l->D}, skv[4] = {l->B, l->Hkv, n_src, l->D}, sl[1] = {l->B};
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
@@ -605,55 +610,54 @@ static int setup_attn(kvb_run *r)
     return rc;
 }
 
+/* One launch of each implementation (the impl table's launch entries). */
 #if KVB_HAVE_CUDA
-static int launch_attn_dense(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    kvb_tensor *len = kvb_run_find(r, "len");
-    return decode_attn(kvb_run_find(r, "q")->d, kvb_run_find(r, "K")->d, kvb_run_find(r, "V")->d, len->d, len->h,
-                       kvb_run_find(r, "o")->d, &p->dense, kvb_run_find(r, "dense_workspace")->d, r->stream);
-}
+static void *dev_of(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
 
-static int launch_attn_dequant_dense(kvb_run *r)
+static int launch_attn_v2(kvb_run *r)
 {
     int2_priv *p = r->priv;
     int2_cache c = cache_of(r, 1, 0);
-    kvb_tensor *len = kvb_run_find(r, "len");
-    void *Kd = kvb_run_find(r, "Kd")->d, *Vd = kvb_run_find(r, "Vd")->d;
-    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
-    return rc ? rc
-              : decode_attn(kvb_run_find(r, "q")->d, Kd, Vd, len->d, len->h, kvb_run_find(r, "o")->d, &p->dense,
-                            kvb_run_find(r, "dense_workspace")->d, r->stream);
+    return int2_decode_attn(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
 }
 
 static int launch_attn_v1(kvb_run *r)
 {
     int2_priv *p = r->priv;
     int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn_v1(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "o")->d, &p->l,
-                               kvb_run_find(r, "workspace")->d, r->stream);
+    return int2_decode_attn_v1(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
 }
 
-static int launch_attn(kvb_run *r)
+static int launch_dequant_dense(kvb_run *r)
 {
     int2_priv *p = r->priv;
     int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "o")->d, &p->l,
-                            kvb_run_find(r, "workspace")->d, r->stream);
+    kvb_tensor *len = kvb_run_find(r, "len");
+    void *Kd = dev_of(r, "Kd"), *Vd = dev_of(r, "Vd");
+    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
+    return rc ? rc
+              : decode_attn(dev_of(r, "q"), Kd, Vd, len->d, len->h, dev_of(r, "o"), &p->dense, dev_of(r, "dense_workspace"),
+                            r->stream);
+}
+
+static int launch_dense_bf16(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    kvb_tensor *len = kvb_run_find(r, "len");
+    return decode_attn(dev_of(r, "q"), dev_of(r, "K"), dev_of(r, "V"), len->d, len->h, dev_of(r, "o"), &p->dense,
+                       dev_of(r, "dense_workspace"), r->stream);
 }
 #else
-static int launch_attn(kvb_run *r) { (void)r; return KVB_EDEVICE; }
-#define launch_attn_dense launch_attn
-#define launch_attn_dequant_dense launch_attn
-#define launch_attn_v1 launch_attn
+static int no_device(kvb_run *r)
+{
+    (void)r;
+    return KVB_EDEVICE;
+}
+#define launch_attn_v2 no_device
+#define launch_attn_v1 no_device
+#define launch_dequant_dense no_device
+#define launch_dense_bf16 no_device
 #endif
-
-static const kvb_impl attn_impls[] = {
-    {"kernel", NULL, 0, "v2: 2-bit codes straight into the tensor cores, scales folded into q and p"},
-    {"kernel_v1", launch_attn_v1, 0, "v1: codes dequantized to fp16 before the MMA (kept to compare)"},
-    {"dequant_dense", launch_attn_dequant_dense, 0, "peer: dequantize to bf16, then the dense decode kernel"},
-    {"dense_bf16", launch_attn_dense, 0, "peer: the dense decode kernel on the bf16 cache"},
-};
 
 /* Bytes: the packed cache (2-bit codes, fp16 scale and zero) and the bf16 residual, q, o; for the
  * dense peer the bf16 K and V of the same tokens. Goal (spec int2.md): the fused kernel at >= 80% of
@@ -662,13 +666,13 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
 {
     const int2_priv *p = r->priv;
     const int2_layout *l = &p->l;
-    const char *impl = kvb_run_impl(r);
+    const int impl = impl_index(r->c);
     const double qo = 2.0 * 2.0 * l->B * l->Hq * l->D;
-    if (!strcmp(impl, "dense_bf16")) c->bytes_dev = 2.0 * 2.0 * l->B * l->Hkv * (double)(l->T + l->R) * l->D + qo;
+    if (impl == IMPL_DENSE_BF16) c->bytes_dev = 2.0 * 2.0 * l->B * l->Hkv * (double)(l->T + l->R) * l->D + qo;
     else c->bytes_dev = int2_cache_bytes(l) + qo;
     c->flops = 4.0 * l->B * l->Hq * (double)(l->T + l->R) * l->D;
     c->ceiling = KVB_CEIL_READ;
-    if (!strncmp(impl, "kernel", 6) && l->T >= 8192 && r->ceil && r->ceil->measured) {
+    if ((impl == IMPL_KERNEL || impl == IMPL_KERNEL_V1) && l->T >= 8192 && r->ceil && r->ceil->measured) {
         c->goal_us = kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6 / 0.8;
         c->goal_text = "80% of the device read rate";
     }
@@ -740,6 +744,18 @@ const kvb_op op_int2_av = {
     .teardown = teardown_int2,
 };
 
+/* Implementations (impl=), indexed by the IMPL_* enum. None includes host work: each is timed behind a
+ * blocking kernel with CUDA events (dequant_dense's two launches are both on the stream). */
+static const kvb_impl attn_impls[] = {
+    [IMPL_KERNEL] = {"kernel", launch_attn_v2, 0,
+                     "int2_decode_attn v2: codes as exact integers on the tensor cores, scales folded into q and p"},
+    [IMPL_KERNEL_V1] = {"kernel_v1", launch_attn_v1, 0, "the first version: codes dequantized to fp16 before each MMA"},
+    [IMPL_DEQUANT_DENSE] = {"dequant_dense", launch_dequant_dense, 0,
+                            "peer: dequantize into bf16 K, V (int2_dequantize), then dense decode attention"},
+    [IMPL_DENSE_BF16] = {"dense_bf16", launch_dense_bf16, 0,
+                         "peer: dense decode attention over the same tokens unquantized (dense reference)"},
+};
+
 const kvb_op op_int2_decode_attn = {
     .name = "int2_decode_attn",
     .family = "int2",
@@ -749,7 +765,6 @@ const kvb_op op_int2_decode_attn = {
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_attn,
     .setup = setup_attn,
-    .launch = launch_attn,
     KVB_IMPLS(attn_impls),
     .cost = cost_attn,
     .teardown = teardown_int2,

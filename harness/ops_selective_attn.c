@@ -58,7 +58,7 @@ static const kvb_param attn_params[] = {
     {"need_out", KVB_P_INT, 1, 0, 1, NULL, "1: O and LSE of every row; 0: LSE of rows w0.. only, no O"},
     {"group_sum", KVB_P_INT, 0, 0, 1, NULL, "1: also colsum_kv, summed over the G query heads of each KV head"},
     K_INPUT, K_SAMPLE, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 static const kvb_param hh_params[] = {
     K_B, K_HQ, K_HKV, K_L, K_D,
@@ -115,15 +115,20 @@ static sattn_params snap_attn_of(const kvb_case *c, int W)
     return p;
 }
 
+/* The implementations, in the order of the impl table (attn_impls below): impl= is its index. */
+enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS };
+
+static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
+
 static int validate_attn(const kvb_case *c)
 {
     sattn_params p = attn_of(c);
     int rc = sattn_check(&p, "selective_attn");
     if (rc) return rc;
-    const char *impl = kvb_case_enum(c, "impl");
-    if (!strcmp(impl, "fwd_only") && !p.need_out)
+    const int impl = impl_index(c);
+    if (impl == IMPL_FWD_ONLY && !p.need_out)
         return kvb_fail(KVB_EINVAL, "selective_attn: need_out=0 out of range [1, 1] for impl=fwd_only (the forward produces O)");
-    if (!strcmp(impl, "cublas")) {
+    if (impl == IMPL_CUBLAS) {
         double R = p.need_out ? p.L : p.L - p.w0, G = sattn_groups(&p);
         double bytes = G * R * p.L * 6.0;
         if (bytes > MATERIALIZED_MAX_BYTES)
@@ -173,15 +178,6 @@ static int validate_snap(const kvb_case *c)
 }
 
 /* ---- op-private state ---- */
-
-enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS }; /* the order of attn_impls */
-/* One launch serves them all (launch_attn switches on the index): they share inputs and setup. */
-static const kvb_impl attn_impls[] = {
-    {"kernel", NULL, 0, "forward (O, LSE), then the key-block-major column-sum pass"},
-    {"fwd_only", NULL, 0, "the forward alone (O, LSE)"},
-    {"colsum_only", NULL, 0, "the column-sum pass alone, from an LSE computed in setup"},
-    {"cublas", NULL, 0, "peer: scores and probabilities materialized with cuBLAS, column sums by reduction"},
-};
 
 typedef struct sattn_priv {
     sattn_params p;
@@ -298,14 +294,6 @@ static void mask_slices(kvb_tensor *t, int64_t slice_len, const uint8_t *mask)
 
 /* ---- selective_attn ---- */
 
-static int impl_of(const kvb_run *r)
-{
-    const char *impl = kvb_run_impl(r);
-    for (int i = 0; i < (int)(sizeof attn_impls / sizeof attn_impls[0]); i++)
-        if (!strcmp(impl, attn_impls[i].name)) return i;
-    return IMPL_KERNEL;
-}
-
 static size_t ws_bytes_of(const sattn_priv *pv)
 {
 #if KVB_HAVE_CUDA
@@ -326,7 +314,7 @@ static int setup_attn(kvb_run *r)
     sattn_priv *pv = priv_new(r);
     sattn_params *p = &pv->p;
     *p = attn_of(c);
-    pv->impl = impl_of(r);
+    pv->impl = impl_index(c);
     const int B = p->B, Hq = p->Hq, Hkv = p->Hkv, L = p->L, D = p->D, lse_len = sattn_lse_len(p);
     kvb_tensor *q = add4(r, "Q", KVB_BF16, B, Hq, L, D, KVB_IN);
     kvb_tensor *k = add4(r, "K", KVB_BF16, B, Hkv, L, D, KVB_IN);
@@ -436,27 +424,41 @@ static int gpu_setup_attn(kvb_run *r)
     return rc;
 }
 
-static int launch_attn(kvb_run *r)
+/* One launch of each implementation (the impl table's launch entries). */
+static int launch_kernel(kvb_run *r)
 {
     sattn_priv *pv = r->priv;
-    const sattn_params *p = &pv->p;
-    switch (pv->impl) {
-    case IMPL_FWD_ONLY: return selective_attn_fwd(dev(r, "Q"), dev(r, "K"), dev(r, "V"), p, dev(r, "O"), dev(r, "LSE"), r->stream);
-    case IMPL_COLSUM_ONLY:
-        return selective_attn_colsum(dev(r, "Q"), dev(r, "K"), dev(r, "LSE_before"), p, dev(r, "colsum"), dev(r, "colsum_kv"),
-                                     r->stream);
-    case IMPL_CUBLAS:
-        return selective_attn_materialized(pv->cublas, dev(r, "Q"), dev(r, "K"), dev(r, "V"), p, dev(r, "O"), dev(r, "LSE"),
-                                           dev(r, "colsum"), dev(r, "colsum_kv"), dev(r, "workspace"), pv->ws_bytes, r->stream);
-    default:
-        return selective_attn(dev(r, "Q"), dev(r, "K"), dev(r, "V"), p, dev(r, "O"), dev(r, "LSE"), dev(r, "colsum"),
-                              dev(r, "colsum_kv"), dev(r, "workspace"), pv->ws_bytes, r->stream);
-    }
+    return selective_attn(dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O"), dev(r, "LSE"), dev(r, "colsum"),
+                          dev(r, "colsum_kv"), dev(r, "workspace"), pv->ws_bytes, r->stream);
+}
+
+static int launch_fwd_only(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_fwd(dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O"), dev(r, "LSE"), r->stream);
+}
+
+static int launch_colsum_only(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_colsum(dev(r, "Q"), dev(r, "K"), dev(r, "LSE_before"), &pv->p, dev(r, "colsum"),
+                                 dev(r, "colsum_kv"), r->stream);
+}
+
+static int launch_cublas(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_materialized(pv->cublas, dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O"),
+                                       dev(r, "LSE"), dev(r, "colsum"), dev(r, "colsum_kv"), dev(r, "workspace"),
+                                       pv->ws_bytes, r->stream);
 }
 #else
 static int no_device(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 #define gpu_setup_attn NULL
-#define launch_attn no_device
+#define launch_kernel no_device
+#define launch_fwd_only no_device
+#define launch_colsum_only no_device
+#define launch_cublas no_device
 #endif
 
 static void cost_attn(const kvb_run *r, kvb_cost *c)
@@ -543,7 +545,11 @@ static void cost_hh(const kvb_run *r, kvb_cost *c)
 {
     const sattn_priv *pv = r->priv;
     const double L = kvb_case_int(r->c, "L"), D = kvb_case_int(r->c, "D"), kept = (double)pv->rows * pv->n_keep;
-    /* scores once, keep, K and V rows read + written; read-mostly, so stated against the read-only ceiling */
+    /* each byte once, read or written (as decode_attn states its bytes): the scores read once, the kept
+     * indices written, the kept K and V rows read and written. Stated against the read-only ceiling like
+     * the other read-mostly kernels: the scores and the row reads are at least half the bytes, and a
+     * streaming read is the faster, so the stricter, ceiling for such a mix (above 100% of it is a
+     * wrong ceiling, not a great kernel). */
     c->bytes_dev = pv->rows * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
     c->ceiling = KVB_CEIL_READ;
 }
@@ -643,7 +649,7 @@ static void cost_snap(const kvb_run *r, kvb_cost *c)
      * floor), the window's Q, the scores, the kept rows of K and V read and written */
     c->flops = BH * 4 * D * sattn_pairs(p, p->w0);
     c->bytes_dev = n_kv * L * D * 2 + BH * pv->W * D * 2 + 3 * n_kv * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
-    c->ceiling = KVB_CEIL_READ;
+    c->ceiling = KVB_CEIL_READ; /* read-mostly: K streamed once dominates; stated like decode_attn */
     c->workspace_bytes = BH * pv->W * 4 + BH * L * 4 + (double)pv->ws_bytes;
 }
 
@@ -677,6 +683,17 @@ static int out_check_attn(kvb_run *r)
     return colsum_total_check(kvb_run_find(r, "colsum_kv"), (int64_t)p->B * p->Hkv, p->L, rows * sattn_groups(p));
 }
 
+/* Implementations (impl=), indexed by the IMPL_* enum: none includes host work (cuBLAS and the kernels
+ * are enqueued asynchronously), so every one is timed behind a blocking kernel with CUDA events. */
+static const kvb_impl attn_impls[] = {
+    [IMPL_KERNEL] = {"kernel", launch_kernel, 0, "both passes: the flash forward (O, LSE), then the column-sum pass"},
+    [IMPL_FWD_ONLY] = {"fwd_only", launch_fwd_only, 0, "the suite's flash-attention forward alone (O, LSE)"},
+    [IMPL_COLSUM_ONLY] = {"colsum_only", launch_colsum_only, 0,
+                          "the column-sum pass alone, from an LSE the kernel computed before timing"},
+    [IMPL_CUBLAS] = {"cublas", launch_cublas, 0,
+                     "materialized peer: Q K^T (cuBLAS GEMM), softmax, column sums, P V (GEMM), per chunk of KV heads"},
+};
+
 const kvb_op op_selective_attn = {
     .name = "selective_attn",
     .family = "selective_attn",
@@ -688,7 +705,6 @@ const kvb_op op_selective_attn = {
     .setup = setup_attn,
     .ref_check = ref_check_attn,
     .gpu_setup = gpu_setup_attn,
-    .launch = launch_attn,
     KVB_IMPLS(attn_impls),
     .cost = cost_attn,
     .teardown = teardown_sattn,

@@ -12,13 +12,31 @@
 #define KVB_GIT_REV "unknown"
 #endif
 
+void kvb_case_overrides(const kvb_case *c, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    if (c->atol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "%satol=%.10g", len ? " " : "", c->atol);
+    if (c->rtol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "%srtol=%.10g", len ? " " : "", c->rtol);
+    if (c->l2 >= 0 && len < n) snprintf(buf + len, n - len, "%sl2=%.10g", len ? " " : "", c->l2);
+}
+
 void kvb_case_repro(const kvb_case *c, char *buf, size_t n)
 {
-    size_t len = (size_t)snprintf(buf, n, "%s", c->id);
     /* tolerance overrides are not part of the id but change the verdict: the reproduce line has them */
-    if (c->atol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, " atol=%.10g", c->atol);
-    if (c->rtol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, " rtol=%.10g", c->rtol);
-    if (c->l2 >= 0 && len < n) snprintf(buf + len, n - len, " l2=%.10g", c->l2);
+    char ov[128];
+    kvb_case_overrides(c, ov, sizeof ov);
+    snprintf(buf, n, "%s%s%s", c->id, ov[0] ? " " : "", ov);
+}
+
+void kvb_bench_label(const kvb_case *c, const char *note, char *buf, size_t n)
+{
+    char ov[128], repro[KVB_ID_MAX + 128];
+    kvb_case_overrides(c, ov, sizeof ov);
+    size_t len = (size_t)snprintf(buf, n, "%s%soutputs of zeros caught by validation", note, note[0] ? "; " : "");
+    if (!ov[0] || len >= n) return;
+    kvb_case_repro(c, repro, sizeof repro);
+    snprintf(buf + len, n - len, "; validated with tolerance overrides %s (reproduce: kvbench check \"%s\")", ov, repro);
 }
 
 void kvb_tolerance_json(kvb_json *j, const kvb_case *c)

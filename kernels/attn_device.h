@@ -1,6 +1,6 @@
 // attn_device.h: device code shared by kernels/decode.cu and kernels/int2.cu (CUDA C++ only; not a C
-// header). Tensor-core fragments, the flash-decoding warp state, the dense bf16 decode step, and the
-// stream-K partition with its log-sum-exp merge.
+// header). The flash-decoding warp state, the dense bf16 decode step, and the stream-K partition with
+// its log-sum-exp merge; the instruction wrappers they use are in kvb_device.cuh.
 //
 // Fragments (mma.sync m16n8k16, row.col; g = lane / 4, t = lane % 4):
 //   A 16x16: a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..), a3 = (row g+8, k 2t+8..)
@@ -25,61 +25,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kvb_device.cuh"
+
 namespace kvb_attn {
+
+using namespace kvb_dev; // the PTX wrappers, packing and warp reductions (kvb_device.cuh)
 
 constexpr int WARPS = 4;
 constexpr int THREADS = 32 * WARPS;
 constexpr int MAXG = 8;
 constexpr float LOG2E = 1.4426950408889634f;
-
-// ---- instructions ----
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Transpose an 8x8 matrix of 16-bit values held one row-pair per thread (movmatrix layout = C/A layout).
-__device__ __forceinline__ uint32_t movmatrix_t(uint32_t x)
-{
-    uint32_t y;
-    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
-{
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ float ex2(float x) // 2^x; ex2(-inf) = 0
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
 
 // ---- the flash-decoding state of one warp for its KV head ----
 // Heads 2t and 2t+1 (the thread's two C columns): running max m (log2 domain), this thread's part of
@@ -109,11 +64,7 @@ __device__ __forceinline__ void softmax_update(WarpState<MT> &st, float (&s)[NT]
         mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][2]));
         mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
     }
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
+    warp_max<4, 16>(mx0, mx1); // over the 8 row groups
     const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
     const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; // nothing seen yet
     const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
@@ -251,11 +202,7 @@ __device__ __forceinline__ void warp_deposit(MergeSmem<D> &ms, WarpState<D / 16>
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0], l1 = st.l[1];
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
+    warp_sum<4, 16>(l0, l1); // over the 8 row groups
     if (g == 0) {
         ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
         ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;

@@ -24,7 +24,11 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
+#include "kvb_grid.h"
 #include "gather_copy.h"
+
+using kvb_dev::smem_u32;
 
 // ------------------------------------------------------------------------------------------------
 // index_scan
@@ -399,7 +403,6 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
 // Hopper copy engine inside the SM) per chunk from pinned host memory into shared memory, completing
 // on an mbarrier, then bulk-stores the chunks to the buffer. An experiment against the 16-byte-load
 // path: whether the bulk engine's reads of host memory cross PCIe more efficiently.
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
 {
@@ -413,14 +416,14 @@ __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
     const uint32_t bytes = (uint32_t)a.chunk16 * 16;
     const int32_t *off = a.offsets + bh * a.M + first;
     uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16 + (int64_t)first * a.chunk16;
-    const uint32_t b = smem_addr(&bar);
+    const uint32_t b = smem_u32(&bar);
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes * n) : "memory");
     for (int s = 0; s < n; s++) {
         const uint4 *src = a.host + bh * a.host_row16 + (int64_t)off[s] * a.chunk16;
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
+                     ::"r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
                      : "memory");
     }
     uint32_t done = 0;
@@ -429,7 +432,7 @@ __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
                      : "=r"(done) : "r"(b) : "memory");
     for (int s = 0; s < n; s++)
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                     ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_addr(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)
+                     ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)
                      : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -508,9 +511,10 @@ extern "C" int packed_load(const kvb_bf16 *const *KVh, kvb_bf16 *const *KVg, con
     a.rows_per_block = GC_STAGE_BYTES / (a.row16 * 16);
     if (a.rows_per_block < 1) a.rows_per_block = 1;
     a.nblk = (p->k + a.rows_per_block - 1) / a.rows_per_block;
-    int64_t blocks = (int64_t)p->layers * p->B * a.nblk;
-    if (blocks > INT_MAX) return kvb_fail(KVB_EINVAL, "packed_load: layers*B*k too large (%lld blocks)", (long long)blocks);
-    packed_load_kernel<<<(unsigned)blocks, GC_THREADS, 0, stream>>>(a);
+    unsigned blocks = 0; // one per (layer, b, rows_per_block selected rows)
+    if (kvb_grid_x("packed_load", "layers*B*ceil(k/rows_per_block) (blocks)", (int64_t)p->layers * p->B * a.nblk, 1, &blocks))
+        return KVB_EINVAL;
+    packed_load_kernel<<<blocks, GC_THREADS, 0, stream>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }

@@ -6,6 +6,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kvb_cuda.h"
+#include "kvb_grid.h"
 #include "heavy_hitters.h"
 #include "select.h"
 
@@ -13,10 +14,10 @@ namespace {
 
 constexpr int POOL_OUT = 1024, POOL_THREADS = 256;
 
-__global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, int L, int half, float *y)
+__global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, int L, int half, float *y, int64_t r0)
 {
     extern __shared__ float tile[]; // POOL_OUT + 2 * half values, -inf outside [0, L)
-    const int64_t r = blockIdx.y;
+    const int64_t r = r0 + blockIdx.y; // rows in chunks of grid.y (kvb_grid.h)
     const int j0 = blockIdx.x * POOL_OUT, span = POOL_OUT + 2 * half;
     const float *xr = x + r * L;
     for (int i = threadIdx.x; i < span; i += POOL_THREADS) {
@@ -75,10 +76,12 @@ extern "C" int maxpool_rows(const float *x, int rows, int L, int ks, float *y, c
     if (!x || !y) return kvb_fail(KVB_EINVAL, "maxpool_rows: NULL pointer");
     const int half = ks / 2;
     const size_t smem = sizeof(float) * (size_t)(POOL_OUT + 2 * half);
-    maxpool_kernel<<<dim3((unsigned)((L + POOL_OUT - 1) / POOL_OUT), (unsigned)rows), POOL_THREADS, smem, stream>>>(x, L,
-                                                                                                                  half, y);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    const unsigned tiles = (unsigned)((L + POOL_OUT - 1) / POOL_OUT); // L < 2^31: < 2^21
+    return kvb_grid_chunks(rows, [&](int64_t r0, unsigned n) -> int {
+        maxpool_kernel<<<dim3(tiles, n), POOL_THREADS, smem, stream>>>(x, L, half, y, r0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep, cudaStream_t stream)
@@ -100,9 +103,9 @@ extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D,
     if (D < 8 || D % 8) return kvb_fail(KVB_EINVAL, "gather_rows: D=%d is not a positive multiple of 8 (16-byte rows)", D);
     if (n_keep < 1 || n_keep > L) return kvb_fail(KVB_EINVAL, "gather_rows: n_keep=%d out of range [1, L = %d]", n_keep, L);
     if (!X || !keep || !Y) return kvb_fail(KVB_EINVAL, "gather_rows: NULL pointer");
-    const int64_t warps = (int64_t)rows * n_keep;
-    gather_kernel<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep,
-                                                                          n_keep, (uint4 *)Y);
+    unsigned blocks = 0; // one warp per kept row, 8 per block
+    if ((rc = kvb_grid_x("gather_rows", "rows*n_keep", (int64_t)rows * n_keep, 256 / 32, &blocks))) return rc;
+    gather_kernel<<<blocks, 256, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep, n_keep, (uint4 *)Y);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "kvb_cuda.h"
+#include "kvb_grid.h"
 #include "attn_device.h"
 #include "int2.h"
 
@@ -137,28 +138,6 @@ __device__ __forceinline__ uint32_t code_of(float x, float s, float z, float r)
 
 __device__ __forceinline__ bool unsupported(float x) { return !(fabsf(x) <= (float)INT2_MAX_ABS); }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool pred)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
-__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
-
 // Keys: a block of 256 threads per tile of 128 tokens of one (b, h), staged in shared memory with
 // cp.async. Work unit = (channel pair p, 16-token chunk c): 16 bf16 pairs in registers (one word of
 // codes per channel). The min and max of a group of gs tokens are reduced over its gs/16 chunk lanes
@@ -170,20 +149,20 @@ template <int D>
 __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bfloat16 *__restrict__ K, int64_t src_len,
                                                                   int64_t n, int64_t t0, uint32_t *__restrict__ Kq,
                                                                   __half *__restrict__ Ks, __half *__restrict__ Kz,
-                                                                  int64_t Tcap, int gs)
+                                                                  int64_t Tcap, int gs, int64_t bh0)
 {
     constexpr int PAIRS = D / 2, NCH = PAIRS / 4; // 32-bit pairs per token, 16-byte chunks per token
     __shared__ __align__(16) uint32_t tile[QK_TILE * PAIRS]; // 32 KB (D=128) or 16 KB (D=64)
     const int tid = threadIdx.x;
-    const int64_t bh = blockIdx.y, tile0 = (int64_t)blockIdx.x * QK_TILE;
+    const int64_t bh = bh0 + blockIdx.y, tile0 = (int64_t)blockIdx.x * QK_TILE; // heads in chunks (kvb_grid.h)
     const int ntile = (int)min((int64_t)QK_TILE, n - tile0); // a multiple of gs
     const __nv_bfloat16 *src = K + (bh * src_len + tile0) * D;
     for (int c = tid; c < ntile * NCH; c += QK_THREADS) {
         const int t = c / NCH, ch = c % NCH;
         cp_async16(&tile[t * PAIRS + ((ch ^ ((t >> 4) & (NCH - 1))) << 2)], src + (int64_t)t * D + ch * 8, true);
     }
-    cp_commit();
-    cp_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
 
     const int64_t words = Tcap / 16, groups = Tcap / gs;
@@ -245,10 +224,10 @@ template <int D>
 __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfloat16 *__restrict__ V, int64_t src_len,
                                                                     int64_t n, int64_t t0, uint32_t *__restrict__ Vq,
                                                                     __half *__restrict__ Vs, __half *__restrict__ Vz,
-                                                                    int64_t Tcap, int gs)
+                                                                    int64_t Tcap, int gs, int64_t bh0)
 {
     constexpr int WPT = D / 16; // code words per token
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t flat = (int64_t)blockIdx.x * QV_THREADS + threadIdx.x;
     const int64_t tok = flat / WPT;
     const int w = (int)(flat % WPT);
@@ -325,9 +304,10 @@ __global__ void shift_kernel(__nv_bfloat16 *Kr, __nv_bfloat16 *Vr, int64_t heads
 
 // K: one thread per (channel, 16-token word) writes 16 rows' element; V: one thread per (token, word)
 // writes 32 bytes; then the residual rows are copied.
-__global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, int D, int64_t Tcap, int64_t T, int gs)
+__global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, int D, int64_t Tcap, int64_t T, int gs,
+                                    int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // (word, channel), channel fastest
     if (i >= (T / 16) * D) return;
     const int d = (int)(i % D);
@@ -343,9 +323,10 @@ __global__ void dequant_keys_kernel(CachePtrs c, __nv_bfloat16 *K, int64_t L, in
     }
 }
 
-__global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, int D, int64_t Tcap, int64_t T, int gs)
+__global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, int D, int64_t Tcap, int64_t T, int gs,
+                                      int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // (token, word)
     const int wpt = D / 16;
     if (i >= T * wpt) return;
@@ -365,9 +346,9 @@ __global__ void dequant_values_kernel(CachePtrs c, __nv_bfloat16 *V, int64_t L, 
 }
 
 __global__ void copy_residual_kernel(CachePtrs c, __nv_bfloat16 *K, __nv_bfloat16 *V, int64_t L, int D, int64_t T,
-                                     int Rcap, int R)
+                                     int Rcap, int R, int64_t bh0)
 {
-    const int64_t bh = blockIdx.y;
+    const int64_t bh = bh0 + blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; // 16-byte chunk of the R rows
     if (i >= (int64_t)R * D / 8) return;
     reinterpret_cast<uint4 *>(K + (bh * L + T) * D)[i] = reinterpret_cast<const uint4 *>(c.Kr + bh * Rcap * D)[i];
@@ -403,8 +384,7 @@ template <int BYTES_>
 __device__ __forceinline__ void cp_async_n(void *smem, const void *gmem)
 {
     if constexpr (BYTES_ == 16) cp_async16(smem, gmem, true);
-    else if constexpr (BYTES_ == 8) cp_async8(smem, gmem);
-    else cp_async4(smem, gmem);
+    else cp_async<BYTES_>(smem, gmem);
 }
 
 // Issue the cp.async copies of tile `tile` (tokens [256*tile, 256*tile + 256)) of head bh. Value
@@ -583,8 +563,7 @@ __device__ __forceinline__ void stage_q(float *q_s, float *f_s, float *u_s, cons
     for (int h = warp; h < G; h += WARPS) {
         float mx = 0.f;
         for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(q_s[h * D + c]));
-#pragma unroll
-        for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        mx = warp_max<16, 1>(mx);
         int e = 0;
         if (mx > 0.f) {
             int E;
@@ -671,15 +650,15 @@ __global__ void __launch_bounds__(THREADS) int2_attn_kernel(AttnParams p)
             const float sc1 = 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f;
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
             load_tile<D, GS>(smem, p.c, head, ta0, p.T, p.Tcap, true, true, tid);
-            cp_commit();
+            cp_async_commit();
             for (int tile = ta0; tile <= ta1; tile++) {
                 const unsigned char *buf = smem + ((tile - ta0) & 1) * BUF;
                 if (tile < ta1) {
                     load_tile<D, GS>(smem + ((tile - ta0 + 1) & 1) * BUF, p.c, head, tile + 1, p.T, p.Tcap, true, true, tid);
-                    cp_commit();
-                    cp_wait<1>();
+                    cp_async_commit();
+                    cp_async_wait<1>();
                 } else {
-                    cp_wait<0>();
+                    cp_async_wait<0>();
                 }
                 __syncthreads();
                 const int step = tile * 4 + warp;
@@ -760,17 +739,6 @@ __host__ __device__ constexpr int vpos(int tau)
 __host__ __device__ __forceinline__ int vphys(int g, int tau) { return g * TILE + (vpos(tau) ^ (32 * (g & 1))); }
 __host__ __device__ constexpr int rho(int tau) { return (tau & ~15) | ((tau & 3) << 2) | ((tau >> 2) & 3); }
 
-// cp.async of N bytes (4, 8 or 16), zero-filled when !pred
-template <int N>
-__device__ __forceinline__ void cp_async_z(void *smem, const void *gmem, bool pred)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    if constexpr (N == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 16 : 0));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(N), "r"(pred ? N : 0));
-}
-
 // N 32-bit words from shared memory in one access (N = 1, 2, 4; 4N-byte aligned)
 template <int N>
 __device__ __forceinline__ void lds_words(uint32_t (&w)[N], const void *p)
@@ -835,10 +803,10 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c
     for (int k = 0; k < D / 32; k++) cp_async16(buf + pl.kqd + k * 32 * 64, kq + k * 32 * (Tcap / 16), true);
     if (tid < L::KITEMS) {
         const int64_t off = pl.km + tok0 / GS;
-        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd, c.Ks + off, true);
-        cp_async_z<2 * L::PG>(buf + L::KS + pl.kmd + L::NGK * 2, c.Ks + off + Tcap / GS, true);
-        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd, c.Kz + off, true);
-        cp_async_z<2 * L::PG>(buf + L::KZ + pl.kmd + L::NGK * 2, c.Kz + off + Tcap / GS, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KS + pl.kmd, c.Ks + off, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KS + pl.kmd + L::NGK * 2, c.Ks + off + Tcap / GS, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KZ + pl.kmd, c.Kz + off, true);
+        cp_async_zfill<2 * L::PG>(buf + L::KZ + pl.kmd + L::NGK * 2, c.Kz + off + Tcap / GS, true);
     }
     const uint32_t *vq = c.Vq + pl.vq + tok0 * L::VW;
     const int64_t vt = tok0 + tid / CPR; // token of chunk 0
@@ -847,13 +815,13 @@ __device__ __forceinline__ void load_tile(unsigned char *buf, const CachePtrs &c
         cp_async16(buf + pl.vqd + k * VSTEP * (D / 4), vq + k * VSTEP * L::VW, vt + k * VSTEP < T);
     const int64_t voff = pl.vm + tok0 * L::NGV, vt0 = tok0 + pl.t0;
     if constexpr (L::NGV >= 2) {
-        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VS + pl.vmd + 4 * L::NGV, c.Vs + voff + 2 * L::NGV, vt0 + 2 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
-        cp_async_z<2 * L::NGV>(buf + L::VZ + pl.vmd + 4 * L::NGV, c.Vz + voff + 2 * L::NGV, vt0 + 2 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VS + pl.vmd + 4 * L::NGV, c.Vs + voff + 2 * L::NGV, vt0 + 2 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
+        cp_async_zfill<2 * L::NGV>(buf + L::VZ + pl.vmd + 4 * L::NGV, c.Vz + voff + 2 * L::NGV, vt0 + 2 < T);
     } else if (tid < TILE / 4) {
-        cp_async_z<8>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
-        cp_async_z<8>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
+        cp_async_zfill<8>(buf + L::VS + pl.vmd, c.Vs + voff, vt0 < T);
+        cp_async_zfill<8>(buf + L::VZ + pl.vmd, c.Vz + voff, vt0 < T);
     }
 }
 
@@ -943,38 +911,27 @@ struct State {
 
 // Per-thread constants. The A fragments of both products are built the same way: row g of an m-tile
 // is element 2g of a 16-element code word, row g+8 element 2g+1; one PRMT takes byte g/2 of two
-// words (the two k of a register), one LOP3 keeps one 2-bit code in each 16-bit half: the fp16 whose
-// bits are c << sh, i.e. the exact integer c times 2^(sh-24) (a subnormal; sh = 4(g&1) for row g,
-// 4(g&1) + 2 for row g+8). MAGIC: the bits are 0x6400 | c << sh = 1024 + c 2^sh, and an HSUB2
-// removes the 1024 (normal fp16, exact). rf[r] undoes the row scale (r = 0: row g, 1: row g+8).
+// words (the two k of a register), one LOP3 (code2) keeps one 2-bit code in each 16-bit half: the fp16
+// whose bits are c << sh, i.e. the exact integer c times 2^(sh-24) (a subnormal; sh = 4(g&1) for row g,
+// 4(g&1) + 2 for row g+8). rf[r] undoes the row scale (r = 0: row g, 1: row g+8). (Measured and
+// dropped: 1024 + c 2^sh with an HSUB2 to remove the 1024, the same results 3-4% slower; see
+// results/h200/int2/NOTES.md.)
 struct Consts {
     uint32_t sel, m0, m1;
     float rf[2];
 };
 
-template <bool MAGIC>
 __device__ __forceinline__ Consts make_consts(int lane)
 {
     const int g = lane >> 2, b = g >> 1, sh = 4 * (g & 1);
     Consts k;
     k.sel = (uint32_t)(b | (b << 4) | ((b + 4) << 8) | ((b + 4) << 12));
     k.m0 = 0x00030003u << sh, k.m1 = 0x000C000Cu << sh;
-    k.rf[0] = exp2f((float)((MAGIC ? 0 : 24) - sh)), k.rf[1] = exp2f((float)((MAGIC ? 0 : 24) - sh - 2));
+    k.rf[0] = exp2f((float)(24 - sh)), k.rf[1] = exp2f((float)(24 - sh - 2));
     return k;
 }
 
-template <bool MAGIC>
-__device__ __forceinline__ uint32_t code2(uint32_t m, uint32_t mask)
-{
-    if constexpr (MAGIC) {
-        uint32_t x = (m & mask) | 0x64006400u;
-        __half2 h = *reinterpret_cast<__half2 *>(&x);
-        h = __hsub2(h, __half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
-        return *reinterpret_cast<uint32_t *>(&h);
-    } else {
-        return m & mask;
-    }
-}
+__device__ __forceinline__ uint32_t code2(uint32_t m, uint32_t mask) { return m & mask; }
 
 __device__ __forceinline__ uint32_t hmul2u(uint32_t a, uint32_t b)
 {
@@ -1019,11 +976,7 @@ __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32
         mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][2]));
         mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
     }
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
+    warp_max<4, 16>(mx0, mx1); // over the 8 row groups
     const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
     const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
     const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
@@ -1046,7 +999,7 @@ __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32
 // ---- one 64-token step of the quantized cache (warp w of the tile in `buf`) ----
 // uf[c]: the score factor of column 2t + c (log2(e)/sqrt(D) / q's power-of-two scale); tok: the step's
 // first token (masking: T is a multiple of 16, so an m-tile is wholly valid or not).
-template <int D, int GS, bool MAGIC, bool LO>
+template <int D, int GS>
 __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned char *buf, const uint2 *qf_s,
                                            const Consts &k, const float (&uf)[2], int w, int lane, int64_t tok, int64_t T)
 {
@@ -1055,6 +1008,8 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     const int g = lane >> 2, t = lane & 3;
 
     // ---- S^T = codes^T . (q s_g) (hi and lo halves of q s_g), and the key zeros' bias q . z_g ----
+    // (Measured and dropped: the hi half alone, 4-5% faster but the spiky case at 93% of its tolerance
+    // instead of 25%; see results/h200/int2/NOTES.md.)
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -1089,14 +1044,14 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
                 const int par = ((j >> 1) & 1) ^ ((GS >= 64 ? pk : r) & 1); // (j >> 1) ^ parity of group gk0 + r
                 const uint2 sk = *reinterpret_cast<const uint2 *>(ks_b + 2 * r * D + 64 * par + jo);
                 bh[0] = hmul2u(qj.x, sk.x), bh[1] = hmul2u(qj.y, sk.y);
-                if constexpr (LO) bl[0] = hfms2u(qj.x, sk.x, bh[0]), bl[1] = hfms2u(qj.y, sk.y, bh[1]);
+                bl[0] = hfms2u(qj.x, sk.x, bh[0]), bl[1] = hfms2u(qj.y, sk.y, bh[1]);
             }
             const uint32_t m01 = __byte_perm(word_of(wv[0], i), word_of(wv[1], i), k.sel);
             const uint32_t m23 = __byte_perm(word_of(wv[2], i), word_of(wv[3], i), k.sel);
-            const uint32_t a0 = code2<MAGIC>(m01, k.m0), a1 = code2<MAGIC>(m01, k.m1);
-            const uint32_t a2 = code2<MAGIC>(m23, k.m0), a3 = code2<MAGIC>(m23, k.m1);
+            const uint32_t a0 = code2(m01, k.m0), a1 = code2(m01, k.m1);
+            const uint32_t a2 = code2(m23, k.m0), a3 = code2(m23, k.m1);
             mma_f16(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
-            if constexpr (LO) mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+            mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
         }
     }
 
@@ -1169,8 +1124,7 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
                 }
                 const uint32_t m02 = __byte_perm(word_of(wv[0], mm), word_of(wv[2], mm), k.sel);
                 const uint32_t m13 = __byte_perm(word_of(wv[1], mm), word_of(wv[3], mm), k.sel);
-                mma_f16(os[mm], code2<MAGIC>(m02, k.m0), code2<MAGIC>(m02, k.m1), code2<MAGIC>(m13, k.m0),
-                        code2<MAGIC>(m13, k.m1), pp0, pp1);
+                mma_f16(os[mm], code2(m02, k.m0), code2(m02, k.m1), code2(m13, k.m0), code2(m13, k.m1), pp0, pp1);
             }
         }
 #pragma unroll
@@ -1247,11 +1201,7 @@ __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &s
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f); // + Z row 8 (sum of p)
-#pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
+    warp_sum<4, 16>(l0, l1); // over the 8 row groups
     if (g == 0) {
         ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
         ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
@@ -1297,37 +1247,37 @@ __device__ __noinline__ void finish(const MergeSmem<D> &ms, int G, int64_t head,
     finish_head<D>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
 }
 
-// Tile buffers: STAGES of them (3 at 2 blocks per SM: two tiles in flight while one computes; 2 at 3
-// blocks per SM, where shared memory holds no more), the merge buffer aliasing them.
-template <int D, int GS, int STAGES>
+// Tile buffers: STAGES of them (two tiles in flight while one computes, at 2 blocks per SM), the merge
+// buffer aliasing them. (Measured and dropped: registers for 3 blocks per SM, which spills and leaves
+// shared memory for 2 buffers only, 4-6% slower; see results/h200/int2/NOTES.md.)
+constexpr int STAGES = 3, MIN_BLOCKS = 2;
+
+template <int D, int GS>
 __host__ __device__ constexpr size_t tiles_bytes()
 {
     return STAGES * (size_t)Lay<D, GS>::BYTES > sizeof(MergeSmem<D>) ? STAGES * (size_t)Lay<D, GS>::BYTES : sizeof(MergeSmem<D>);
 }
 
-template <int D, int GS, int STAGES>
+template <int D, int GS>
 constexpr size_t smem_bytes()
 {
-    return tiles_bytes<D, GS, STAGES>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
 
-template <int MINB>
-__host__ __device__ constexpr int stages_of() { return MINB >= 3 ? 2 : 3; }
-
-template <int D, int GS, bool MAGIC, bool LO, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
+template <int D, int GS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 {
     constexpr int MT = D / 16;
-    constexpr int BUF = Lay<D, GS>::BYTES, STAGES = stages_of<MINB>();
+    constexpr int BUF = Lay<D, GS>::BYTES;
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
-    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS, STAGES>());
+    float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int G = p.G;
-    const Consts k = make_consts<MAGIC>(lane);
+    const Consts k = make_consts(lane);
     const uint32_t vs0 = bits_of(__float2bfloat162_rn(1.f / k.rf[0])), vs1 = bits_of(__float2bfloat162_rn(1.f / k.rf[1]));
     const int64_t per_head = p.nr + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     int64_t u = part_begin(kb, N, grid);
@@ -1355,18 +1305,17 @@ __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
             Plan<D, GS> pl;
             pl.init(head, p.Tcap, tid);
-            // cp.async groups: one per tile (STAGES = 3: one per iteration, empty past the last tile), so
-            // that waiting for all but the newest STAGES - 2 leaves this tile's complete
+            // cp.async groups: one per tile (one per iteration, empty past the last tile), so that waiting
+            // for all but the newest STAGES - 2 leaves this tile's complete
+            static_assert(STAGES == 3, "the prologue issues tiles ta0 and ta0 + 1");
             load_tile<D, GS>(smem, p.c, pl, ta0, p.T, p.Tcap, tid);
-            cp_commit();
-            if constexpr (STAGES == 3) {
-                if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
-                cp_commit();
-            }
+            cp_async_commit();
+            if (ta0 < ta1) load_tile<D, GS>(smem + BUF, p.c, pl, ta0 + 1, p.T, p.Tcap, tid);
+            cp_async_commit();
             int slot = 0; // the buffer of `tile`
             for (int tile = ta0; tile <= ta1; tile++) {
                 unsigned char *buf = smem + slot * BUF;
-                cp_wait<STAGES - 2>();
+                cp_async_wait<STAGES - 2>();
                 PassRegs<D, GS> pr;
                 pass_read<D, GS>(pr, buf, pl, tid);
                 __syncthreads(); // every warp is past the previous tile, and done reading this one's metadata
@@ -1374,11 +1323,11 @@ __global__ void __launch_bounds__(THREADS, MINB) attn_kernel(AttnParams p)
                 __syncthreads(); // the transposed metadata and the codes are visible
                 const int nt = tile + STAGES - 1, ns = slot == 0 ? STAGES - 1 : slot - 1; // into the previous tile's buffer
                 if (nt <= ta1) load_tile<D, GS>(smem + ns * BUF, p.c, pl, nt, p.T, p.Tcap, tid);
-                if (STAGES == 3 || nt <= ta1) cp_commit();
+                cp_async_commit();
                 slot = slot == STAGES - 1 ? 0 : slot + 1;
                 const int step = tile * 4 + warp;
                 if (step >= qa && step < qe)
-                    quant_step<D, GS, MAGIC, LO>(st, buf, qf_s, k, uf, warp, lane, (int64_t)step * 64, p.T);
+                    quant_step<D, GS>(st, buf, qf_s, k, uf, warp, lane, (int64_t)step * 64, p.T);
             }
             __syncthreads(); // the merge buffer aliases the tiles
         }
@@ -1403,6 +1352,7 @@ struct QKParams {
     float *scores;
     int Hkv, Hq, G;
     int64_t Tcap, T;
+    int64_t head0; // the launch's first head: heads go to grid.y in chunks (kvb_grid.h)
 };
 
 template <int D, int GS>
@@ -1416,12 +1366,12 @@ __global__ void __launch_bounds__(THREADS) int2_qk_kernel(QKParams p)
     float *f_s = q_s + MAXG * D, *u_s = f_s + MAXG;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x;
-    const int64_t head = blockIdx.y, b = head / p.Hkv;
+    const int64_t head = p.head0 + blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
     load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, true, false, tid);
-    cp_commit();
+    cp_async_commit();
     stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid); // while the tile lands
-    cp_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
     const int64_t tok = (int64_t)tile * TILE + 64 * warp + 8 * g; // the thread's 8 tokens; T is a multiple of 16
     if ((int64_t)tile * TILE + 64 * warp >= p.T) return;
@@ -1451,6 +1401,7 @@ struct AVParams {
     int64_t Tcap, T, ntiles;
     int *counters;
     float *parts;
+    int64_t head0; // the launch's first head: heads go to grid.y in chunks (kvb_grid.h)
 };
 
 template <int D, int GS>
@@ -1468,7 +1419,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
     float(*o_s)[MAXG][D] = reinterpret_cast<float(*)[MAXG][D]>(smem); // aliases the tile at the end
     __shared__ int flag_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t split = blockIdx.x, head = blockIdx.y, b = head / p.Hkv;
+    const int64_t split = blockIdx.x, head = p.head0 + blockIdx.y, b = head / p.Hkv;
     const int kvh = (int)(head % p.Hkv), G = p.G;
     const int tile_a = (int)(split * p.ntiles / p.nsplit), tile_b = (int)((split + 1) * p.ntiles / p.nsplit);
     const float *prow = p.p + (b * p.Hq + (int64_t)kvh * G + g) * p.T; // head g of the thread's B column
@@ -1478,8 +1429,8 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
     int e_run = 127; // O columns of head g are scaled by 2^e_run: p values enter fp16 below 2^15
     for (int tile = tile_a; tile < tile_b; tile++) {
         load_tile<D, GS>(smem, p.c, head, tile, p.T, p.Tcap, false, true, tid);
-        cp_commit();
-        cp_wait<0>();
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
         const int64_t tok = (int64_t)tile * TILE + 64 * warp + 16 * t; // the thread's 16 tokens (all or none below T)
         if ((int64_t)tile * TILE + 64 * warp < p.T) {
@@ -1493,8 +1444,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
             float mx = 0.f;
 #pragma unroll
             for (int i = 0; i < 16; i++) mx = fmaxf(mx, fabsf(pv[i]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = warp_max<1, 2>(mx); // the quad of head g
             int e_step = 127;
             if (mx > 0.f) {
                 int E;
@@ -1612,20 +1562,14 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-// The fused decode kernel of a version: v1 (ATTN_V1) or v2 (ATTN_V2). v2's template knobs (MAGIC
-// codes, no low half of q s_g, 3 blocks per SM) lost their A/B on the H200 (results/h200/int2/NOTES.md)
-// and are no longer instantiated: v2 runs as <MAGIC=false, LO=true, MINB=2>.
-enum { ATTN_V1 = -1, ATTN_V2 = 0 };
+// The fused decode kernel of a version: v2 (the default) or v1.
+enum { ATTN_V2 = 0, ATTN_V1 = 1 };
 
 template <int D, int GS>
 void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
 {
-    if (version == ATTN_V1) {
-        *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
-        return;
-    }
-    *kernel = v2::attn_kernel<D, GS, false, true, 2>;
-    *smem = v2::smem_bytes<D, GS, v2::stages_of<2>()>();
+    if (version == ATTN_V1) *kernel = int2_attn_kernel<D, GS>, *smem = attn_smem_bytes<D, GS>();
+    else *kernel = v2::attn_kernel<D, GS>, *smem = v2::smem_bytes<D, GS>();
 }
 
 // Resident blocks of the version's kernel on this device (the stream-K grid: one wave).
@@ -1747,13 +1691,18 @@ extern "C" int int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n,
     if (rc) return rc;
     if (!K || (rc = check_keys_present(c, who))) return rc ? rc : kvb_fail(KVB_EINVAL, "%s: K is NULL", who);
     if (n == 0) return KVB_OK;
-    dim3 grid((unsigned)((n + QK_TILE - 1) / QK_TILE), (unsigned)(l->B * l->Hkv));
+    const unsigned tiles = (unsigned)((n + QK_TILE - 1) / QK_TILE); // n <= Tcap <= 2^21: <= 16384
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(K);
     __half *Ks = reinterpret_cast<__half *>(c->Ks), *Kz = reinterpret_cast<__half *>(c->Kz);
-    if (l->D == 64) quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs);
-    else quant_keys_kernel<128><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
+        const dim3 grid(tiles, heads);
+        if (l->D == 64)
+            quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
+        else
+            quant_keys_kernel<128><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0, const int2_cache *c,
@@ -1764,14 +1713,19 @@ extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t 
     if (rc) return rc;
     if (!V || (rc = check_values_present(c, who))) return rc ? rc : kvb_fail(KVB_EINVAL, "%s: V is NULL", who);
     if (n == 0) return KVB_OK;
-    const int64_t threads = n * (l->D / 16);
-    dim3 grid((unsigned)((threads + QV_THREADS - 1) / QV_THREADS), (unsigned)(l->B * l->Hkv));
+    unsigned blocks = 0;
+    if ((rc = kvb_grid_x(who, "n*D/16 (threads per head)", n * (l->D / 16), QV_THREADS, &blocks))) return rc;
     const __nv_bfloat16 *src = reinterpret_cast<const __nv_bfloat16 *>(V);
     __half *Vs = reinterpret_cast<__half *>(c->Vs), *Vz = reinterpret_cast<__half *>(c->Vz);
-    if (l->D == 64) quant_values_kernel<64><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs);
-    else quant_values_kernel<128><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
+        const dim3 grid(blocks, heads);
+        if (l->D == 64)
+            quant_values_kernel<64><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
+        else
+            quant_values_kernel<128><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
@@ -1815,21 +1769,30 @@ extern "C" int int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, in
                         (long long)(l->T + l->R));
     if (!K || !V) return kvb_fail(KVB_EINVAL, "%s: K or V is NULL", who);
     const CachePtrs p = ptrs_of(c);
-    const unsigned heads = (unsigned)(l->B * l->Hkv);
+    const int64_t heads = (int64_t)l->B * l->Hkv;
     __nv_bfloat16 *Ko = reinterpret_cast<__nv_bfloat16 *>(K), *Vo = reinterpret_cast<__nv_bfloat16 *>(V);
     if (l->T > 0) {
         if ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who))) return rc;
-        const int64_t nk = (l->T / 16) * l->D, nv = l->T * (l->D / 16);
-        dequant_keys_kernel<<<dim3((unsigned)((nk + 255) / 256), heads), 256, 0, stream>>>(p, Ko, L, l->D, l->Tcap, l->T, l->gs);
-        dequant_values_kernel<<<dim3((unsigned)((nv + 255) / 256), heads), 256, 0, stream>>>(p, Vo, L, l->D, l->Tcap, l->T, l->gs);
-        CUDA_TRY(cudaGetLastError());
+        unsigned bk = 0, bv = 0;
+        if ((rc = kvb_grid_x(who, "T/16*D (threads per head)", (l->T / 16) * l->D, 256, &bk)) ||
+            (rc = kvb_grid_x(who, "T*D/16 (threads per head)", l->T * (l->D / 16), 256, &bv)))
+            return rc;
+        rc = kvb_grid_chunks(heads, [&](int64_t bh0, unsigned n) -> int {
+            dequant_keys_kernel<<<dim3(bk, n), 256, 0, stream>>>(p, Ko, L, l->D, l->Tcap, l->T, l->gs, bh0);
+            dequant_values_kernel<<<dim3(bv, n), 256, 0, stream>>>(p, Vo, L, l->D, l->Tcap, l->T, l->gs, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
+        if (rc) return rc;
     }
     if (l->R > 0) {
         if (!c->Kr || !c->Vr) return kvb_fail(KVB_EINVAL, "%s: Kr or Vr is NULL", who);
-        const int64_t n = (int64_t)l->R * l->D / 8;
-        copy_residual_kernel<<<dim3((unsigned)((n + 255) / 256), heads), 256, 0, stream>>>(p, Ko, Vo, L, l->D, l->T,
-                                                                                           l->Rcap, l->R);
-        CUDA_TRY(cudaGetLastError());
+        const unsigned br = (unsigned)(((int64_t)l->R * l->D / 8 + 255) / 256); // R < 128 + gs
+        return kvb_grid_chunks(heads, [&](int64_t bh0, unsigned n) -> int {
+            copy_residual_kernel<<<dim3(br, n), 256, 0, stream>>>(p, Ko, Vo, L, l->D, l->T, l->Rcap, l->R, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     }
     return KVB_OK;
 }
@@ -1850,12 +1813,15 @@ extern "C" int int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, co
     p.scores = scores;
     p.Hkv = l->Hkv, p.Hq = l->Hq, p.G = l->Hq / l->Hkv;
     p.Tcap = l->Tcap, p.T = l->T;
-    dim3 grid((unsigned)((l->T + TILE - 1) / TILE), (unsigned)(l->B * l->Hkv));
+    const unsigned tiles = (unsigned)((l->T + TILE - 1) / TILE); // T <= 2^21: <= 8192
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
-        int2_qk_kernel<D, GS><<<grid, THREADS, qk_smem_bytes<D, GS>(), stream>>>(p);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t head0, unsigned heads) -> int {
+            p.head0 = head0;
+            int2_qk_kernel<D, GS><<<dim3(tiles, heads), THREADS, qk_smem_bytes<D, GS>(), stream>>>(p);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 
@@ -1889,14 +1855,16 @@ extern "C" int int2_av(const float *pr, const int2_cache *c, float *out, const i
     p.Tcap = l->Tcap, p.T = l->T, p.ntiles = (l->T + TILE - 1) / TILE;
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + off);
-    dim3 grid((unsigned)p.nsplit, (unsigned)(l->B * l->Hkv));
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         constexpr size_t smem = av_smem_bytes<D, GS>();
         CUDA_TRY(cudaFuncSetAttribute(int2_av_kernel<D, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int2_av_kernel<D, GS><<<grid, THREADS, smem, stream>>>(p);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t head0, unsigned heads) -> int {
+            p.head0 = head0; // nsplit <= 256 splits in grid.x
+            int2_av_kernel<D, GS><<<dim3((unsigned)p.nsplit, heads), THREADS, smem, stream>>>(p);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 
@@ -1906,7 +1874,7 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 {
     if (int2_attn_check(l, "int2_decode_attn_workspace_bytes")) return 0;
     int cap = 0;
-    for (int v = ATTN_V1; v <= ATTN_V2; v++) {
+    for (int v : {ATTN_V2, ATTN_V1}) {
         int c = 0;
         if (attn_capacity_of(l, v, &c)) return 0;
         cap = c > cap ? c : cap;

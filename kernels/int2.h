@@ -61,7 +61,6 @@ int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const 
                      cudaStream_t stream);
 int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
                         cudaStream_t stream);
-
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */

@@ -17,74 +17,23 @@
 // Shared-memory tiles hold rows of D bf16 (D*2 bytes) in 16-byte chunks; chunk c of row r is stored at
 // chunk c ^ (r & 7), so the 8 rows an ldmatrix phase reads fall in 8 different bank groups.
 #include <cstdint>
-#include <cstdlib>
-#include <type_traits>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
 #include "selective_attn.h"
 
 typedef __nv_bfloat16 bf16;
+using namespace kvb_dev; // PTX wrappers, packing, warp reductions
 
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-// ---- PTX wrappers ----------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, bypassing L1; src_bytes = 0 fills the destination with zeros
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c += a * b (m16n8k16, bf16 inputs, fp32 accumulators)
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float ex2(float x) // 2^x on the SFU; ex2(-inf) = 0
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) // lo in the low half
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
+// ---- shared-memory tiles ----------------------------------------------------------------------------
 
 // byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of ROWB-byte rows
 template <int ROWB> __device__ __forceinline__ uint32_t swz(int r, int c) { return r * ROWB + ((c ^ (r & 7)) << 4); }
@@ -126,7 +75,7 @@ template <int D, bool NEED_OUT> constexpr int fwd_smem_bytes()
     return FWD_BR * D * 2 + FWD_STAGES * FWD_BC * D * 2 * (NEED_OUT ? 2 : 1);
 }
 
-template <int D, bool CAUSAL, bool NEED_OUT, bool IL>
+template <int D, bool CAUSAL, bool NEED_OUT>
 __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 {
     constexpr int STAGES = FWD_STAGES;
@@ -219,25 +168,22 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
         float alpha[2], msc[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mx[r] = warp_max<1, 2>(mx[r]); // the quad holding the row
             alpha[r] = m_r[r] == -INFINITY ? 0.f : ex2((m_r[r] - mx[r]) * a.scale_log2);
             msc[r] = mx[r] == -INFINITY ? 0.f : mx[r] * a.scale_log2;
             m_r[r] = mx[r];
             l_r[r] *= alpha[r];
         }
-        // P = exp2(s * scale_log2 - m). IL (an experiment): 16 keys at a time, each group's P V MMAs right
-        // after its exps; else all exps, then the P V MMAs.
-        if (!IL) {
+        // P = exp2(s * scale_log2 - m): all exps, then the P V MMAs. (Measured and dropped: each 16-key
+        // group's exps right before its P V MMAs, 1.8-2.2% slower; results/h200/selective_attn/NOTES.md.)
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
-                s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
-                s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
-                s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
-                l_r[0] += s[n][0] + s[n][1];
-                l_r[1] += s[n][2] + s[n][3];
-            }
+        for (int n = 0; n < NT; ++n) {
+            s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
+            s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
+            s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
+            s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
+            l_r[0] += s[n][0] + s[n][1];
+            l_r[1] += s[n][2] + s[n][3];
         }
         if (NEED_OUT) {
 #pragma unroll
@@ -247,20 +193,9 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             }
         }
         const uint32_t vt = v_s + (it % STAGES) * KV_TILE;
+        if (NEED_OUT) {
 #pragma unroll
-        for (int kk = 0; kk < FWD_BC / 16; ++kk) {
-            if (IL) {
-#pragma unroll
-                for (int n = 2 * kk; n < 2 * kk + 2; ++n) {
-                    s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
-                    s[n][1] = ex2(fmaf(s[n][1], a.scale_log2, -msc[0]));
-                    s[n][2] = ex2(fmaf(s[n][2], a.scale_log2, -msc[1]));
-                    s[n][3] = ex2(fmaf(s[n][3], a.scale_log2, -msc[1]));
-                    l_r[0] += s[n][0] + s[n][1];
-                    l_r[1] += s[n][2] + s[n][3];
-                }
-            }
-            if (NEED_OUT) {
+            for (int kk = 0; kk < FWD_BC / 16; ++kk) {
                 const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                                         pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                         pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
@@ -277,10 +212,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 
     // epilogue: full row sums, LSE (or the split's partial), O
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
-    }
+    for (int r = 0; r < 2; ++r) l_r[r] = warp_sum<1, 2>(l_r[r]);
     if (t == 0) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -359,41 +291,34 @@ template <int D> constexpr int col_smem_bytes()
     return COL_BK * D * 2 + COL_STAGES * (COL_BQ * D * 2 + COL_BQ * 4);
 }
 
-// Variants of the column-sum pass (an experiment; the default is the one the measurements chose):
-//   MT      key m-tiles of 16 per warp: 2 (4 warps x 32 keys, K and S in 128 registers) or 1 (8 warps
-//           x 16 keys, half the registers, twice the shared-memory reads of Q per MMA)
-//   ORDER   0: all MMAs of a step, then the exps; 1: the queries in two halves, the second half's MMAs
-//           interleaved with the first half's exps
-//   PRE     0: raw LSE in shared memory, scaled and masked per use; 1: LSE * log2(e) (+inf for rows that
-//           do not contribute) stored in shared memory once per step
-template <int MT, int ORDER, int PRE> struct ColVariant {
-    static constexpr int mt = MT, order = ORDER, pre = PRE, warps = COL_BK / (16 * MT), threads = 32 * warps;
-};
+// The warps of the column-sum pass: COL_MT key m-tiles of 16 per warp, 4 warps x 32 keys (K and S in
+// 128 registers); a step runs all its MMAs, then the exps, with the raw LSE in shared memory scaled and
+// masked per use. (Measured and dropped: 8 warps x 16 keys; the query tile in two halves with the second
+// half's MMAs interleaved with the first half's exps; the LSE pre-scaled in shared memory once per step:
+// 8-17% slower, results/h200/selective_attn/NOTES.md.)
+constexpr int COL_MT = 2, COL_THREADS = 32 * (COL_BK / (16 * COL_MT));
 
-// The log2-scaled LSE of this thread's query columns n*8 + 2t + e of a step.
-template <int PRE, int NT>
+// The log2-scaled LSE of this thread's query columns n*8 + 2t + e of a step (+inf for rows that do not
+// contribute).
+template <int NT>
 __device__ __forceinline__ void col_lse(float (&l2)[NT][2], const float *ls, int t, int q0, int w0, int L)
 {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         const float2 v = *reinterpret_cast<const float2 *>(ls + n * 8 + 2 * t);
-        if (PRE) {
-            l2[n][0] = v.x, l2[n][1] = v.y;
-        } else {
-            const int q = q0 + n * 8 + 2 * t;
-            l2[n][0] = q >= w0 && q < L ? v.x * LOG2E : INFINITY;
-            l2[n][1] = q + 1 >= w0 && q + 1 < L ? v.y * LOG2E : INFINITY;
-        }
+        const int q = q0 + n * 8 + 2 * t;
+        l2[n][0] = q >= w0 && q < L ? v.x * LOG2E : INFINITY;
+        l2[n][1] = q + 1 >= w0 && q + 1 < L ? v.y * LOG2E : INFINITY;
     }
 }
 
 // One step of a warp: S^T = K Q^T for its 16 * MT keys x the tile's 64 queries, then p = exp2(s *
 // scale_log2 - lse2[q]) added into the keys' sums (p = 0 where the query precedes the key when MASK).
-template <int D, int MT, int ORDER, int PRE, bool MASK>
+template <int D, int MT, bool MASK>
 __device__ __forceinline__ void colsum_step(const uint32_t (&kf)[MT][D / 16][4], uint32_t qt, const float *ls, float sl2,
                                             int lane, int q0, int wk0, int w0, int L, float (&acc)[MT][2])
 {
-    constexpr int KSTEPS = D / 16, ROWB = D * 2, NT = COL_BQ / 8, HALF_ELEMS = MT * 16, PER = HALF_ELEMS / KSTEPS;
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, NT = COL_BQ / 8;
     const int g = lane >> 2, t = lane & 3;
     float s[MT][NT][4];
 #pragma unroll
@@ -418,46 +343,28 @@ __device__ __forceinline__ void colsum_step(const uint32_t (&kf)[MT][D / 16][4],
         }
         acc[mt][e >> 1] += p;
     };
-    if (ORDER == 0) {
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
+    for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
-            for (int np = 0; np < NT / 2; ++np) mma_pair(kk, np);
-        col_lse<PRE>(l2, ls, t, q0, w0, L);
+        for (int np = 0; np < NT / 2; ++np) mma_pair(kk, np);
+    col_lse(l2, ls, t, q0, w0, L);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NT; ++n)
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) add(mt, n, e);
-    } else {
-        col_lse<PRE>(l2, ls, t, q0, w0, L);
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            mma_pair(kk, 0);
-            mma_pair(kk, 1);
-        }
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            mma_pair(kk, 2);
-            mma_pair(kk, 3);
-#pragma unroll
-            for (int x = kk * PER; x < (kk + 1) * PER; ++x) add(x / 16, (x / 4) % 4, x % 4); // half 0
-        }
-#pragma unroll
-        for (int x = 0; x < HALF_ELEMS; ++x) add(x / 16, 4 + (x / 4) % 4, x % 4); // half 1
-    }
+            for (int e = 0; e < 4; ++e) add(mt, n, e);
 }
 
-template <int D, bool CAUSAL, typename V>
-__global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(COL_THREADS, 2) colsum_kernel(const ColArgs a)
 {
-    constexpr int KSTEPS = D / 16, ROWB = D * 2, MT = V::mt, THREADS = V::threads, WK = 16 * MT;
+    constexpr int KSTEPS = D / 16, ROWB = D * 2, MT = COL_MT, THREADS = COL_THREADS, WK = 16 * MT;
     constexpr uint32_t Q_TILE = COL_BQ * ROWB;
     static_assert(COL_STAGES == 3, "the LSE of step it + 2 is loaded at step it and stored at step it + 1");
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t k_s = smem_u32(smem), q_s = k_s + COL_BK * ROWB;
-    // [stage][COL_BQ]: the tile rows' LSE (PRE: times log2(e), +inf for rows that do not contribute)
+    // [stage][COL_BQ]: the tile rows' LSE
     float *lse_s = reinterpret_cast<float *>(smem + COL_BK * ROWB + COL_STAGES * Q_TILE);
     const uint32_t lse_su = smem_u32(lse_s);
 
@@ -472,34 +379,21 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
         const int h = step / nq, q0 = qbeg + (step % nq) * COL_BQ;
         load_rows<COL_BQ, D, THREADS>(q_s + stage * Q_TILE, a.Q + (bkv * G + h) * L * D, q0, L, tid);
     };
-    auto lse_raw = [&](int step, int stage) { // PRE = 0: cp.async of the raw values (rows not read stay zero)
+    auto lse_raw = [&](int step, int stage) { // cp.async of the raw values (rows not read stay zero)
         const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
         const bool ok = q >= w0 && q < L;
         const float *src = ok ? a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0) : a.lse;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(lse_su + (stage * COL_BQ + tid) * 4), "l"(src),
-                     "r"(ok ? 4 : 0));
-    };
-    auto lse_pre = [&](int step) -> float { // PRE = 1: row tid of the step's tile
-        const int h = step / nq, q = qbeg + (step % nq) * COL_BQ + tid;
-        return q >= w0 && q < L ? __ldg(a.lse + (bkv * G + h) * a.lse_len + (q - a.lse_row0)) * LOG2E : INFINITY;
+        cp_async_zfill<4>(lse_su + (stage * COL_BQ + tid) * 4, src, ok);
     };
 
-    // prologue: group 0 = K block + step 0, group 1 = step 1 (PRE: step 0's LSE straight to shared memory,
-    // step 1's kept in a register until the loop's first iteration)
+    // prologue: group 0 = K block + step 0, group 1 = step 1
     load_rows<COL_BK, D, THREADS>(k_s, a.K + bkv * L * D, k0, L, tid);
     load_q(0, 0);
-    if (tid < COL_BQ) {
-        if (V::pre) lse_s[tid] = lse_pre(0);
-        else lse_raw(0, 0);
-    }
+    if (tid < COL_BQ) lse_raw(0, 0);
     cp_async_commit();
-    float lse_next = INFINITY;
     if (total > 1) {
         load_q(1, 1);
-        if (tid < COL_BQ) {
-            if (V::pre) lse_next = lse_pre(1);
-            else lse_raw(1, 1);
-        }
+        if (tid < COL_BQ) lse_raw(1, 1);
     }
     cp_async_commit();
 
@@ -518,16 +412,11 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
                 for (int kk = 0; kk < KSTEPS; ++kk)
                     ldsm_x4(kf[mt][kk], k_s + swz<ROWB>(warp * WK + mt * 16 + (lane & 15), 2 * kk + (lane >> 4)));
         }
-        // PRE: step it + 1's LSE into its stage (last read at step it - 2); request step it + 2
-        if (V::pre && tid < COL_BQ && it + 1 < total) lse_s[((it + 1) % COL_STAGES) * COL_BQ + tid] = lse_next;
-        {
+        { // request step it + 2
             const int nx = it + 2;
             if (nx < total) {
                 load_q(nx, nx % COL_STAGES);
-                if (tid < COL_BQ) {
-                    if (V::pre) lse_next = lse_pre(nx);
-                    else lse_raw(nx, nx % COL_STAGES);
-                }
+                if (tid < COL_BQ) lse_raw(nx, nx % COL_STAGES);
             }
             cp_async_commit();
         }
@@ -535,9 +424,9 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
         const uint32_t qt = q_s + stage * Q_TILE;
         const float *ls = lse_s + stage * COL_BQ;
         if (!CAUSAL || q0 >= wk0 + WK) // every query of the tile follows every key of the warp
-            colsum_step<D, MT, V::order, V::pre, false>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
+            colsum_step<D, MT, false>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
         else if (q0 + COL_BQ - 1 >= wk0) // the diagonal crosses the tile (else every query precedes every key)
-            colsum_step<D, MT, V::order, V::pre, true>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
+            colsum_step<D, MT, true>(kf, qt, ls, a.scale_log2, lane, q0, wk0, w0, L, acc);
 
         if (it % nq == nq - 1) { // head h done: reduce over the 4 lanes sharing each key, write once
             const int64_t bh = bkv * G + h;
@@ -545,9 +434,7 @@ __global__ void __launch_bounds__(V::threads, 2) colsum_kernel(const ColArgs a)
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    float v = acc[mt][r];
-                    v += __shfl_xor_sync(0xffffffffu, v, 1);
-                    v += __shfl_xor_sync(0xffffffffu, v, 2);
+                    const float v = warp_sum<1, 2>(acc[mt][r]);
                     const int key = wk0 + mt * 16 + g + 8 * r;
                     if (t == 0 && key < L) a.colsum[bh * L + key] = v;
                     kvacc[mt][r] += v;
@@ -602,59 +489,43 @@ template <typename K> int set_smem(K kernel, int bytes)
     return KVB_OK;
 }
 
-// The kernels' template knobs (fwd_kernel's IL, ColVariant's MT, ORDER, PRE) were A/B-timed on the
-// H200 (results/h200/selective_attn/variants.log); only the chosen ones are instantiated, so what
-// runs is what the case id says: the forward without interleaving, column sums with ColVariant<2, 0, 0>.
-using FwdChosen = std::false_type;
-using ColChosen = ColVariant<2, 0, 0>;
-
-template <int D, bool CAUSAL, bool NEED_OUT, bool IL> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = fwd_smem_bytes<D, NEED_OUT>();
     static bool ready = false; // the attribute is per kernel and device; set once
     if (!ready) {
-        int rc = set_smem(fwd_kernel<D, CAUSAL, NEED_OUT, IL>, smem);
+        int rc = set_smem(fwd_kernel<D, CAUSAL, NEED_OUT>, smem);
         if (rc) return rc;
         ready = true;
     }
-    fwd_kernel<D, CAUSAL, NEED_OUT, IL><<<grid, FWD_THREADS, smem, s>>>(a);
+    fwd_kernel<D, CAUSAL, NEED_OUT><<<grid, FWD_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-
-template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_il(const FwdArgs &a, dim3 grid, cudaStream_t s)
-{
-    return launch_fwd_t<D, CAUSAL, NEED_OUT, FwdChosen::value>(a, grid, s);
 }
 
 int launch_fwd(const sattn_params *p, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     const bool c = p->causal, n = p->need_out;
     if (p->D == 64) {
-        if (c) return n ? launch_fwd_il<64, true, true>(a, grid, s) : launch_fwd_il<64, true, false>(a, grid, s);
-        return n ? launch_fwd_il<64, false, true>(a, grid, s) : launch_fwd_il<64, false, false>(a, grid, s);
+        if (c) return n ? launch_fwd_t<64, true, true>(a, grid, s) : launch_fwd_t<64, true, false>(a, grid, s);
+        return n ? launch_fwd_t<64, false, true>(a, grid, s) : launch_fwd_t<64, false, false>(a, grid, s);
     }
-    if (c) return n ? launch_fwd_il<128, true, true>(a, grid, s) : launch_fwd_il<128, true, false>(a, grid, s);
-    return n ? launch_fwd_il<128, false, true>(a, grid, s) : launch_fwd_il<128, false, false>(a, grid, s);
+    if (c) return n ? launch_fwd_t<128, true, true>(a, grid, s) : launch_fwd_t<128, true, false>(a, grid, s);
+    return n ? launch_fwd_t<128, false, true>(a, grid, s) : launch_fwd_t<128, false, false>(a, grid, s);
 }
 
-template <int D, bool CAUSAL, typename V> int launch_col_t(const ColArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL> int launch_col_t(const ColArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = col_smem_bytes<D>();
     static bool ready = false;
     if (!ready) {
-        int rc = set_smem(colsum_kernel<D, CAUSAL, V>, smem);
+        int rc = set_smem(colsum_kernel<D, CAUSAL>, smem);
         if (rc) return rc;
         ready = true;
     }
-    colsum_kernel<D, CAUSAL, V><<<grid, V::threads, smem, s>>>(a);
+    colsum_kernel<D, CAUSAL><<<grid, COL_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-
-template <int D, bool CAUSAL> int launch_col_v(const ColArgs &a, dim3 grid, cudaStream_t s)
-{
-    return launch_col_t<D, CAUSAL, ColChosen>(a, grid, s);
 }
 
 int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, bf16 *O, float *LSE, void *ws,
@@ -692,8 +563,8 @@ int run_colsum(const bf16 *Q, const bf16 *K, const float *LSE, const sattn_param
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
     const dim3 grid((unsigned)((int64_t)p->B * p->Hkv), (unsigned)((p->L + COL_BK - 1) / COL_BK));
-    if (p->D == 64) return p->causal ? launch_col_v<64, true>(a, grid, s) : launch_col_v<64, false>(a, grid, s);
-    return p->causal ? launch_col_v<128, true>(a, grid, s) : launch_col_v<128, false>(a, grid, s);
+    if (p->D == 64) return p->causal ? launch_col_t<64, true>(a, grid, s) : launch_col_t<64, false>(a, grid, s);
+    return p->causal ? launch_col_t<128, true>(a, grid, s) : launch_col_t<128, false>(a, grid, s);
 }
 
 int check_ptrs(const char *who, const void *Q, const void *K, const void *V, const void *LSE)
@@ -717,7 +588,7 @@ __global__ void softmax_rows_kernel(float *S, bf16 *P, int L, int R, int r0, int
     __shared__ float red[32];
     float m = -INFINITY;
     for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = warp_max<16, 1>(m);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
     m = -INFINITY;
@@ -725,7 +596,7 @@ __global__ void softmax_rows_kernel(float *S, bf16 *P, int L, int R, int r0, int
     __syncthreads();
     float sum = 0.f;
     for (int j = threadIdx.x; j < n; j += blockDim.x) sum += expf(s[j] - m);
-    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum<16, 1>(sum);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
     __syncthreads();
     sum = 0.f;

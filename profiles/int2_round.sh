@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # int2_round.sh BUNDLE OUT [kvbench args]: the INT2 decode-attention GPU round, from a bundle (make bundle),
-# in one command on the GPU machine (8 files under OUT, the most the device tool returns):
+# in one command on the GPU machine (7 files under OUT; the device tool returns at most 8):
 #   1. device facts, kvbench bench over the int2_decode_attn bench tier (BENCH_FILTER=...), kvbench check
 #      over the int2 check tier (FILTER=..., default int2_) -> round.log, bench.json, summary.md, check.json
 #   2. test_gpu_decode: every decode and int2 check-tier case validated twice on the same workspace, the
 #      API rejections and v2's copy-plan self-test -> tests.log
-#   3. v2's measured variants next to v2 and v1 at T=32K and 128K (VARIANTS=0 skips) -> variants.md (its
-#      log appended to round.log)
-#   4. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail), and
+#   3. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail), and
 #      the error margins of the bench shapes (T=32K, 128K) -> spiky.log
-#   5. SASS instruction mix of the fused kernels, the opcode histogram of v2's (D=128, gs=16), Nsight Compute
+#   4. SASS instruction mix of the fused kernels, the opcode histogram of v2's (D=128, gs=16), Nsight Compute
 #      on one launch of v2 at T=32K with its stall reasons (NCU=0 skips) -> kernels.txt
 set -u
 b=$(cd "${1:?usage: int2_round.sh BUNDLE OUT [kvbench args]}" && pwd)
@@ -38,20 +36,9 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 shape32="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1"
 shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal seed=1"
-if [ "${VARIANTS:-1}" = 1 ]; then
-    cases=()
-    for s in "$shape32" "$shape128"; do
-        for i in kernel kernel_v1 dequant_dense dense_bf16; do cases+=("$s impl=$i"); done
-    done
-    "$kv" bench --cases "$b/cases" "${cases[@]}" --json "$tmp/variants.json" --summary "$out/variants.md" "$@" \
-        >"$tmp/variants.log" 2>&1
-    echo "variants exit $?"
-    { echo "== variants"; cat "$tmp/variants.log"; } >>"$out/round.log"
-    cat "$out/variants.md"
-fi
 spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
-"$kv" check --cases "$b/cases" "$spiky impl=kernel" \
-    "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" >"$out/spiky.log" 2>&1
+"$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" \
+    >"$out/spiky.log" 2>&1
 # the bench shapes' error margins (the bench only prints them on a failure)
 "$kv" check --cases "$b/cases" "$shape32 impl=kernel" "$shape32 impl=kernel_v1" "$shape128 impl=kernel" \
     "$shape128 impl=kernel_v1" >>"$out/spiky.log" 2>&1
@@ -66,7 +53,7 @@ echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' |
         END { if (name) print name, n, h, lds, prmt, lop, ldl, stl, bar }' "$tmp/all.sass" | grep -E "attn_kernel" |
         awk 'BEGIN { print "kernel instructions HMMA LDS PRMT LOP3 LDL STL BAR.SYNC" } { print }'
     echo "== opcode histogram of v2 (D=128, gs=16, default), static"
-    awk '/Function :/ { p = ($0 ~ /v211attn_kernelILi128ELi16ELb0ELb1ELi2E/) } p' "$tmp/all.sass" |
+    awk '/Function :/ { p = ($0 ~ /v211attn_kernelILi128ELi16EEEv/) } p' "$tmp/all.sass" |
         grep -E '^ +/\*[0-9a-f]+\*/' | sed -E 's/^ +\/\*[0-9a-f]+\*\/ +//; s/^@!?U?P[0-9T]+ +//' | awk '{print $1}' |
         sort | uniq -c | sort -rn | head -n 40
     if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then

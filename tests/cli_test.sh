@@ -34,7 +34,8 @@ expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cas
 expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
 expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"
 expect "negative size" 2 'B=-4 out of range \[1, 1024\]' -- check --cases "$cases" "gather_step B=-4"
-expect "integer overflow refused (2^64 + 2^20 would wrap to 1M)" 2 "L=17592186044417M out of range" -- check --cases "$cases" "decode_attn L=17592186044417M"
+expect "integer overflow with a suffix" 2 'L=17592186044417M out of range \[1, 1048576\] \(beyond a 64-bit integer\)' -- check --cases "$cases" "selective_attn L=17592186044417M"
+expect "integer overflow without a suffix" 2 'B=99999999999999999999 out of range \[1, 1024\]' -- check --cases "$cases" "gather_copy B=99999999999999999999"
 expect "unknown kernel" 2 "unknown kernel 'gathercopy'" -- check --cases "$cases" "gathercopy B=1"
 expect "unknown key" 2 "unknown key 'Z'" -- bench --cases "$cases" "packed_load Z=1"
 expect "malformed case line" 2 "malformed token 'B'" -- check --cases "$cases" "index_scan B M=2"
@@ -55,6 +56,11 @@ expect "heavy hitters: unsupported D" 2 'heavy_hitters: D=12 is not a multiple o
 expect "snapkv: pooling kernel not odd" 2 'snapkv: ks=64 is not an odd pooling kernel in \[1, 8191\]' -- check --cases "$cases" "snapkv ks=64"
 expect "snapkv: budget below the window" 2 'snapkv: budget=16 out of range \[W = min\(32, L\) = 32' -- check --cases "$cases" "snapkv budget=16"
 expect "snapkv: unsupported D" 2 'snapkv: D=80 is not supported' -- check --cases "$cases" "snapkv D=80"
+# B*Hkv past grid.y's 65535 (B=257, Hkv=256): accepted when the case is read (the heads run in grid.y
+# chunks; the check tier holds such cases for the GPU), and listed
+expect "int2_qk with B*Hkv = 65792 accepted" 0 '^none +int2_qk B=257 Hq=256 Hkv=256 D=64 gs=16 T=256' -- list --cases "$cases" "int2_qk B=257 Hq=256 Hkv=256 D=64 T=256"
+expect "snapkv with B*Hkv = 65792 accepted" 0 '^none +snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8' -- list --cases "$cases" "snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8"
+expect "int2 check-tier case with B*Hkv = 65792 shipped" 0 '^check +int2_quantize B=257 Hkv=256 D=64 gs=16 T=16' -- list --cases "$cases" --tier check int2_quantize
 expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
 expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
 expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
@@ -64,6 +70,15 @@ if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.np
 else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: json and npy files exist"
 fi
+# tolerance overrides are not part of the id, but the reproduce line, the JSON and the list carry them
+expect "check --json with a tolerance override" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
+if grep -q '"reproduce": "index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5 rtol=0.125"' "$tmp/o.json" && grep -q '"overridden": true' "$tmp/o.json"; then
+    passed=$((passed + 1)); echo "[       OK ] cli: overrides in the JSON's reproduce line"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: overrides in the JSON's reproduce line"
+fi
+printf 'index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 tier=smoke\n' >"$tmp/tol.cases"
+expect "list shows a case's tolerance overrides" 0 '^smoke +index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5$' -- list --cases "$tmp/tol.cases"
 # decode and int2 families (issue 4): each bad input named with its value and range, nothing runs
 expect "gs not in the supported set" 2 'int2_quantize: gs=24 is not one of \{16, 32, 64, 128\}' -- check --cases "$cases" "int2_quantize gs=24"
 expect "T not a multiple of gs" 2 'int2_decode_attn: T=1000 is not a multiple of gs=16' -- check --cases "$cases" "int2_decode_attn T=1000 gs=16"

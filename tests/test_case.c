@@ -85,22 +85,6 @@ static void test_bad_values(void **state)
     assert_int_equal(parse("gather_copy atol=-1"), KVB_EINVAL);
 }
 
-/* A suffix or the digits themselves must not wrap around 64 bits into an accepted value:
- * 17592186044417M = 2^64 + 2^20 would wrap to L=1M. */
-static void test_integer_overflow_refused(void **state)
-{
-    (void)state;
-    assert_int_equal(parse("decode_attn L=17592186044417M"), KVB_EINVAL);
-    assert_error_mentions("L=17592186044417M out of range");
-    assert_int_equal(parse("decode_attn L=18014398509481985K"), KVB_EINVAL); /* 2^54+1 K wraps to 1K */
-    assert_error_mentions("out of range");
-    assert_int_equal(parse("decode_attn L=99999999999999999999"), KVB_EINVAL); /* beyond strtoll */
-    assert_error_mentions("L=99999999999999999999 out of range");
-    assert_int_equal(parse("decode_attn L=-9223372036854775808M"), KVB_EINVAL);
-    assert_error_mentions("out of range");
-    assert_int_equal(parse("decode_attn L=1M"), KVB_OK); /* the wrapped values' neighbour still parses */
-}
-
 /* The issue's list: M above 4096, a chunk not a multiple of 16 bytes, chunk ids outside the host
  * range, a negative size. */
 static void test_out_of_range_sizes(void **state)
@@ -127,6 +111,54 @@ static void test_out_of_range_sizes(void **state)
     assert_error_mentions("host_stride=100 out of range [host_chunks = 1024");
     assert_int_equal(parse("packed_load T=100 k=200"), KVB_EINVAL);
     assert_error_mentions("k=200 out of range [1, 100]");
+}
+
+/* Integers past 64 bits, with or without a suffix, are refused by name with the key's range (never a
+ * wrapped value: 17592186044417M = 2^64 + 2^20 wraps to exactly L's maximum, 1048576). */
+static void test_integer_overflow(void **state)
+{
+    (void)state;
+    /* with a suffix: digits that fit, a product that does not */
+    assert_int_equal(parse("selective_attn L=17592186044417M"), KVB_EINVAL);
+    assert_error_mentions("L=17592186044417M out of range [1, 1048576]", "64-bit");
+    assert_int_equal(parse("selective_attn L=18014398509481985K"), KVB_EINVAL); /* 2^54 + 1 times 2^10 */
+    assert_error_mentions("L=18014398509481985K out of range [1, 1048576]");
+    assert_int_equal(parse("gather_copy ctx=-17592186044416M"), KVB_EINVAL); /* -2^64: wraps to 0 */
+    assert_error_mentions("ctx=-17592186044416M out of range");
+    /* without a suffix: digits past int64 */
+    assert_int_equal(parse("gather_copy B=99999999999999999999"), KVB_EINVAL);
+    assert_error_mentions("B=99999999999999999999 out of range [1, 1024]");
+    assert_int_equal(parse("gather_copy B=18446744073709551617"), KVB_EINVAL); /* 2^64 + 1 */
+    assert_error_mentions("B=18446744073709551617 out of range [1, 1024]");
+    /* INT64 edges: the largest and smallest int64 are integers, past the key's range; one past them overflows */
+    assert_int_equal(parse("decode_attn seed=9223372036854775807"), KVB_EINVAL);
+    assert_error_mentions("seed=9223372036854775807 out of range [0, 1000000000000000]");
+    assert_int_equal(parse("decode_attn seed=9223372036854775808"), KVB_EINVAL);
+    assert_error_mentions("seed=9223372036854775808 out of range [0, 1000000000000000]", "64-bit");
+    assert_int_equal(parse("decode_attn seed=-9223372036854775808"), KVB_EINVAL);
+    assert_error_mentions("seed=-9223372036854775808 out of range [0, 1000000000000000]");
+    assert_int_equal(parse("decode_attn seed=-9223372036854775809"), KVB_EINVAL);
+    assert_error_mentions("seed=-9223372036854775809 out of range", "64-bit");
+    assert_int_equal(parse("decode_attn seed=8796093022207M"), KVB_EINVAL); /* 2^63 - 2^20: fits, past the max */
+    assert_error_mentions("seed=8796093022207M (= 9223372036853727232) out of range [0, 1000000000000000]");
+    assert_int_equal(parse("decode_attn seed=8796093022208M"), KVB_EINVAL); /* 2^63: one past */
+    assert_error_mentions("seed=8796093022208M out of range", "64-bit");
+    assert_int_equal(parse("decode_attn seed=1000000000000000"), KVB_OK); /* the declared maximum itself */
+    assert_true(kvb_case_get(&c, "seed") == 1e15);
+    assert_int_equal(parse("decode_attn L=1M"), KVB_OK); /* L's maximum with a suffix */
+    assert_int_equal(kvb_case_int(&c, "L"), 1048576);
+    assert_int_equal(parse("decode_attn L=1025K"), KVB_EINVAL); /* just past it */
+    assert_error_mentions("L=1025K (= 1049600) out of range [1, 1048576]");
+    /* negative where the key does not allow it, with and without a suffix */
+    assert_int_equal(parse("selective_attn L=-1K"), KVB_EINVAL);
+    assert_error_mentions("L=-1K (= -1024) out of range [1, 1048576]");
+    assert_int_equal(parse("decode_attn seed=-1"), KVB_EINVAL);
+    assert_error_mentions("seed=-1 out of range [0, 1000000000000000]");
+    /* a suffix alone or doubled is not an integer */
+    assert_int_equal(parse("decode_attn L=K"), KVB_EINVAL);
+    assert_error_mentions("L=K is not an integer");
+    assert_int_equal(parse("decode_attn L=1KK"), KVB_EINVAL);
+    assert_error_mentions("L=1KK is not an integer");
 }
 
 static void test_case_files(void **state)
@@ -181,8 +213,8 @@ int main(void)
         cmocka_unit_test(test_malformed_tokens),
         cmocka_unit_test(test_unknown_and_duplicate_keys),
         cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_integer_overflow_refused),
         cmocka_unit_test(test_out_of_range_sizes),
+        cmocka_unit_test(test_integer_overflow),
         cmocka_unit_test(test_case_files),
         cmocka_unit_test(test_shipped_case_files_parse),
     };

@@ -139,6 +139,37 @@ static void test_host_alloc_failure_names_case(void **state)
     kvb_run_teardown(&r);
 }
 
+/* Tolerance overrides are not part of the id, but every place that states a verdict states them: the
+ * reproduce line (check output and JSON), a benchmark's label (its JSON) and its failure message. */
+static void test_tolerance_overrides_reported(void **state)
+{
+    (void)state;
+    kvb_case c;
+    char buf[KVB_ID_MAX + 512];
+    assert_int_equal(kvb_case_parse("index_scan B=1 Hkv=1 M=7 atol=0.5 l2=0.25", "test", &c), KVB_OK);
+    assert_null(strstr(c.id, "atol"));
+    kvb_case_repro(&c, buf, sizeof buf);
+    assert_true(!strncmp(buf, c.id, strlen(c.id)));
+    assert_string_equal(buf + strlen(c.id), " atol=0.5 l2=0.25");
+    kvb_bench_label(&c, "a note", buf, sizeof buf);
+    assert_non_null(strstr(buf, "a note; outputs of zeros caught"));
+    assert_non_null(strstr(buf, "tolerance overrides atol=0.5 l2=0.25"));
+    char repro[KVB_ID_MAX + 128];
+    kvb_case_repro(&c, repro, sizeof repro);
+    assert_non_null(strstr(buf, repro));
+    /* a reproduce line is itself a case line with the same overrides */
+    kvb_case c2;
+    assert_int_equal(kvb_case_parse(repro, "test", &c2), KVB_OK);
+    assert_string_equal(c2.id, c.id);
+    assert_true(c2.atol == 0.5 && c2.l2 == 0.25 && c2.rtol < 0);
+    /* without overrides: the id alone, and nothing about tolerances in the label */
+    assert_int_equal(kvb_case_parse("index_scan B=1 Hkv=1 M=7", "test", &c), KVB_OK);
+    kvb_case_repro(&c, buf, sizeof buf);
+    assert_string_equal(buf, c.id);
+    kvb_bench_label(&c, "", buf, sizeof buf);
+    assert_string_equal(buf, "outputs of zeros caught by validation");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -147,6 +178,7 @@ int main(void)
         cmocka_unit_test(test_unsampled_slices_screened),
         cmocka_unit_test(test_colsum_invariant_every_slice),
         cmocka_unit_test(test_host_alloc_failure_names_case),
+        cmocka_unit_test(test_tolerance_overrides_reported),
     };
     return cmocka_run_group_tests_name("trust", tests, NULL, NULL);
 }

@@ -1,0 +1,212 @@
+// kvb_device.cuh: the one copy of the small device helpers the kernels share (CUDA C++ only): PTX
+// wrappers (cp.async, ldmatrix, mma.sync, movmatrix, ex2), 16-bit packing, and warp reductions.
+// Kernel-specific building blocks live with their kernels (attn_device.h: the flash-decoding state
+// and steps shared by decode.cu and int2.cu).
+//
+// Fragment layouts of mma.sync m16n8k16 (row.col; lane = 4 g + t):
+//   A 16x16: a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..), a3 = (row g+8, k 2t+8..)
+//   B 16x8:  b0 = (k 2t..2t+1, col g), b1 = (k 2t+8..2t+9, col g)
+//   C 16x8:  c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g+8, cols 2t, 2t+1)
+#ifndef KVB_KERNELS_DEVICE_CUH
+#define KVB_KERNELS_DEVICE_CUH
+#ifndef __CUDACC__
+#error "kvb_device.cuh is CUDA C++ (kernels/*.cu only)"
+#endif
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kvb_dev {
+
+// ---- shared memory and cp.async ----
+
+// The 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// cp.async of N bytes (4, 8 or 16) global -> shared. 16 bytes bypass L1 (.cg); 4 and 8 go through it
+// (.ca, the only form for them). cp_async_zfill: with `valid` false nothing is read and the N bytes are
+// zero-filled (the source pointer must still be a valid address).
+template <int N>
+__device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void *src, bool valid)
+{
+    static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+    if constexpr (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(N), "r"(valid ? N : 0));
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_zfill(void *dst, const void *src, bool valid)
+{
+    cp_async_zfill<N>(smem_u32(dst), src, valid);
+}
+
+// cp.async of N bytes (4 or 8) that always reads (no fill operand).
+template <int N>
+__device__ __forceinline__ void cp_async(void *dst, const void *src)
+{
+    static_assert(N == 4 || N == 8, "cp_async: 4 or 8 bytes (16: cp_async_zfill<16>)");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src), "n"(N));
+}
+
+// 16 bytes, zero-filled when !valid (the common case of the tile loaders).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) { cp_async_zfill<16>(dst, src, valid); }
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) { cp_async_zfill<16>(dst, src, valid); }
+
+// Close the group of the cp.async copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Wait until at most N groups are pending. The "memory" clobber keeps the compiler from moving shared-
+// memory accesses across the wait (the copies' data is only there after it).
+template <int N>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- ldmatrix, mma.sync, movmatrix ----
+
+// Four 8x8 matrices of 16-bit elements from shared memory; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c += a * b (m16n8k16, bf16 inputs, fp32 accumulators)
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+// c += a * b (m16n8k16, fp16 inputs, fp32 accumulators)
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Transpose an 8x8 matrix of 16-bit values held one row-pair per thread (movmatrix layout = C/A layout).
+__device__ __forceinline__ uint32_t movmatrix_t(uint32_t x)
+{
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+// ---- fast math ----
+
+__device__ __forceinline__ float ex2(float x) // 2^x on the SFU (flush-to-zero); ex2(-inf) = 0
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// ---- 16-bit pairs ----
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) // round to nearest even; lo in the low half
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
+__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
+
+// ---- global loads ----
+
+__device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+// ---- warp reductions ----
+// Butterfly (xor) steps FIRST, 2 FIRST, ..., LAST when FIRST <= LAST, or FIRST, FIRST / 2, ..., LAST
+// when FIRST > LAST (powers of two): x combined over the lanes whose ids differ only in those bits,
+// every lane ending with its group's result. <1, 2>: the 4 lanes of a quad (a row of an MMA fragment);
+// <4, 16>: the 8 row groups g (a column); <16, 1>: the whole warp. The step order fixes the rounding of
+// a sum, so each call site keeps the order it was validated with.
+
+template <int FIRST, int LAST>
+__device__ __forceinline__ float warp_max(float x)
+{
+    static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
+    if constexpr (FIRST <= LAST) {
+#pragma unroll
+        for (int o = FIRST; o <= LAST; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    } else {
+#pragma unroll
+        for (int o = FIRST; o >= LAST; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    }
+    return x;
+}
+
+template <int FIRST, int LAST>
+__device__ __forceinline__ float warp_sum(float x)
+{
+    static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
+    if constexpr (FIRST <= LAST) {
+#pragma unroll
+        for (int o = FIRST; o <= LAST; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    } else {
+#pragma unroll
+        for (int o = FIRST; o >= LAST; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    }
+    return x;
+}
+
+// Two values reduced in lockstep (step by step, alternating): the instruction order of two interleaved
+// reductions, which the register allocation of the hot loops was tuned with.
+template <int FIRST, int LAST>
+__device__ __forceinline__ void warp_max(float &x, float &y)
+{
+    static_assert(FIRST > 0 && FIRST <= LAST && LAST < 32, "ascending xor offsets in [1, 16]");
+#pragma unroll
+    for (int o = FIRST; o <= LAST; o <<= 1) {
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+        y = fmaxf(y, __shfl_xor_sync(0xffffffffu, y, o));
+    }
+}
+
+template <int FIRST, int LAST>
+__device__ __forceinline__ void warp_sum(float &x, float &y)
+{
+    static_assert(FIRST > 0 && FIRST <= LAST && LAST < 32, "ascending xor offsets in [1, 16]");
+#pragma unroll
+    for (int o = FIRST; o <= LAST; o <<= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+}
+
+} // namespace kvb_dev
+
+#endif
