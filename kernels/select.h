@@ -5,6 +5,8 @@
  * by its bits: +NaN above +inf, -NaN below -inf); ties go to the lower index; the output lists the
  * selected indices ascending. Deterministic: the same input gives the same output bits.
  *
+ * Also the selections' row operations: max-pooling along a row, and the gather of kept rows.
+ *
  * Algorithm: a radix select of the k-th largest key, 11 + 11 + 10 bits from the top, then an ordered
  * compaction (indices with a larger key, then the lowest-indexed equal ones, in index order).
  *   many rows: one block per row, everything in one kernel (the row is read from DRAM once, then from
@@ -17,6 +19,8 @@
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+
+#include "../reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +39,18 @@ size_t topk_workspace_bytes(int rows, int n);
  * NULL to use one block per row whatever the shape. */
 int topk_rows(const float *scores, int rows, int64_t ld, int n, int k, int tail_first, int tail_n, int32_t *idx,
               int64_t ldo, void *workspace, cudaStream_t stream);
+
+/* y[r, j] = max of x[r, j - ks/2 .. j + ks/2] clipped to [0, L); odd ks in [1, MAXPOOL_MAX_KS]. */
+#define MAXPOOL_MAX_KS 8191
+int maxpool_rows(const float *x, int rows, int L, int ks, float *y, cudaStream_t stream);
+
+/* Y[r, i, :] = X[r / group, keep[r, i], :]; X [rows / group, L, D], D a multiple of 8. An index outside
+ * [0, L) leaves its row unwritten. */
+int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep, kvb_bf16 *Y,
+                cudaStream_t stream);
+
+/* KVB_EINVAL naming `who` unless rows >= 1 and L >= 1 (the selections' common check). */
+int select_check_rows(const char *who, int rows, int L);
 
 #ifdef __cplusplus
 }

@@ -79,23 +79,6 @@ int ref_heavy_hitters(const float *scores, int rows, int L, int n_hh, int n_rw, 
     return KVB_OK;
 }
 
-int ref_maxpool(const float *x, int rows, int L, int ks, float *y)
-{
-    const int half = ks / 2;
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (int64_t)r * L;
-        float *yr = y + (int64_t)r * L;
-        for (int j = 0; j < L; j++) {
-            int lo = j - half < 0 ? 0 : j - half, hi = j + half >= L ? L - 1 : j + half;
-            float m = xr[lo];
-            for (int t = lo + 1; t <= hi; t++)
-                if (xr[t] > m) m = xr[t];
-            yr[j] = m;
-        }
-    }
-    return KVB_OK;
-}
-
 int ref_snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep)
 {
     if (n_keep >= L) {
@@ -108,17 +91,5 @@ int ref_snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int
     if (rc) return rc;
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < W; j++) keep[(int64_t)r * n_keep + k + j] = first_window + j;
-    return KVB_OK;
-}
-
-int ref_gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
-                    kvb_bf16 *Y)
-{
-    for (int r = 0; r < rows; r++)
-        for (int i = 0; i < n_keep; i++) {
-            int32_t t = keep[(int64_t)r * n_keep + i];
-            if (t < 0 || t >= L) return kvb_fail(KVB_EINVAL, "ref_gather_rows: keep[%d, %d]=%d out of range [0, %d]", r, i, t, L - 1);
-            memcpy(Y + ((int64_t)r * n_keep + i) * D, X + ((int64_t)(r / group) * L + t) * D, sizeof(kvb_bf16) * (size_t)D);
-        }
     return KVB_OK;
 }

@@ -23,7 +23,7 @@
 #define REF_HEAVY_HITTERS_H
 
 #include "kvb.h"
-#include "select.h" /* ref_topk: the one top-k every selection uses */
+#include "select.h" /* ref_topk, ref_maxpool, ref_gather_rows: the selection family */
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,15 +52,9 @@ int snapkv_pool_size(int L, int ks, int *out, const char *who);
 /* keep [rows, n_keep] from scores [rows, L] (n_keep as hh_budget returns it). */
 int ref_heavy_hitters(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep);
 
-/* y[r, j] = max of x[r, j - ks/2 .. j + ks/2] clipped to [0, L). */
-int ref_maxpool(const float *x, int rows, int L, int ks, float *y);
-
 /* keep [rows, n_keep] from pooled [rows, L] (n_keep as snapkv_budget returns it). */
 int ref_snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep);
 
-/* Y[r, i, :] = X[r / group, keep[r, i], :] for r < rows, i < n_keep; X [rows / group, L, D]. */
-int ref_gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
-                    kvb_bf16 *Y);
 
 #ifdef __cplusplus
 }
