@@ -16,10 +16,10 @@
 
 namespace {
 
-constexpr int THREADS = 1024;          // one block per row, and the blocks of a split row
+constexpr int THREADS = 512;           // one block per row, and the blocks of a split row
 constexpr int NBINS = 2048;            // 11-bit digits (the last pass 10)
 constexpr int ITEMS = 8;               // compaction: consecutive elements per thread and tile
-constexpr int TILE = THREADS * ITEMS;  // 8192 elements per compaction step
+constexpr int TILE = THREADS * ITEMS;  // elements per compaction step
 constexpr int MIN_SPLIT = 4096;        // elements per block of a split row, at least
 __host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
 __host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
