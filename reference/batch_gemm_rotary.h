@@ -1,0 +1,38 @@
+/* batch_gemm_rotary.h: the reference of ShadowKV's low-rank key reconstruction fused with RoPE
+ * (spec: shadowkv.md "batch_gemm_rotary"), line by line:
+ *
+ *   for every (b, h) and sparse slot token s with chunk slot j = s / c >= cnts[b, h]
+ *     p    = ids[b, h, j] * c + s % c                        absolute token position
+ *     x[d] = sum_k U[b, p, k] * SV[b, h, k, d]               (double here; fp32 on the GPU)
+ *     y    = rope(x, p)                                      llama: rotate-half; glm: partial interleaved
+ *     Kbuf[b, h, sparse_start + s, :] = bf16(y)              one rounding, at the end
+ *   hit slots (j < cnts[b, h]) are left untouched.
+ *
+ * Layouts: U [B, S, r], SV [B, Hkv, r, D], cos_sin [max_pos, D], all bf16; ids [B, Hkv, M] and
+ * cnts [B, Hkv] int32; Kbuf [B, Hkv, NB, D] bf16 (gather_layout g: B, Hkv, M, c, D, NB, sparse_start).
+ */
+#ifndef KVB_REF_BATCH_GEMM_ROTARY_H
+#define KVB_REF_BATCH_GEMM_ROTARY_H
+
+#include <stdint.h>
+
+#include "gather_copy.h"
+#include "kvb.h"
+
+typedef enum { ROPE_LLAMA = 0, ROPE_GLM = 1 } rope_kind;
+
+#define BGR_MAX_RANK 1024
+
+/* The RoPE table: row p, for llama cos(p f_i) for i < D/2 then sin(p f_i), f_i = theta^(-2i/D); for
+ * glm (rotary on the first D/2 dims) cos(p g_i) for i < D/4 then sin(p g_i), g_i = theta^(-2i/(D/2)),
+ * the rest of the row 0. Rounded once to bf16, as stored. */
+int rope_table(kvb_bf16 *cos_sin, int max_pos, int D, double theta, rope_kind rope);
+
+/* KVB_EINVAL naming the parameter when: r outside [1, BGR_MAX_RANK], D odd (llama) or not a multiple
+ * of 4 (glm), the layout invalid (gather_layout_check), cnts[b, h] outside [0, M], a miss slot's chunk
+ * id outside [0, S / c) (its tokens outside the context), or a position at or past max_pos. */
+int ref_batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids, const int32_t *cnts,
+                          const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos, rope_kind rope,
+                          kvb_bf16 *Kbuf);
+
+#endif
