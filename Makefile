@@ -25,7 +25,7 @@ ifneq ($(strip $(NVCC)),)
   HAVE_CUDA := 1
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_INC  := -I$(CUDA_HOME)/include
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcudart_static -lrt -ldl -lpthread
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcusolver -lcublas -lcudart_static -lrt -ldl -lpthread
 else
   HAVE_CUDA := 0
 endif

@@ -11,11 +11,13 @@ out=${1:?usage: gpu_round.sh OUT [FILTER...]}
 shift
 mkdir -p "$out"
 log="$out/round.log"
-# cuBLAS from the machine's CUDA toolkit, or from a Python wheel if that is all there is
-if ! ldconfig -p 2>/dev/null | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
-    d=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -n 1)")
-    [ -n "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-fi
+# cuBLAS and cuSOLVER from the machine's CUDA toolkit, or from Python wheels if that is all there is
+for lib in libcublas.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.13; do
+    if ! ldconfig -p 2>/dev/null | grep -q "$lib" && [ ! -e "/usr/local/cuda/lib64/$lib" ]; then
+        d=$(dirname "$(find / -name "$lib" -not -path '/proc/*' 2>/dev/null | head -n 1)")
+        [ "$d" != . ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+    fi
+done
 kv="$here/bin/kvbench"
 cd "$here"
 {

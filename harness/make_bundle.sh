@@ -5,7 +5,8 @@
 #             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
 #   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/*.py (optional peers)
-# The CUDA driver and cuBLAS come from the GPU machine (cuBLAS is too large to carry).
+# The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
+# (too large to carry).
 # BUNDLE_FROM_HOST=REGEX leaves more libraries to the GPU machine (matched on the soname), for one
 # known to have them: the LAPACK stack is 56 MB of the bundle (libopenblas alone 37 MB), so
 #   BUNDLE_FROM_HOST='liblapacke|liblapack|libblas|libopenblas|libgfortran|libquadmath|libtmglib'
@@ -21,7 +22,7 @@ cp tests/run_tests.sh tests/cli_test.sh "$out/tests/"
 cp harness/gpu_round.sh "$out/"
 cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
-skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libnvidia)'
+skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
 if [ -n "${BUNDLE_FROM_HOST:-}" ]; then skip="$skip|^(${BUNDLE_FROM_HOST})"; fi
 for b in "$@"; do
     ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
@@ -34,7 +35,7 @@ fi
 # A bundle that cannot load is refused here, not on the GPU machine: every library of every binary
 # must resolve inside the bundle or the system, except the CUDA driver and cuBLAS (from the GPU host).
 missing=$(for b in "$out"/bin/* "$out"/lib/*; do LD_LIBRARY_PATH= ldd "$b" 2>/dev/null | grep "not found"; done |
-          grep -vE 'libcuda\.so|libcublas' | sort -u)
+          grep -vE 'libcuda\.so|libcublas|libcusolver|libcusparse|libnvJitLink' | sort -u)
 if [ -n "$missing" ]; then
     echo "bundle: unresolved libraries (link with rpath \$ORIGIN or install patchelf):" >&2
     echo "$missing" >&2

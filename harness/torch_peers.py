@@ -9,10 +9,13 @@ Peers (each entry names the kvbench kernel and the case keys it matches):
   decode_attn     SDPA decode (one query token per head, GQA by expanded K/V heads: enable_gqa),
                   cuDNN / flash / efficient backends, B in {1, 8}, L in {32768, 131072}
   topk            torch.topk(sorted=False) on fp32 [rows, n] at the spec's shapes (torch_topk)
+  shadowkv_lowrank  torch.linalg.svd(full_matrices=False) of fp32 Kpre [S, Hkv*D] on the GPU, as ShadowKV
+                  factors its keys (torch_linalg_svd), and torch.svd_lowrank(q=r, niter=2)
+                  (torch_svd_lowrank), at S=32768, Hkv*D = 8*128 and 4*128, r=160
 
 Optional: needs python3 with torch and a CUDA device; nothing in kvbench depends on it.
 
-    python3 harness/torch_peers.py --out peers.json [--only sdpa,decode,topk]
+    python3 harness/torch_peers.py --out peers.json [--only sdpa,decode,topk,svd]
 
 Timing follows kvbench's method where Python allows: inputs from a fixed seed (never zeros),
 3 warm-up launches, then per sample an L2 flush (a write of twice the L2 size) outside the timed
@@ -50,7 +53,7 @@ def time_it(torch, fn, flush, min_samples, min_seconds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="4096,16384,32768")
-    ap.add_argument("--only", default="sdpa,decode,topk")
+    ap.add_argument("--only", default="sdpa,decode,topk,svd")
     ap.add_argument("--min-samples", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=0.3)
     ap.add_argument("--out", required=True)
@@ -126,6 +129,19 @@ def main():
             t = time_it(torch, lambda: torch.topk(x, k, dim=1, largest=True, sorted=False), flush,
                         args.min_samples, args.min_seconds)
             add("topk", {"rows": rows, "n": n, "k": k}, "torch_topk", t)
+            del x
+            torch.cuda.empty_cache()
+    if "svd" in only:  # shadowkv_lowrank's peers: the factorization of one layer's pre-RoPE keys
+        S, D, r = 32768, 128, 160
+        for Hkv in (8, 4):
+            g.manual_seed(4)
+            x = torch.randn(S, Hkv * D, device=dev, dtype=torch.float32, generator=g)
+            match = {"S": S, "Hkv": Hkv, "D": D, "r": r}
+            t = time_it(torch, lambda: torch.linalg.svd(x, full_matrices=False), flush, args.min_samples,
+                        args.min_seconds)
+            add("shadowkv_lowrank", match, "torch_linalg_svd", t)
+            t = time_it(torch, lambda: torch.svd_lowrank(x, q=r, niter=2), flush, args.min_samples, args.min_seconds)
+            add("shadowkv_lowrank", match, "torch_svd_lowrank", t)
             del x
             torch.cuda.empty_cache()
     ctx = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": props.name,
