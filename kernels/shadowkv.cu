@@ -2,6 +2,7 @@
 // shadowkv.h): the rank-r factorization of the pre-RoPE keys with cuBLAS and cuSOLVER, and the chunk
 // landmarks and outliers, whose selection goes through the suite's one top-k (select.h).
 #include <cstring>
+#include <type_traits>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -227,6 +228,73 @@ __global__ void chunk_stats_kernel(const __nv_bfloat16 *__restrict__ K, int64_t 
     }
 }
 
+// The same for D = 32*V (V = 2: D=64, V = 4: D=128) and c <= C (8 or 16): each lane holds V dims of every key
+// of the chunk in registers (one vector load per key), and the 2c+1 warp sums are independent, so
+// their shuffles overlap instead of forming one chain per key.
+constexpr int kFastC = 16;
+template <int V, int C>
+__global__ void chunk_stats_fast_kernel(const __nv_bfloat16 *__restrict__ K, int64_t rows, int S, int c, int n_chunks,
+                                        __nv_bfloat16 *__restrict__ means, float *__restrict__ min_cos,
+                                        float *__restrict__ keys)
+{
+    constexpr int D = 32 * V;
+    using vec = typename std::conditional<V == 4, uint2, uint32_t>::type; // V bf16
+    const int64_t item = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= rows * n_chunks) return;
+    const int64_t row = item / n_chunks;
+    const int k = (int)(item % n_chunks);
+    const vec *x = reinterpret_cast<const vec *>(K + (row * S + (int64_t)k * c) * D) + lane;
+    float v[C][V];
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        vec raw;
+        if (i < c) raw = __ldg(x + (int64_t)i * 32);
+        else memset(&raw, 0, sizeof raw);
+        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
+#pragma unroll
+        for (int e = 0; e < V; e++) v[i][e] = __bfloat162float(h[e]);
+    }
+    float mean[V], mm = 0.f;
+    const float inv_c = 1.f / (float)c;
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < C; i++) s += v[i][e]; // keys past c are 0
+        mean[e] = s * inv_c;
+        mm += mean[e] * mean[e];
+    }
+    __nv_bfloat16 m16[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) m16[e] = __float2bfloat16_rn(mean[e]);
+    reinterpret_cast<vec *>(means + item * D)[lane] = *reinterpret_cast<const vec *>(m16);
+    float dot[C], kk[C];
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        dot[i] = kk[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < V; e++) dot[i] += v[i][e] * mean[e], kk[i] += v[i][e] * v[i][e];
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) { // the same butterfly as warp_sum<16, 1>, for every sum at once
+        mm += __shfl_xor_sync(0xffffffffu, mm, o);
+#pragma unroll
+        for (int i = 0; i < C; i++) {
+            dot[i] += __shfl_xor_sync(0xffffffffu, dot[i], o);
+            kk[i] += __shfl_xor_sync(0xffffffffu, kk[i], o);
+        }
+    }
+    float lo = INFINITY;
+#pragma unroll
+    for (int i = 0; i < C; i++)
+        if (i < c) lo = fminf(lo, (kk[i] > 0.f && mm > 0.f) ? dot[i] / sqrtf(kk[i] * mm) : 0.f);
+    if (lane == 0) {
+        min_cos[item] = lo;
+        keys[item] = -lo + 0.f;
+    }
+}
+
 // One warp per (row, chunk k): k's rank among the row's outliers (ascending) by binary search; a
 // non-outlier goes to landmark l = k - (outliers below k), in ascending chunk order by construction.
 __global__ void landmarks_compact_kernel(const __nv_bfloat16 *__restrict__ means, const int32_t *__restrict__ outliers,
@@ -249,7 +317,11 @@ __global__ void landmarks_compact_kernel(const __nv_bfloat16 *__restrict__ means
     const int Lm = n_chunks - n_out;
     const int64_t l = row * Lm + (k - lo);
     if (lane == 0) landmark_idx[l] = k;
-    for (int d = lane; d < D; d += 32) landmarks[l * D + d] = means[item * D + d];
+    if (D % 8 == 0) // 16-byte rows pieces (row starts are then 16-byte aligned too)
+        for (int d = lane * 8; d < D; d += 256)
+            *reinterpret_cast<uint4 *>(landmarks + l * D + d) = *reinterpret_cast<const uint4 *>(means + item * D + d);
+    else
+        for (int d = lane; d < D; d += 32) landmarks[l * D + d] = means[item * D + d];
 }
 
 extern "C" int shadowkv_landmarks(const kvb_bf16 *K, int B, int Hkv, int S, int D, int c, int local_chunks,
@@ -276,8 +348,17 @@ extern "C" int shadowkv_landmarks(const kvb_bf16 *K, int B, int Hkv, int S, int 
     __nv_bfloat16 *means = (__nv_bfloat16 *)ws;
     float *keys = (float *)(ws + landmarks_means_bytes(B, Hkv, n_chunks, D));
     void *topk_ws = ws + landmarks_means_bytes(B, Hkv, n_chunks, D) + landmarks_keys_bytes(B, Hkv, n_chunks);
-    chunk_stats_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>((const __nv_bfloat16 *)K, rows, S, D, c, n_chunks,
-                                                                 means, min_cos, keys);
+    const __nv_bfloat16 *k16 = (const __nv_bfloat16 *)K;
+    if (D == 128 && c <= 8)
+        chunk_stats_fast_kernel<4, 8><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 128 && c <= kFastC)
+        chunk_stats_fast_kernel<4, kFastC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 64 && c <= 8)
+        chunk_stats_fast_kernel<2, 8><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 64 && c <= kFastC)
+        chunk_stats_fast_kernel<2, kFastC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else
+        chunk_stats_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, D, c, n_chunks, means, min_cos, keys);
     CUDA_TRY(cudaGetLastError());
     if (outlier_chunks > 0) {
         rc = topk_rows(keys, (int)rows, n_chunks, n_chunks, outlier_chunks, 0, 0, outliers, outlier_chunks, topk_ws,
