@@ -117,25 +117,36 @@ static int cmp_desc_double(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
-                          kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
-                          kvb_cmp_result *r)
+/* Strictly ascending and within [0, n); the first offending position is noted. */
+static int ascending_in_range(const int32_t *o, const int32_t *f, int64_t row, int64_t n, int64_t k,
+                              kvb_cmp_result *r)
+{
+    for (int64_t i = 0; i < k; i++)
+        if (o[i] < 0 || o[i] >= n || (i > 0 && o[i] <= o[i - 1])) {
+            note_bad(r, row, o[i], f ? f[i] : NAN);
+            return 0;
+        }
+    return 1;
+}
+
+void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                                  kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                                  int64_t slice_rows, const uint8_t *mask, kvb_cmp_result *r)
 {
     reset(r, KVB_CMP_INDEXSET);
     double *sel = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
     for (int64_t row = 0; row < rows; row++) {
         const int32_t *o = out_idx + row * k, *f = ref_idx + row * k;
-        r->n_checked += k;
-        int ok = 1;
-        for (int64_t i = 0; i < k && ok; i++) { /* strictly ascending, in range */
-            if (o[i] < 0 || o[i] >= n || (i > 0 && o[i] <= o[i - 1])) {
-                ok = 0;
-                note_bad(r, row, o[i], f[i]);
-            }
+        if (!slice_on(mask, slice_rows, row)) { /* no reference here: screened */
+            r->n_screened += k;
+            ascending_in_range(o, NULL, row, n, k, r);
+            continue;
         }
-        if (!ok) continue;
+        r->n_checked += k;
+        if (!ascending_in_range(o, f, row, n, k, r)) continue;
         if (memcmp(o, f, sizeof(int32_t) * (size_t)k) == 0) continue; /* equal sets */
         /* tie-tolerant: k-th reference score and sums */
+        int ok = 1;
         double ref_sum = 0, out_sum = 0;
         for (int64_t i = 0; i < k; i++) {
             sel[i] = kvb_load_as_double(scores, score_type, row * n + f[i]);
@@ -156,6 +167,13 @@ void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const 
     }
     free(sel);
     r->pass = r->n_bad == 0;
+}
+
+void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                          kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                          kvb_cmp_result *r)
+{
+    kvb_compare_indexset_sampled(out_idx, ref_idx, scores, score_type, rows, n, k, tol, 1, NULL, r);
 }
 
 void kvb_compare_gather(const void *out, const void *src, const int32_t *idx, kvb_dtype t, int64_t rows, int64_t k,

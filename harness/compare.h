@@ -10,7 +10,8 @@
  *            that magnitude per element and rtol multiplies it instead of |ref|
  *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
  *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of
- *            the reference top-k sum; the list must be strictly ascending
+ *            the reference top-k sum; the list must be strictly ascending (rows a sampled
+ *            reference skipped: strictly ascending and in range)
  *   gather   rows picked by indices the run itself produced (an index set that may differ from the
  *            reference's tie-tolerantly): bit-exact against the source rows at those indices
  * An optional slice mask restricts the comparison to the slices where the reference was computed
@@ -61,6 +62,12 @@ void kvb_compare_float_mag(const void *out, const void *ref, kvb_dtype t, int64_
 void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
                           kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
                           kvb_cmp_result *r);
+/* The same against a sampled reference: rows come in slices of slice_rows rows, mask (one byte per
+ * slice; NULL: every slice) marks those whose reference indices and scores exist. A row of the other
+ * slices is screened: strictly ascending and within [0, n) (so the integer poison fails). */
+void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                                  kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                                  int64_t slice_rows, const uint8_t *mask, kvb_cmp_result *r);
 
 /* out [rows, k, width] against src [rows / group, n_src, width] at idx [rows, k] (int32, produced by
  * the run): row (r, i) must equal src row (r / group, idx[r, i]) bit for bit; an index outside

@@ -180,8 +180,9 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
         else if (t->cmp == KVB_CMP_FLOAT)
             kvb_compare_float(t->out, t->ref, t->dtype, t->n, t->tol, t->slice_len, t->slice_mask, res);
         else if (t->cmp == KVB_CMP_INDEXSET) {
-            int64_t k = t->shape[t->ndim - 1];
-            kvb_compare_indexset(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k, t->set_tol, res);
+            int64_t k = t->shape[t->ndim - 1], slice_rows = t->slice_mask ? t->slice_len / k : 1;
+            kvb_compare_indexset_sampled(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k,
+                                         t->set_tol, slice_rows, t->slice_mask, res);
         } else if (t->cmp == KVB_CMP_GATHER) {
             const kvb_tensor *src = kvb_run_find(r, t->gather_src), *idx = kvb_run_find(r, t->gather_idx);
             int64_t width = t->shape[t->ndim - 1], k = t->shape[t->ndim - 2];

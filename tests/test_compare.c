@@ -121,6 +121,25 @@ static void test_float_magnitude(void **state)
     assert_true(r.tol_used > 1.0);
 }
 
+/* A sampled reference: rows of the unmarked slices are only screened (ascending, in range), so a
+ * wrong but well-formed row there passes and a poisoned one fails; marked slices are compared. */
+static void test_indexset_sampled(void **state)
+{
+    (void)state;
+    float s[12] = {0.9f, 0.1f, 0.5f, 0.8f, 0.5f, 0.2f, 1, 2, 3, 4, 5, 6};
+    int32_t ref[6] = {0, 2, 3, 3, 4, 5}, other[6] = {0, 2, 3, 0, 1, 2}, poisoned[6] = {0, 2, 3, -1, -1, -1};
+    const uint8_t second_skipped[2] = {1, 0}, first_skipped[2] = {0, 1};
+    kvb_cmp_result r;
+    kvb_compare_indexset_sampled(other, ref, s, KVB_FP32, 2, 6, 3, 1e-3, 1, second_skipped, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, 3), assert_int_equal(r.n_screened, 3);
+    kvb_compare_indexset_sampled(poisoned, ref, s, KVB_FP32, 2, 6, 3, 1e-3, 1, second_skipped, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.first[0].index, 1);
+    kvb_compare_indexset_sampled(other, ref, s, KVB_FP32, 2, 6, 3, 1e-3, 1, first_skipped, &r);
+    assert_false(r.pass); /* the second row is compared: {0, 1, 2} is not a top-3 of 1..6 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -129,6 +148,7 @@ int main(void)
         cmocka_unit_test(test_float_tolerances),
         cmocka_unit_test(test_float_nonfinite),
         cmocka_unit_test(test_indexset_tie_tolerant),
+        cmocka_unit_test(test_indexset_sampled),
     };
     return cmocka_run_group_tests_name("compare", tests, NULL, NULL);
 }
