@@ -9,6 +9,7 @@ extern const kvb_op op_index_scan, op_gather_copy, op_gather_copy_d2d, op_gather
 extern const kvb_op op_selective_attn, op_heavy_hitters, op_snapkv;
 extern const kvb_op op_decode_attn;
 extern const kvb_op op_topk;
+extern const kvb_op op_batch_gemm_rotary;
 extern const kvb_op op_int2_quantize, op_int2_append, op_int2_qk, op_int2_av, op_int2_decode_attn;
 
 static const kvb_op *const g_ops[] = {
@@ -16,6 +17,7 @@ static const kvb_op *const g_ops[] = {
     &op_selective_attn, &op_heavy_hitters, &op_snapkv,
     &op_decode_attn,
     &op_topk,
+    &op_batch_gemm_rotary,
     &op_int2_quantize, &op_int2_append, &op_int2_qk, &op_int2_av, &op_int2_decode_attn,
 };
 
