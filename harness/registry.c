@@ -11,6 +11,7 @@ extern const kvb_op op_decode_attn;
 extern const kvb_op op_topk;
 extern const kvb_op op_shadowkv_lowrank, op_shadowkv_landmarks;
 extern const kvb_op op_landmark_score;
+extern const kvb_op op_batch_gemm_rotary;
 extern const kvb_op op_int2_quantize, op_int2_append, op_int2_qk, op_int2_av, op_int2_decode_attn;
 
 static const kvb_op *const g_ops[] = {
@@ -20,6 +21,7 @@ static const kvb_op *const g_ops[] = {
     &op_topk,
     &op_shadowkv_lowrank, &op_shadowkv_landmarks,
     &op_landmark_score,
+    &op_batch_gemm_rotary,
     &op_int2_quantize, &op_int2_append, &op_int2_qk, &op_int2_av, &op_int2_decode_attn,
 };
 

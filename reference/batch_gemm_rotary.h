@@ -19,6 +19,10 @@
 #include "gather_copy.h"
 #include "kvb.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { ROPE_LLAMA = 0, ROPE_GLM = 1 } rope_kind;
 
 #define BGR_MAX_RANK 1024
@@ -28,11 +32,27 @@ typedef enum { ROPE_LLAMA = 0, ROPE_GLM = 1 } rope_kind;
  * the rest of the row 0. Rounded once to bf16, as stored. */
 int rope_table(kvb_bf16 *cos_sin, int max_pos, int D, double theta, rope_kind rope);
 
-/* KVB_EINVAL naming the parameter when: r outside [1, BGR_MAX_RANK], D odd (llama) or not a multiple
- * of 4 (glm), the layout invalid (gather_layout_check), cnts[b, h] outside [0, M], a miss slot's chunk
- * id outside [0, S / c) (its tokens outside the context), or a position at or past max_pos. */
+/* The checks of the spec, shared by the reference and the CUDA API (kernels/batch_gemm_rotary.h):
+ * KVB_EINVAL, the message starting with `who` and naming the parameter, when: the layout is invalid
+ * (gather_layout_check), r outside [1, BGR_MAX_RANK], rope not a rope_kind, D odd (llama) or not a
+ * multiple of 4 (glm), S < c; and, when ids and cnts are given (host copies; NULL skips the data
+ * checks), cnts[b, h] outside [0, M], a miss slot's chunk id outside [0, S / c) (its tokens outside the
+ * context), or a position at or past max_pos. */
+int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int r, int max_pos,
+                            rope_kind rope, const char *who);
+
+/* The reference; refuses what batch_gemm_rotary_check refuses (who = "batch_gemm_rotary"), writing nothing. */
 int ref_batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids, const int32_t *cnts,
                           const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos, rope_kind rope,
                           kvb_bf16 *Kbuf);
 
+/* The same on a sample of (b, h) slices: only those with mask[b * Hkv + h] != 0 are computed (mask NULL:
+ * all); the checks still cover every slice. For cases whose whole reference would take too long. */
+int ref_batch_gemm_rotary_sampled(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids, const int32_t *cnts,
+                                  const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos,
+                                  rope_kind rope, const uint8_t *mask, kvb_bf16 *Kbuf);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,6 +1,7 @@
 /* test_ref_batch_gemm_rotary.c: the reference of batch_gemm_rotary (reference/batch_gemm_rotary.c)
  * against the spec's formula written another way (x * cos + rotate(x) * sin), on tiny inputs for both
- * RoPE kinds; hit slots and rows outside the sparse region untouched; the table; every rejection. */
+ * RoPE kinds; hit slots and rows outside the sparse region untouched; the sampled variant; the table;
+ * every rejection. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,24 @@ static void run_and_compare(rope_kind rope)
 static void test_llama_rotate_half(void **state) { (void)state; run_and_compare(ROPE_LLAMA); }
 static void test_glm_partial_interleaved(void **state) { (void)state; run_and_compare(ROPE_GLM); }
 
+/* A sampled run computes exactly the chosen slices, bit for bit as the whole run does, and leaves the
+ * others untouched */
+static void test_sampled_slices(void **state)
+{
+    (void)state;
+    static kvb_bf16 full[sizeof K / sizeof K[0]];
+    inputs(ROPE_LLAMA);
+    gather_layout g = layout();
+    assert_int_equal(ref_batch_gemm_rotary(U, SV, ids, cnts, table, &g, S, R, MAXPOS, ROPE_LLAMA, K), KVB_OK);
+    memcpy(full, K, sizeof K);
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) K[i] = POISON;
+    const uint8_t mask[B * HKV] = {1, 0, 0, 1};
+    assert_int_equal(ref_batch_gemm_rotary_sampled(U, SV, ids, cnts, table, &g, S, R, MAXPOS, ROPE_LLAMA, mask, K), KVB_OK);
+    for (int bh = 0; bh < B * HKV; bh++)
+        for (int i = 0; i < NB * D; i++)
+            assert_int_equal(K[bh * NB * D + i], mask[bh] ? full[bh * NB * D + i] : POISON);
+}
+
 /* cos^2 + sin^2 = 1 within bf16 rounding; position 0 is the identity */
 static void test_table(void **state)
 {
@@ -119,6 +138,9 @@ static void test_rejections(void **state)
     assert_int_equal(ref_batch_gemm_rotary(U, SV, ids, cnts, table, &g, S, R, MAXPOS, ROPE_LLAMA, K), KVB_EINVAL);
     assert_error_mentions("cnts[1]=4 out of range [0, M = 3]");
     cnts[1] = 1;
+    assert_int_equal(ref_batch_gemm_rotary(U, SV, ids, cnts, table, &g, S, R, MAXPOS, (rope_kind)2, K), KVB_EINVAL);
+    assert_error_mentions("rope=2 out of range [0 (llama), 1 (glm)]");
+    assert_int_equal(batch_gemm_rotary_check(NULL, NULL, &g, S, R, MAXPOS, ROPE_LLAMA, "who"), KVB_OK); /* no data: parameters only */
     g.D = 6;
     assert_int_equal(ref_batch_gemm_rotary(U, SV, ids, cnts, table, &g, S, R, MAXPOS, ROPE_GLM, K), KVB_EINVAL);
     assert_error_mentions("c*D*2 = 2*6*2 = 24"); /* refused by the layout rule before the RoPE rule */
@@ -130,6 +152,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_rotate_half),
         cmocka_unit_test(test_glm_partial_interleaved),
+        cmocka_unit_test(test_sampled_slices),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_rejections),
     };
