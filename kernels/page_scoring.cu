@@ -1,28 +1,34 @@
 // page_scoring.cu: page min/max metadata (build, append), RocketKV hybrid scoring and Quest scoring
 // (page_scoring.h; spec page_scoring.md; reference reference/page_scoring.c).
 //
-// Scoring kernels (hybrid pass 1, Quest): one block of 8 warps scores tiles of 256 pages of one KV
-// head; a lane owns 8 consecutive pages (one 16-byte piece of a bf16 metadata row), and the rows of a
-// tile are spread over the warps (warp w takes rows w, w + 8, ...), so that a small context still gives
-// every SM work; a tile ends with a sum over the 8 warps in shared memory. Each thread streams its
-// own pieces through a ring of S stages of cp.async in shared memory (it reads back only what it copied
-// itself, so no barrier guards the ring): S - 1 pieces in flight per thread, across tile boundaries
-// too, without registers to hold them. Blocks take contiguous runs of tiles of one head, as many
-// blocks as fill the GPU once (occupancy x SMs), so that the per-block prologue (hybrid: the channel
-// choice) is paid once per block and the blocks end together.
+// Scoring kernels (hybrid pass 1, Quest): a block of 8 warps scores tiles of TILE pages of one KV head
+// (256, or 128 for small contexts so that there are twice the blocks); a thread owns 8 consecutive pages
+// of one row (a 16-byte piece of a bf16 metadata row), a row's tile takes TILE/8 lanes, and the rows
+// are spread over the block's row slots (8 or 16), so that a small context still gives every SM work;
+// a tile ends with a sum over the slots in shared memory. Each thread streams its own pieces through a
+// ring of S stages of cp.async in shared memory (it reads back only what it copied itself, so no
+// barrier guards the ring): S - 1 pieces in flight per thread, across tile boundaries too, without
+// registers to hold them. Blocks take contiguous runs of tiles of one head, as many blocks as fill the
+// GPU once (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once
+// per block and the blocks end together.
 //
-// Coalescing: a warp reads 512 contiguous bytes of one row per step (32 x 16 B), a metadata row
-// being contiguous over pages (channel-major layout); the cp.async pieces land in shared memory at
-// lane x 16 B (conflict-free), and are read back the same way.
+// Coalescing: the lanes of a row piece read 256 or 512 contiguous bytes of one row per step, a
+// metadata row being contiguous over pages (channel-major layout); the cp.async pieces land in shared
+// memory at thread x 16 B (conflict-free), and are read back the same way.
 //
-// Napkin math (H200, read ceiling ~4.5 TB/s measured in earlier rounds; Llama-3-8B heads: Hkv = 8,
-// G = 4, D = 128; B = 8, L = 128K, P = 3 -> 43691 pages per head; r = 62 at the knobs for Lmax = L,
-// 81 at the spec's Lmax = 32K):
-//   hybrid floor (spec): r rows x 2 B per page + 4 B of u = 166 B/page at r = 81: 64 heads x 43691 x
-//     166 B = 464 MB -> 103 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back
-//     and writes u: 198 B/page if z went to DRAM and back (-> 84% of the floor rate at best); the
-//     metadata is streamed with an L2 evict-first policy so that z (45 MB here, 11 MB at 32K) tends to
-//     stay in L2 between the passes. Page top-k of 64 rows x 43691 (topk_rows): tens of us.
+// Occupancy (ptxas, sm_90a; 3 blocks per SM asked for G <= 4): hybrid G = 4: 72-77 registers, 33 KB
+// static + 32 KB ring -> 3 blocks (24 warps) per SM, 3 x 28 KB = 84 KB in flight per SM; Quest G = 4:
+// 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight; G = 8: 2 blocks per SM. Little's law
+// at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
+//
+// Napkin math (H200; read ceiling 4531 GB/s in an earlier round of this pool; Llama-3-8B heads: Hkv = 8,
+// G = 4, D = 128; B = 8, L = 128K, T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages
+// per head):
+//   hybrid floor (spec): r rows x 2 B per page + 4 B of u = 128 B/page: 64 heads x 43691 x 128 B =
+//     358 MB -> 79 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
+//     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
+//     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
+//     Page top-k of 64 rows x 43691 (topk_rows, split rows): a few launches, some tens of us.
 //   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
 //     270 MB -> 60 us.
 //   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
@@ -43,11 +49,23 @@ namespace {
 using namespace kvb_dev;
 
 constexpr int THREADS = 256, WARPS = THREADS / 32;
-constexpr int TILE = 32 * 8; // pages per tile: 32 lanes x 8 pages
+constexpr int WIDE = 256, NARROW = 128; // pages per tile (TILE): a row piece of TILE / 8 lanes x 8 pages
 constexpr int HYB_STAGES = 8;   // hybrid: 7 pieces of 16 B in flight per thread (28 KB per block)
 constexpr int QUEST_STAGES = 6; // Quest: 5 steps of 2 pieces (kmax, kmin) in flight (40 KB per block)
 
-__host__ __device__ constexpr int tiles_of(int n_pages) { return (n_pages + TILE - 1) / TILE; }
+__host__ __device__ constexpr int tiles_of(int n_pages, int tile) { return (n_pages + tile - 1) / tile; }
+
+// How the threads of a block cover a tile: a row's TILE pages take LANES lanes (16 bytes each), so a
+// warp covers SUB rows per step and the block SLOTS rows. WIDE tiles: one row per warp; NARROW tiles
+// (twice as many blocks, for small contexts): two rows per warp.
+template <int TILE>
+struct Shape {
+    static_assert(TILE == WIDE || TILE == NARROW, "tiles of 256 or 128 pages");
+    static constexpr int LANES = TILE / 8, SUB = 32 / LANES, SLOTS = WARPS * SUB;
+    // this thread's row slot in a step and its first page in the tile
+    __device__ static int slot() { return (threadIdx.x / 32) * SUB + (threadIdx.x % 32) / LANES; }
+    __device__ static int first_page() { return (threadIdx.x % LANES) * 8; }
+};
 
 // ---- shared pieces of the scoring kernels ----
 
@@ -63,20 +81,24 @@ __device__ __forceinline__ TileRun tile_run(int per_block, int n_tiles)
     return {first, last - first};
 }
 
-// The block's sum over its 8 warps of acc (each warp's partial sums of the 8 pages of each lane):
-// thread t gets the total of page t of the tile. `buf` alternates between the two halves of red from
-// one call to the next (one barrier per call: a half is rewritten only two calls later, after every
-// thread has passed the barrier of the call in between).
-__device__ __forceinline__ float block_sum_tile(float (&red)[2][WARPS][TILE], int &buf, const float (&acc)[8])
+constexpr int RED = WARPS * WIDE; // floats of one half of the reduction buffer (SLOTS x TILE, both shapes)
+
+// The block's sum over its row slots of acc (each thread's partial sums of its 8 pages): thread
+// t < TILE gets the total of page t of the tile (0 for the others). `buf` alternates between the two
+// halves of red from one call to the next (one barrier per call: a half is rewritten only two calls
+// later, after every thread has passed the barrier of the call in between).
+template <int TILE>
+__device__ __forceinline__ float block_sum_tile(float (&red)[2][RED], int &buf, const float (&acc)[8])
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float4 *dst = reinterpret_cast<float4 *>(&red[buf][warp][lane * 8]);
+    using S = Shape<TILE>;
+    float4 *dst = reinterpret_cast<float4 *>(&red[buf][S::slot() * TILE + S::first_page()]);
     dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     __syncthreads();
     float sum = 0.f;
+    if (threadIdx.x < TILE)
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) sum += red[buf][w][threadIdx.x];
+        for (int w = 0; w < S::SLOTS; ++w) sum += red[buf][w * TILE + threadIdx.x];
     buf ^= 1;
     return sum;
 }
@@ -122,17 +144,18 @@ struct HybridSmem {
     float inv_tau[G];
     int warp_count[WARPS];
     unsigned char use_max[PAGE_MAX_D];
-    float red[2][WARPS][TILE];
+    float red[2][RED];
     float2 lse[WARPS][G];
 };
 
 // Pass 1: the channel choice of this (b, KV head), then z for the block's tiles (written to a.z) and
 // the block's (max, sum n_j exp(z - max)) per query head (written to a.part).
-template <int G>
-__global__ void __launch_bounds__(THREADS, 2) hybrid_score_kernel(HybridArgs a, int64_t head0)
+template <int G, int TILE>
+__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(HybridArgs a, int64_t head0)
 {
+    using S = Shape<TILE>;
     __shared__ HybridSmem<G> sm;
-    extern __shared__ __align__(16) uint4 ring[]; // [HYB_STAGES][WARPS][32]
+    extern __shared__ __align__(16) uint4 ring[]; // [HYB_STAGES][THREADS]: a 16-byte piece per thread and stage
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -192,16 +215,16 @@ __global__ void __launch_bounds__(THREADS, 2) hybrid_score_kernel(HybridArgs a, 
     }
     __syncthreads();
 
-    // Stream: step s of this thread = (tile s / steps_per_tile, row group s % steps_per_tile); the warp
-    // takes row i = group * 8 + warp of the tile, the lane its 16-byte piece.
+    // Stream: step s of this thread = (tile s / steps_per_tile, row group s % steps_per_tile); the
+    // thread takes row i = group * SLOTS + its slot of the tile, and its 16-byte piece of that row.
     const TileRun run = tile_run(a.per_block, a.tiles);
-    const int steps_per_tile = (r + WARPS - 1) / WARPS, steps = run.count * steps_per_tile;
+    const int steps_per_tile = (r + S::SLOTS - 1) / S::SLOTS, steps = run.count * steps_per_tile;
     const uint64_t policy = l2_evict_first_policy();
-    uint4 *mine = ring + warp * 32 + lane; // stage k at mine[k * THREADS]
+    uint4 *mine = ring + threadIdx.x; // stage k at mine[k * THREADS]
     auto issue = [&](int s) {
         if (s < steps) {
-            const int tile = run.first + s / steps_per_tile, i = (s % steps_per_tile) * WARPS + warp;
-            const int page = tile * TILE + lane * 8;
+            const int tile = run.first + s / steps_per_tile, i = (s % steps_per_tile) * S::SLOTS + S::slot();
+            const int page = tile * TILE + S::first_page();
             const bool valid = i < r && page < a.n_pages; // page < n_pages <= cap - 8 + 1: inside the row
             const uint16_t *src = valid ? sm.row[i] + page : a.kmin;
             cp_async16_hint(smem_u32(mine + (s % HYB_STAGES) * THREADS), src, valid, policy);
@@ -216,7 +239,7 @@ __global__ void __launch_bounds__(THREADS, 2) hybrid_score_kernel(HybridArgs a, 
     float acc[G][8];
     int buf = 0;
     for (int s = 0; s < steps; ++s) {
-        const int group = s % steps_per_tile, i = group * WARPS + warp;
+        const int group = s % steps_per_tile, i = group * S::SLOTS + S::slot();
         if (group == 0) {
 #pragma unroll
             for (int h = 0; h < G; ++h)
@@ -237,11 +260,12 @@ __global__ void __launch_bounds__(THREADS, 2) hybrid_score_kernel(HybridArgs a, 
         issue(s + HYB_STAGES - 1); // into the stage read in step s - 1
         if (group == steps_per_tile - 1) { // tile done: z of page j = tile * TILE + thread
             const int j = (run.first + s / steps_per_tile) * TILE + threadIdx.x;
-            const float n_j = j < a.n_pages ? (float)min(a.P, a.L - j * a.P) : 0.f;
+            const bool mine_j = threadIdx.x < TILE && j < a.n_pages;
+            const float n_j = mine_j ? (float)min(a.P, a.L - j * a.P) : 0.f;
 #pragma unroll
             for (int h = 0; h < G; ++h) {
-                const float z = block_sum_tile(sm.red, buf, acc[h]);
-                if (j < a.n_pages) {
+                const float z = block_sum_tile<TILE>(sm.red, buf, acc[h]);
+                if (mine_j) {
                     a.z[(bh * G + h) * a.cap + j] = z;
                     float2 &run_h = sm.run[h][threadIdx.x];
                     lse_merge(run_h.x, run_h.y, z, n_j);
@@ -307,19 +331,20 @@ struct QuestArgs {
 template <int G>
 struct QuestSmem {
     float qpos[PAGE_MAX_D][G], qneg[PAGE_MAX_D][G]; // max(q, 0), min(q, 0)
-    float red[2][WARPS][TILE];
+    float red[2][RED];
 };
 
 // scores[j] = max_h sum_c max(q[h][c] kmax[c][j], q[h][c] kmin[c][j]). With hi = max(kmax, kmin) and
 // lo = min(kmax, kmin) that term is q+ hi + q- lo exactly (one of q+, q- is 0; bf16 x bf16 products are
 // exact in fp32): two FMAs per head and two min/max per page shared by the G heads.
-template <int G>
-__global__ void __launch_bounds__(THREADS, 2) quest_score_kernel(QuestArgs a, int64_t head0)
+template <int G, int TILE>
+__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(QuestArgs a, int64_t head0)
 {
+    using S = Shape<TILE>;
     __shared__ QuestSmem<G> sm;
-    extern __shared__ __align__(16) uint4 ring[]; // [QUEST_STAGES][2][WARPS][32]
+    extern __shared__ __align__(16) uint4 ring[]; // [QUEST_STAGES][2][THREADS]: kmax and kmin pieces
     const int64_t bh = head0 + blockIdx.y;
-    const int D = a.D, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int D = a.D;
     const uint16_t *qg = a.q + bh * G * D;
     for (int i = threadIdx.x; i < G * D; i += THREADS) {
         const float v = __uint_as_float((uint32_t)qg[i] << 16);
@@ -329,15 +354,16 @@ __global__ void __launch_bounds__(THREADS, 2) quest_score_kernel(QuestArgs a, in
     __syncthreads();
 
     const TileRun run = tile_run(a.per_block, a.tiles);
-    const int steps_per_tile = D / WARPS, steps = run.count * steps_per_tile; // step: channel group * 8 + warp
+    // step s: tile s / steps_per_tile, channel (s % steps_per_tile) * SLOTS + this thread's slot
+    const int steps_per_tile = (D + S::SLOTS - 1) / S::SLOTS, steps = run.count * steps_per_tile;
     const uint64_t policy = l2_evict_first_policy();
-    uint4 *mine = ring + warp * 32 + lane; // stage k, tensor t at mine[(2k + t) * THREADS]
+    uint4 *mine = ring + threadIdx.x; // stage k, tensor t at mine[(2k + t) * THREADS]
     auto issue = [&](int s) {
         if (s < steps) {
-            const int tile = run.first + s / steps_per_tile, c = (s % steps_per_tile) * WARPS + warp;
-            const int page = tile * TILE + lane * 8;
-            const bool valid = page < a.n_pages;
-            const int64_t off = (bh * D + c) * a.cap + (valid ? page : 0);
+            const int tile = run.first + s / steps_per_tile, c = (s % steps_per_tile) * S::SLOTS + S::slot();
+            const int page = tile * TILE + S::first_page();
+            const bool valid = c < D && page < a.n_pages;
+            const int64_t off = valid ? (bh * D + c) * a.cap + page : 0;
             cp_async16_hint(smem_u32(mine + (2 * (s % QUEST_STAGES)) * THREADS), a.kmax + off, valid, policy);
             cp_async16_hint(smem_u32(mine + (2 * (s % QUEST_STAGES) + 1) * THREADS), a.kmin + off, valid, policy);
         }
@@ -349,7 +375,7 @@ __global__ void __launch_bounds__(THREADS, 2) quest_score_kernel(QuestArgs a, in
     float acc[G][8];
     int buf = 0;
     for (int s = 0; s < steps; ++s) {
-        const int group = s % steps_per_tile, c = group * WARPS + warp;
+        const int group = s % steps_per_tile, c = group * S::SLOTS + S::slot();
         if (group == 0) {
 #pragma unroll
             for (int h = 0; h < G; ++h)
@@ -357,22 +383,24 @@ __global__ void __launch_bounds__(THREADS, 2) quest_score_kernel(QuestArgs a, in
                 for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
         }
         cp_async_wait<QUEST_STAGES - 2>();
-        float mx[8], mn[8];
-        unpack_bf16x8(mine[(2 * (s % QUEST_STAGES)) * THREADS], mx);
-        unpack_bf16x8(mine[(2 * (s % QUEST_STAGES) + 1) * THREADS], mn);
+        if (c < D) {
+            float mx[8], mn[8];
+            unpack_bf16x8(mine[(2 * (s % QUEST_STAGES)) * THREADS], mx);
+            unpack_bf16x8(mine[(2 * (s % QUEST_STAGES) + 1) * THREADS], mn);
 #pragma unroll
-        for (int p = 0; p < 8; ++p) {
-            const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
+            for (int p = 0; p < 8; ++p) {
+                const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
 #pragma unroll
-            for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
+                for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
+            }
         }
         issue(s + QUEST_STAGES - 1);
         if (group == steps_per_tile - 1) {
             const int j = (run.first + s / steps_per_tile) * TILE + threadIdx.x;
             float best = -INFINITY;
 #pragma unroll
-            for (int h = 0; h < G; ++h) best = fmaxf(best, block_sum_tile(sm.red, buf, acc[h]));
-            if (j < a.n_pages) a.scores[bh * a.n_pages + j] = best;
+            for (int h = 0; h < G; ++h) best = fmaxf(best, block_sum_tile<TILE>(sm.red, buf, acc[h]));
+            if (threadIdx.x < TILE && j < a.n_pages) a.scores[bh * a.n_pages + j] = best;
         }
     }
     cp_async_wait<0>();
@@ -508,23 +536,30 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
     HybridWorkspace w;
     w.z = 0;
     w.part = align256(sizeof(float) * (size_t)heads * G * s->cap);
-    w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n) * G); // blocks per head <= tiles
+    w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n, NARROW) * G); // blocks per head <= tiles
     w.total = w.topk + align256(topk_workspace_bytes((int)heads, n));
     return w;
 }
+
+// NARROW tiles when WIDE ones would leave resident block slots empty (a small context): twice the blocks.
+bool narrow_tiles(int resident, int64_t heads, int n_pages) { return heads * tiles_of(n_pages, WIDE) < resident; }
 
 template <int G>
 int launch_hybrid(HybridArgs a, int64_t heads, cudaStream_t stream)
 {
     constexpr size_t ring = sizeof(uint4) * HYB_STAGES * THREADS;
-    static int resident = 0; // per instantiation, on the first call
-    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G>, ring, &resident);
-    if (rc) return rc;
-    a.tiles = tiles_of(a.n_pages);
-    plan_blocks(resident, heads, a.tiles, &a.per_block, &a.blocks);
+    static int resident = 0, resident_narrow = 0; // per instantiation, on the first call
+    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G, WIDE>, ring, &resident);
+    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(hybrid_score_kernel<G, NARROW>, ring, &resident_narrow)))
+        return rc;
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
+    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
+    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
     const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
-        hybrid_score_kernel<G><<<dim3((unsigned)a.blocks, n), THREADS, ring, stream>>>(a, h0);
+        const dim3 grid((unsigned)a.blocks, n);
+        if (narrow) hybrid_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
+        else hybrid_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
         hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
@@ -536,14 +571,18 @@ template <int G>
 int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
 {
     constexpr size_t ring = sizeof(uint4) * 2 * QUEST_STAGES * THREADS;
-    static int resident = 0;
-    int rc = resident ? KVB_OK : resident_blocks(quest_score_kernel<G>, ring, &resident);
-    if (rc) return rc;
-    a.tiles = tiles_of(a.n_pages);
+    static int resident = 0, resident_narrow = 0;
+    int rc = resident ? KVB_OK : resident_blocks(quest_score_kernel<G, WIDE>, ring, &resident);
+    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(quest_score_kernel<G, NARROW>, ring, &resident_narrow)))
+        return rc;
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
+    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
     int blocks = 0;
-    plan_blocks(resident, heads, a.tiles, &a.per_block, &blocks);
+    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &blocks);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
-        quest_score_kernel<G><<<dim3((unsigned)blocks, n), THREADS, ring, stream>>>(a, h0);
+        const dim3 grid((unsigned)blocks, n);
+        if (narrow) quest_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
+        else quest_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     });
