@@ -119,7 +119,11 @@ typedef struct rocketkv_knobs {
  * length Lmax, head dim D and M tokens to generate (spec, "Budget knobs"):
  *   c = max(1, Lmax/T), alpha = min(0.2 + 0.06 log2 c, 0.8), C = floor(Lmax / c^alpha),
  *   c2 = max(1, C/T), P = min(floor(c2), ceil(sqrt(c2))), r = clamp(round(D P / c2), 1, D), k = T/2.
- * T in [2, 2^24] (k >= 1), Lmax in [1, 2^24], D in [1, 1024], M in [0, C]. */
+ * T in [2, 2^24] (k >= 1), Lmax in [1, 2^24], D in [1, 1024], M in [0, C]. round() is half away from
+ * zero (no half occurs at the table's rows). The spec's table (Lmax = 32K, M = 50) is reproduced with
+ * 32K = 32768: C = 1618, P = 3, r = 61 at T = 256; C = 9674, P = 3, r = 81 at T = 2048; P = 2, r = 71 at
+ * T = 4096 (tests/test_ref_page_scoring.c). Read as 32000 the formulas give other values (C = 1619 at
+ * T = 256; C = 9601 and r = 82 at T = 2048), so the table's 32K is 32768. */
 int rocketkv_budget(int T, int Lmax, int D, int M, rocketkv_knobs *out);
 
 #ifdef __cplusplus
