@@ -56,6 +56,22 @@ __device__ __forceinline__ void cp_async(void *dst, const void *src)
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) { cp_async_zfill<16>(dst, src, valid); }
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) { cp_async_zfill<16>(dst, src, valid); }
 
+// An L2 policy that evicts first: for data streamed once (page metadata), so that what is written and
+// read back soon (the scoring pass's intermediate scores) keeps its place in L2.
+__device__ __forceinline__ uint64_t l2_evict_first_policy()
+{
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+
+// cp_async16 with an L2 cache policy (l2_evict_first_policy), zero-filled when !valid.
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void *src, bool valid, uint64_t policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0), "l"(policy));
+}
+
 // Close the group of the cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
@@ -141,12 +157,34 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// Eight bf16 (one 16-byte load) as floats, exactly: element 2i in the low half of word i.
+__device__ __forceinline__ void unpack_bf16x8(const uint4 &v, float (&f)[8])
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+}
+
 __device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
 __device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
 
 // ---- global loads ----
 
 __device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+
+// ---- ordering ----
+
+// The order-preserving 32-bit key of a float that the suite's top-k ranks by (reference/select.h
+// topk_order_key): larger float, larger key; -0 equals +0; a NaN ranks by its bits.
+__device__ __forceinline__ uint32_t order_key(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if (u == 0x80000000u) u = 0; // -0 is +0
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
 
 // ---- warp reductions ----
 // Butterfly (xor) steps FIRST, 2 FIRST, ..., LAST when FIRST <= LAST, or FIRST, FIRST / 2, ..., LAST

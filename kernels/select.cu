@@ -11,6 +11,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
 #include "kvb_grid.h"
 #include "select.h"
 
@@ -24,12 +25,7 @@ constexpr int MIN_SPLIT = 4096;        // elements per block of a split row, at 
 __host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
 __host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
 
-__device__ __forceinline__ uint32_t order_key(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if (u == 0x80000000u) u = 0; // -0 is +0
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+using kvb_dev::order_key; // the one copy (kvb_device.cuh), shared with the page selections
 
 using Scan = cub::BlockScan<int, THREADS>;
 

@@ -65,6 +65,19 @@ expect "snapkv: unsupported D" 2 'snapkv: D=80 is not supported' -- check --case
 expect "int2_qk with B*Hkv = 65792 accepted" 0 '^none +int2_qk B=257 Hq=256 Hkv=256 D=64 gs=16 T=256' -- list --cases "$cases" "int2_qk B=257 Hq=256 Hkv=256 D=64 T=256"
 expect "snapkv with B*Hkv = 65792 accepted" 0 '^none +snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8' -- list --cases "$cases" "snapkv B=257 Hq=256 Hkv=256 L=8 D=64 budget=8"
 expect "int2 check-tier case with B*Hkv = 65792 shipped" 0 '^check +int2_quantize B=257 Hkv=256 D=64 gs=16 T=16' -- list --cases "$cases" --tier check int2_quantize
+# page scoring: each bad input named with its value and range, nothing runs
+expect "page metadata: P = 0" 2 'page_meta_build: P=0 out of range \[1, 4096\]' -- check --cases "$cases" "page_meta_build P=0"
+expect "page metadata: capacity below the cache" 2 'page_meta_append: cap=56 out of range: metadata rows hold at least ceil\(L/P\) = ceil\(1000/16\) = 63 pages' -- check --cases "$cases" "page_meta_append L=1000 P=16 cap=56"
+expect "page metadata: capacity not a multiple of 8" 2 'page_meta_build: cap=65 out of range: .* a multiple of 8' -- check --cases "$cases" "page_meta_build L=1000 P=16 cap=65"
+expect "hybrid: r above D" 2 'hybrid_score: r=129 out of range \[1, 128\]' -- check --cases "$cases" "hybrid_score r=129"
+expect "hybrid: budget leaves no token" 2 'hybrid_score: budget=1: rocketkv_budget: T=1 out of range \[2, ' -- check --cases "$cases" "hybrid_score budget=1"
+expect "hybrid: budget above the context" 2 'hybrid_score: k = budget/2 = 2048 tokens to attend out of range \[1, L = 1000\]' -- check --cases "$cases" "hybrid_score L=1000 budget=4096"
+expect "hybrid: k above the context" 2 'hybrid_score: k=1001 tokens to attend out of range \[1, L = 1000\]' -- check --cases "$cases" "hybrid_score L=1000 P=4 r=8 k=1001"
+expect "hybrid: G not served" 2 'hybrid_score: G = Hq/Hkv = 24/8 = 3 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=24"
+expect "quest: budget below a page" 2 'quest_score: budget=8 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=8"
+expect "quest: budget above the context" 2 'quest_score: budget=40000 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=40000"
+expect "quest: P = 0" 2 'quest_score: P=0 out of range \[1, 4096\]' -- check --cases "$cases" "quest_score P=0"
+expect "hybrid with B*Hkv = 65792 accepted" 0 '^none +hybrid_score B=257 Hq=256 Hkv=256 D=8 L=8 ' -- list --cases "$cases" "hybrid_score B=257 Hq=256 Hkv=256 D=8 L=8 P=2 r=3 k=4"
 expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
 expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
 expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
