@@ -144,7 +144,7 @@ struct HybridSmem {
     float inv_tau[G];
     int warp_count[WARPS];
     unsigned char use_max[PAGE_MAX_D];
-    float red[2][RED];
+    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
     float2 lse[WARPS][G];
 };
 
@@ -331,7 +331,7 @@ struct QuestArgs {
 template <int G>
 struct QuestSmem {
     float qpos[PAGE_MAX_D][G], qneg[PAGE_MAX_D][G]; // max(q, 0), min(q, 0)
-    float red[2][RED];
+    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
 };
 
 // scores[j] = max_h sum_c max(q[h][c] kmax[c][j], q[h][c] kmin[c][j]). With hi = max(kmax, kmin) and
