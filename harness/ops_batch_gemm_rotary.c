@@ -94,6 +94,9 @@ static int validate_bgr(const kvb_case *c)
     const int S = kvb_case_int(c, "ctx"), r = kvb_case_int(c, "r"), M = g.M;
     if (S < g.c) return kvb_fail(KVB_EINVAL, "%s: ctx=%d out of range [c = %d, %d]", who, S, g.c, 1 << 24);
     if (g.D % 4) return kvb_fail(KVB_EINVAL, "%s: D=%d is not a multiple of 4 (rope_table builds the table for such D)", who, g.D);
+    if (M > S / g.c) /* before the layout's own check, which would name host_chunks */
+        return kvb_fail(KVB_EINVAL, "%s: M=%d out of range [1, ctx/c = %d]: the slots hold distinct chunks of the context",
+                        who, M, S / g.c);
     int rc = batch_gemm_rotary_check(NULL, NULL, &g, S, r, S, rope_of(c), who);
     if (rc) return rc;
     /* one step draws M old ids and M - hits new ones, all distinct chunks of the context */
