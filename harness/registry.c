@@ -7,7 +7,7 @@
 extern const kvb_op op_index_scan, op_gather_copy, op_gather_copy_d2d, op_gather_copy_all, op_gather_step,
     op_packed_load;
 extern const kvb_op op_selective_attn, op_heavy_hitters, op_snapkv;
-extern const kvb_op op_decode_attn;
+extern const kvb_op op_decode_attn, op_sparse_attn_idx, op_sparse_attn_pages;
 extern const kvb_op op_topk;
 extern const kvb_op op_shadowkv_lowrank, op_shadowkv_landmarks;
 extern const kvb_op op_landmark_score;
@@ -19,6 +19,8 @@ static const kvb_op *const g_ops[] = {
     &op_index_scan, &op_gather_copy, &op_gather_copy_d2d, &op_gather_copy_all, &op_gather_step, &op_packed_load,
     &op_selective_attn, &op_heavy_hitters, &op_snapkv,
     &op_decode_attn,
+    &op_sparse_attn_idx,
+    &op_sparse_attn_pages,
     &op_topk,
     &op_shadowkv_lowrank, &op_shadowkv_landmarks,
     &op_landmark_score,

@@ -25,6 +25,11 @@
 //   lengths; a head touched by several blocks is merged by the last of them (arrival counter per
 //   head, reset by the merger), in the same launch.
 // - Within a block, 4 warps take the share's steps round robin and are combined in shared memory.
+// - Sparse decode (sparse_attn_idx, sparse_attn_pages) is the same kernel with another token source:
+//   a head's "tokens" are the entries of its index list, or the tokens of its listed pages, gathered
+//   row by row (a K or V row is 256 contiguous bytes at D=128: whole sectors, as in the dense case).
+//   Napkin math, RocketKV at a 2048-token budget, B=8, Hkv=8: 64 heads x 2048 x 512 B = 33.6 MB of
+//   K+V rows (plus 0.5 MB of lists), ~7.4 us at 4.5 TB/s; at B=1 4.2 MB: launch and latency dominate.
 #include <cstdint>
 #include <cstdio>
 
@@ -39,6 +44,12 @@ using namespace kvb_attn;
 namespace {
 
 constexpr int MIN_STEPS_PER_BLOCK = 16; // 256 tokens: below that the merge costs more than it spreads
+// sparse lists are short (a 2048-token budget is 128 steps a head): one step per warp, more blocks
+constexpr int SPARSE_MIN_STEPS_PER_BLOCK = 4;
+
+// Where a head's tokens come from: every token below len[b] (dense), the first cnt[b] entries of
+// its index list, or the tokens below len[b] of the first cnt[b] pages of its page list.
+enum { SRC_DENSE = 0, SRC_IDX = 1, SRC_PAGES = 2 };
 
 struct DecodeParams {
     const __nv_bfloat16 *q, *K, *V;
@@ -49,7 +60,18 @@ struct DecodeParams {
     float scale; // log2(e) / sqrt(D)
     int *counters;
     float *parts;
+    const int32_t *list, *cnt; // sparse: lists [B, Hkv, n], entries used per sequence
+    int n, P;
 };
+
+// positions on a head's line: dense tokens, list entries, or list pages x P
+template <int SRC>
+__device__ __forceinline__ int64_t head_tokens(const DecodeParams &p, int b)
+{
+    if constexpr (SRC == SRC_DENSE) return p.len[b];
+    else if constexpr (SRC == SRC_IDX) return p.cnt[b];
+    else return (int64_t)p.cnt[b] * p.P;
+}
 
 template <int D>
 constexpr size_t smem_bytes_fixed()
@@ -63,7 +85,7 @@ size_t smem_bytes(int B)
     return smem_bytes_fixed<D>() + sizeof(int64_t) * (size_t)(B + 1);
 }
 
-template <int D, int S>
+template <int D, int S, int SRC>
 __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -84,7 +106,7 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
 #pragma unroll
     for (int i = 0; i < IPT; i++) {
         const int b = tid * IPT + i;
-        items[i] = b < B ? (long long)((p.len[b] + 15) / 16) * Hkv : 0;
+        items[i] = b < B ? (long long)((head_tokens<SRC>(p, b) + 15) / 16) * Hkv : 0;
     }
     long long total;
     Scan(scan_tmp).ExclusiveSum(items, items, total);
@@ -104,7 +126,7 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
             else hi = mid - 1;
         }
         const int b = lo, lenb = p.len[b];
-        const int64_t ns = (lenb + 15) / 16;
+        const int64_t ntok = head_tokens<SRC>(p, b), ns = (ntok + 15) / 16;
         const int kvh = (int)((u - pre[b]) / ns);
         const int64_t hoff = pre[b] + kvh * ns, head = (int64_t)b * Hkv + kvh;
         const int64_t s0 = u - hoff, s1 = min(u1, hoff + ns) - hoff;
@@ -118,17 +140,44 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
         WarpState<D / 16> st;
         st.init();
         const __nv_bfloat16 *Kh = p.K + head * p.L * D, *Vh = p.V + head * p.L * D;
+        const int32_t *list = SRC == SRC_DENSE ? nullptr : p.list + head * p.n;
         for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
             DenseRegs<D> r[S];
+            uint32_t valid[S];
 #pragma unroll
             for (int i = 0; i < S; i++) {
-                const int64_t si = s + (int64_t)i * WARPS;
-                if (si < s1) dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, si * 16, (int)min((int64_t)16, lenb - si * 16), lane);
+                const int64_t si = s + (int64_t)i * WARPS, v0 = si * 16;
+                const int nv = (int)min((int64_t)16, ntok - v0);
+                if (si >= s1) continue;
+                if constexpr (SRC == SRC_DENSE) {
+                    dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, v0, nv, lane);
+                    valid[i] = nv >= 16 ? 0xffffu : (1u << nv) - 1u;
+                } else {
+                    // row of position v0 + j, or -1: past the list, or (pages) past the sequence; an
+                    // entry outside the cache (only possible without the host check) reads nothing
+                    // (32-bit: positions and tokens stay below 2^21)
+                    const int pos0 = (int)v0;
+                    auto row_of = [&](int j) -> int64_t {
+                        if (j >= nv) return -1;
+                        int t;
+                        if constexpr (SRC == SRC_IDX) {
+                            t = __ldg(list + pos0 + j);
+                        } else {
+                            const unsigned pos = (unsigned)(pos0 + j), P = (unsigned)p.P, pg = pos / P;
+                            t = __ldg(list + pg) * (int)P + (int)(pos - pg * P);
+                        }
+                        return t >= 0 && t < lenb ? t : -1;
+                    };
+                    rows_load<D, VMAP_SPLIT>(r[i], Kh, Vh, row_of, lane);
+                    // the validity of all 16 positions, one per lane pair, gathered by a ballot
+                    const int64_t mine = row_of(lane & 15);
+                    valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
+                }
             }
 #pragma unroll
             for (int i = 0; i < S; i++) {
                 const int64_t si = s + (int64_t)i * WARPS;
-                if (si < s1) dense_compute<D>(st, qb, r[i], (int)min((int64_t)16, lenb - si * 16), p.scale, lane);
+                if (si < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
             }
         }
         warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
@@ -140,23 +189,29 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
     }
 }
 
-using KernelFn = void (*)(DecodeParams);
-
-template <int D, int S>
+template <int D, int S, int SRC>
 int capacity_of(int B, int *cap)
 {
     static int sms = 0;
     if (!sms) CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     int per_sm = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S>, THREADS, smem_bytes<D>(B)));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S, SRC>, THREADS,
+                                                           smem_bytes<D>(B)));
     *cap = sms * (per_sm > 0 ? per_sm : 1);
     return KVB_OK;
 }
 
-int capacity(int D, int S, int B, int *cap)
+template <int D, int SRC>
+int capacity_d(int S, int B, int *cap)
 {
-    if (D == 64) return S == 1 ? capacity_of<64, 1>(B, cap) : capacity_of<64, 2>(B, cap);
-    return S == 1 ? capacity_of<128, 1>(B, cap) : capacity_of<128, 2>(B, cap);
+    return S == 1 ? capacity_of<D, 1, SRC>(B, cap) : capacity_of<D, 2, SRC>(B, cap);
+}
+
+int capacity(int D, int S, int SRC, int B, int *cap)
+{
+    if (SRC == SRC_DENSE) return D == 64 ? capacity_d<64, SRC_DENSE>(S, B, cap) : capacity_d<128, SRC_DENSE>(S, B, cap);
+    if (SRC == SRC_IDX) return D == 64 ? capacity_d<64, SRC_IDX>(S, B, cap) : capacity_d<128, SRC_IDX>(S, B, cap);
+    return D == 64 ? capacity_d<64, SRC_PAGES>(S, B, cap) : capacity_d<128, SRC_PAGES>(S, B, cap);
 }
 
 size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
@@ -166,37 +221,25 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
     return *parts_off + (heads + (size_t)cap) * G * (size_t)(d->D + 2) * sizeof(float);
 }
 
-} // namespace
-
-extern "C" size_t decode_attn_workspace_bytes(const decode_layout *d)
+template <int D, int SRC>
+void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
-    if (decode_layout_check(d, "decode_attn_workspace_bytes")) return 0;
-    int c1 = 0, c2 = 0;
-    if (capacity(d->D, 1, d->B, &c1) || capacity(d->D, 2, d->B, &c2)) return 0;
-    size_t off;
-    return workspace_layout(d, c1 > c2 ? c1 : c2, &off);
+    const size_t sm = smem_bytes<D>(p.B);
+    if (steps == 1) decode_attn_kernel<D, 1, SRC><<<grid, THREADS, sm, stream>>>(p);
+    else decode_attn_kernel<D, 2, SRC><<<grid, THREADS, sm, stream>>>(p);
 }
 
-extern "C" int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
-                                   const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace,
-                                   int steps, cudaStream_t stream)
+// Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
+// resident wave at most, at least `min_steps` 16-token steps per block) and launches.
+int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
+           const decode_layout *d, void *workspace, int steps, int src, const int32_t *list, const int32_t *cnt, int n,
+           int P, const int64_t *tokens, int min_steps, cudaStream_t stream)
 {
-    const char *who = "decode_attn";
-    int rc = decode_layout_check(d, who);
-    if (rc) return rc;
-    if (!q || !K || !V || !len || !len_host || !o)
-        return kvb_fail(KVB_EINVAL, "%s: a tensor pointer is NULL (q=%p K=%p V=%p len=%p len_host=%p o=%p)", who,
-                        (const void *)q, (const void *)K, (const void *)V, (const void *)len, (const void *)len_host,
-                        (void *)o);
-    if (!workspace)
-        return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate decode_attn_workspace_bytes(), zeroed once)", who);
-    if (steps != 1 && steps != 2) return kvb_fail(KVB_EINVAL, "%s: steps=%d out of range [1, 2]", who, steps);
-    if ((rc = decode_lengths_check(d, len_host, who))) return rc;
     int64_t N = 0;
-    for (int b = 0; b < d->B; b++) N += (int64_t)((len_host[b] + 15) / 16) * d->Hkv;
-    int cap = 0;
-    if ((rc = capacity(d->D, steps, d->B, &cap))) return rc;
-    int64_t want = (N + MIN_STEPS_PER_BLOCK - 1) / MIN_STEPS_PER_BLOCK;
+    for (int b = 0; b < d->B; b++) N += (tokens[b] + 15) / 16 * d->Hkv;
+    int cap = 0, rc;
+    if ((rc = capacity(d->D, steps, src, d->B, &cap))) return rc;
+    const int64_t want = (N + min_steps - 1) / min_steps;
     const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
     size_t parts_off;
     workspace_layout(d, cap, &parts_off);
@@ -210,17 +253,70 @@ extern "C" int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const k
     p.scale = LOG2E / sqrtf((float)d->D);
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
-    if (d->D == 64) {
-        const size_t sm = smem_bytes<64>(d->B);
-        if (steps == 1) decode_attn_kernel<64, 1><<<grid, THREADS, sm, stream>>>(p);
-        else decode_attn_kernel<64, 2><<<grid, THREADS, sm, stream>>>(p);
-    } else {
-        const size_t sm = smem_bytes<128>(d->B);
-        if (steps == 1) decode_attn_kernel<128, 1><<<grid, THREADS, sm, stream>>>(p);
-        else decode_attn_kernel<128, 2><<<grid, THREADS, sm, stream>>>(p);
-    }
+    p.list = list, p.cnt = cnt, p.n = n, p.P = P;
+    if (src == SRC_DENSE) d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
+    else if (src == SRC_IDX) d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
+    else d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, grid, stream);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
+}
+
+int max_capacity(int D, int B, int *cap)
+{
+    *cap = 0;
+    for (int src = SRC_DENSE; src <= SRC_PAGES; src++)
+        for (int S = 1; S <= 2; S++) {
+            int c = 0;
+            int rc = capacity(D, S, src, B, &c);
+            if (rc) return rc;
+            if (c > *cap) *cap = c;
+        }
+    return KVB_OK;
+}
+
+} // namespace
+
+extern "C" size_t decode_attn_workspace_bytes(const decode_layout *d)
+{
+    if (decode_layout_check(d, "decode_attn_workspace_bytes")) return 0;
+    int cap = 0;
+    if (max_capacity(d->D, d->B, &cap)) return 0;
+    size_t off;
+    return workspace_layout(d, cap, &off);
+}
+
+extern "C" size_t sparse_attn_workspace_bytes(const sparse_layout *s)
+{
+    if (sparse_layout_check(s, "sparse_attn_workspace_bytes")) return 0;
+    return decode_attn_workspace_bytes(&s->kv);
+}
+
+static int common_checks(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                         const int32_t *len_host, kvb_bf16 *o, void *workspace, int steps, const char *who)
+{
+    if (!q || !K || !V || !len || !len_host || !o)
+        return kvb_fail(KVB_EINVAL, "%s: a tensor pointer is NULL (q=%p K=%p V=%p len=%p len_host=%p o=%p)", who,
+                        (const void *)q, (const void *)K, (const void *)V, (const void *)len, (const void *)len_host,
+                        (void *)o);
+    if (!workspace)
+        return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate the *_workspace_bytes() it asks for, zeroed once)",
+                        who);
+    if (steps != 1 && steps != 2) return kvb_fail(KVB_EINVAL, "%s: steps=%d out of range [1, 2]", who, steps);
+    return KVB_OK;
+}
+
+extern "C" int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                                   const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace,
+                                   int steps, cudaStream_t stream)
+{
+    const char *who = "decode_attn";
+    int rc = decode_layout_check(d, who);
+    if (rc || (rc = common_checks(q, K, V, len, len_host, o, workspace, steps, who))) return rc;
+    if ((rc = decode_lengths_check(d, len_host, who))) return rc;
+    int64_t tokens[DECODE_MAX_B];
+    for (int b = 0; b < d->B; b++) tokens[b] = len_host[b];
+    return launch(q, K, V, len, o, d, workspace, steps, SRC_DENSE, NULL, NULL, 0, 1, tokens, MIN_STEPS_PER_BLOCK,
+                  stream);
 }
 
 extern "C" int decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
@@ -228,4 +324,46 @@ extern "C" int decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 
                            cudaStream_t stream)
 {
     return decode_attn_variant(q, K, V, len, len_host, o, d, workspace, 1, stream);
+}
+
+static int sparse_launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                         const int32_t *len_host, const int32_t *list, const int32_t *list_host, const int32_t *cnt,
+                         const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps,
+                         int pages, cudaStream_t stream)
+{
+    const char *who = pages ? "sparse_attn_pages" : "sparse_attn_idx";
+    int rc = sparse_layout_check(s, who);
+    if (rc || (rc = common_checks(q, K, V, len, len_host, o, workspace, steps, who))) return rc;
+    if (!pages && s->P != 1) return kvb_fail(KVB_EINVAL, "%s: P=%d out of range [1, 1]: token lists have no pages", who, s->P);
+    if (!list || !cnt || !cnt_host)
+        return kvb_fail(KVB_EINVAL, "%s: a list pointer is NULL (%s=%p cnt=%p cnt_host=%p)", who, pages ? "pages" : "idx",
+                        (const void *)list, (const void *)cnt, (const void *)cnt_host);
+    if (list_host) {
+        if ((rc = sparse_lists_check(s, len_host, list_host, cnt_host, pages, who))) return rc;
+    } else { // the caller vouches for the entries (a list made on the device by topk_rows / hybrid_score)
+        if ((rc = decode_lengths_check(&s->kv, len_host, who))) return rc;
+        for (int b = 0; b < s->kv.B; b++)
+            if (cnt_host[b] < 1 || cnt_host[b] > s->n)
+                return kvb_fail(KVB_EINVAL, "%s: cnt[%d]=%d out of range [1, n = %d]", who, b, cnt_host[b], s->n);
+    }
+    int64_t tokens[DECODE_MAX_B];
+    for (int b = 0; b < s->kv.B; b++) tokens[b] = (int64_t)cnt_host[b] * (pages ? s->P : 1);
+    return launch(q, K, V, len, o, &s->kv, workspace, steps, pages ? SRC_PAGES : SRC_IDX, list, cnt, s->n, s->P, tokens,
+                  SPARSE_MIN_STEPS_PER_BLOCK, stream);
+}
+
+extern "C" int sparse_attn_idx(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                               const int32_t *len_host, const int32_t *idx, const int32_t *idx_host, const int32_t *cnt,
+                               const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps,
+                               cudaStream_t stream)
+{
+    return sparse_launch(q, K, V, len, len_host, idx, idx_host, cnt, cnt_host, o, s, workspace, steps, 0, stream);
+}
+
+extern "C" int sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                                 const int32_t *len_host, const int32_t *pages, const int32_t *pages_host,
+                                 const int32_t *cnt, const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s,
+                                 void *workspace, int steps, cudaStream_t stream)
+{
+    return sparse_launch(q, K, V, len, len_host, pages, pages_host, cnt, cnt_host, o, s, workspace, steps, 1, stream);
 }

@@ -33,6 +33,26 @@ int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
                         const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace, int steps,
                         cudaStream_t stream);
 
+/* ---- sparse decode attention (reference/decode.h: sparse_layout, the list semantics) ----
+ * The dense kernel with another token source: idx [B, Hkv, n] token lists or pages [B, Hkv, n] page
+ * lists, of which the first cnt[b] entries are used (device copy cnt, host copy cnt_host: they size
+ * the grid). len / len_host as in decode_attn. idx_host / pages_host: the host copy of the lists,
+ * checked before launch (every used entry inside its sequence's cache); NULL when the lists were made
+ * on the device by the suite's producers (topk_rows, hybrid_score, quest_score), which keep them in
+ * range; an entry outside the cache is then read as no token, never outside the buffers. workspace:
+ * sparse_attn_workspace_bytes(), zeroed once (as for decode_attn). steps: 1 or 2, as in
+ * decode_attn_variant. */
+size_t sparse_attn_workspace_bytes(const sparse_layout *s);
+
+int sparse_attn_idx(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, const int32_t *len_host,
+                    const int32_t *idx, const int32_t *idx_host, const int32_t *cnt, const int32_t *cnt_host,
+                    kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps, cudaStream_t stream);
+
+int sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                      const int32_t *len_host, const int32_t *pages, const int32_t *pages_host, const int32_t *cnt,
+                      const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps,
+                      cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -40,6 +40,42 @@ int decode_lengths_check(const decode_layout *d, const int32_t *len, const char 
 int ref_decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
                     const decode_layout *d, const uint8_t *slices);
 
+/* ---- sparse decode attention (decode.md, "Sparse decode attention") ----
+ *
+ * The same attention over a subset of each KV head's tokens, one list per (b, kv head):
+ *   sparse_attn_idx:   idx [B, Hkv, n] token indices into K, V [B, Hkv, L, D]; the first cnt[b] entries
+ *                      of sequence b's lists are used; each in [0, len[b]).
+ *   sparse_attn_pages: pages [B, Hkv, n] page ids (page j = tokens [jP, jP + P)); the first cnt[b]
+ *                      entries are used; each in [0, ceil(len[b] / P)); tokens of the last page at or
+ *                      past len[b] are not part of it.
+ * o[b, h] = softmax over the listed tokens t of (q[b,h] . K[b,h/G,t] / sqrt(D)) . V[b,h/G,t]. A list is
+ * a multiset (a repeated entry counts twice); the suite's producers (topk_rows, hybrid_score,
+ * quest_score) give ascending lists without repeats. Lists covering every token give decode_attn. */
+#define SPARSE_MAX_P 4096 /* tokens per page */
+
+typedef struct sparse_layout {
+    decode_layout kv; /* q, K, V and len as in dense decode */
+    int n;            /* entries per list: idx or pages [B, Hkv, n] */
+    int P;            /* tokens per page (sparse_attn_pages); 1 for token lists */
+} sparse_layout;
+
+/* decode_layout_check; P in [1, 4096]; n in [1, ceil(L / P)] (a list without repeats holds at most
+ * every token, or every page, of the cache). */
+int sparse_layout_check(const sparse_layout *s, const char *who);
+
+/* len[b] in [1, L]; cnt[b] in [1, n]; every used entry of every list inside sequence b's cache: token
+ * lists (P = 0 here: `pages` = 0) in [0, len[b]), page lists in [0, ceil(len[b] / P)). The message names
+ * the list entry (b, kv head, position), its value and the range. */
+int sparse_lists_check(const sparse_layout *s, const int32_t *len, const int32_t *list, const int32_t *cnt, int pages,
+                       const char *who);
+
+/* References in double from the bf16 inputs, rounded once to bf16; `slices` as in ref_decode_attn. */
+int ref_sparse_attn_idx(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, const int32_t *idx,
+                        const int32_t *cnt, kvb_bf16 *o, const sparse_layout *s, const uint8_t *slices);
+int ref_sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                          const int32_t *pages, const int32_t *cnt, kvb_bf16 *o, const sparse_layout *s,
+                          const uint8_t *slices);
+
 #ifdef __cplusplus
 }
 #endif

@@ -36,6 +36,35 @@ static void test_decode_api_rejects_before_launch(void **state)
     assert_error_mentions("pointer is NULL");
 }
 
+static void test_sparse_api_rejects_before_launch(void **state)
+{
+    (void)state;
+    kvb_bf16 *b = (kvb_bf16 *)(uintptr_t)0x1000;
+    int32_t *p = (int32_t *)(uintptr_t)0x1000;
+    sparse_layout s = {{2, 32, 8, 128, 1024}, 64, 1};
+    int32_t len[2] = {1024, 100}, cnt[2] = {64, 64}, idx[2 * 8 * 64];
+    for (int i = 0; i < 2 * 8 * 64; i++) idx[i] = i % 64;
+    idx[8 * 64 + 5] = 100; /* sequence 1 holds tokens 0..99 */
+    assert_int_equal(sparse_attn_idx(b, b, b, p, len, p, idx, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_idx: idx[b=1, kv head=0, entry 5]=100 out of range [0, 100)");
+    cnt[1] = 0;
+    assert_int_equal(sparse_attn_idx(b, b, b, p, len, p, NULL, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_idx: cnt[1]=0 out of range [1, n = 64]");
+    cnt[1] = 64, s.P = 4;
+    assert_int_equal(sparse_attn_idx(b, b, b, p, len, p, NULL, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("P=4 out of range [1, 1]");
+    s.P = 0;
+    assert_int_equal(sparse_attn_pages(b, b, b, p, len, p, NULL, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_pages: P=0 out of range [1, 4096]");
+    s.P = 16, s.n = 65;
+    assert_int_equal(sparse_attn_pages(b, b, b, p, len, p, NULL, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_pages: n=65 out of range [1, 64]");
+    s.n = 8, cnt[0] = cnt[1] = 8; /* sequence 1 (100 tokens) holds pages 0..6 */
+    for (int i = 0; i < 2 * 8 * 8; i++) idx[i] = i % 8;
+    assert_int_equal(sparse_attn_pages(b, b, b, p, len, p, idx, p, cnt, b, &s, p, 1, 0), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_pages: pages[b=1, kv head=0, entry 7]=7 out of range [0, 7)");
+}
+
 static void test_int2_api_rejects_before_launch(void **state)
 {
     (void)state;
@@ -93,6 +122,7 @@ int main(void)
 #if KVB_HAVE_CUDA
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_decode_api_rejects_before_launch),
+        cmocka_unit_test(test_sparse_api_rejects_before_launch),
         cmocka_unit_test(test_int2_api_rejects_before_launch),
         cmocka_unit_test(test_int2_v2_plan),
     };

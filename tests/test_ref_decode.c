@@ -1,5 +1,6 @@
 /* test_ref_decode.c: the dense decode attention reference (decode.md) on hand-checked cases, its
  * checks of bad input, and the sampled-reference helper. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -131,12 +132,114 @@ static void test_sample_slices(void **state)
     free(m);
 }
 
+/* ---- sparse decode attention ---- */
+
+/* q = 0: uniform softmax over the listed tokens, o = mean of V over them. Token lists {1, 3} and
+ * {0}; page lists of P = 2 over len = 5: pages {0, 2} hold tokens {0, 1, 4} (page 2 is partial:
+ * token 5 is past len and must not count, though the cache holds it). */
+static void test_sparse_means(void **state)
+{
+    (void)state;
+    enum { B = 2, Hq = 2, Hkv = 1, D = 64, L = 6 };
+    sparse_layout s = {{B, Hq, Hkv, D, L}, 3, 1};
+    kvb_bf16 q[B * Hq * D], K[B * Hkv * L * D], V[B * Hkv * L * D], o[B * Hq * D];
+    int32_t len[B] = {4, 5}, idx[B * 3] = {1, 3, -1, 0, -1, -1}, cnt[B] = {2, 1};
+    for (int i = 0; i < B * Hq * D; i++) q[i] = bf(0);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < L; t++)
+            for (int c = 0; c < D; c++) {
+                K[((int64_t)b * L + t) * D + c] = bf(c % 5 - 2);
+                V[((int64_t)b * L + t) * D + c] = bf(t < len[b] ? 10.0 * b + t + c / 64.0 : 1000.0);
+            }
+#define VAL(b, t, c) kvb_bf16_to_double(V[((int64_t)(b) * L + (t)) * D + (c)])
+    assert_int_equal(ref_sparse_attn_idx(q, K, V, len, idx, cnt, o, &s, NULL), KVB_OK);
+    for (int h = 0; h < Hq; h++)
+        for (int c = 0; c < D; c++) {
+            assert_int_equal(o[(int64_t)h * D + c], bf((VAL(0, 1, c) + VAL(0, 3, c)) / 2));
+            assert_int_equal(o[((int64_t)Hq + h) * D + c], bf(VAL(1, 0, c)));
+        }
+    int32_t pages[B * 3] = {0, 1, -1, 0, 2, -1}, pcnt[B] = {2, 2};
+    s.P = 2;
+    assert_int_equal(ref_sparse_attn_pages(q, K, V, len, pages, pcnt, o, &s, NULL), KVB_OK);
+    for (int h = 0; h < Hq; h++)
+        for (int c = 0; c < D; c++) {
+            assert_int_equal(o[(int64_t)h * D + c], bf((VAL(0, 0, c) + VAL(0, 1, c) + VAL(0, 2, c) + VAL(0, 3, c)) / 4));
+            assert_int_equal(o[((int64_t)Hq + h) * D + c], bf((VAL(1, 0, c) + VAL(1, 1, c) + VAL(1, 4, c)) / 3));
+        }
+#undef VAL
+}
+
+/* Lists of every token, ascending, give the dense reference to the bit. */
+static void test_sparse_all_tokens_is_dense(void **state)
+{
+    (void)state;
+    enum { B = 2, Hq = 8, Hkv = 2, D = 128, L = 37, P = 4 };
+    decode_layout d = {B, Hq, Hkv, D, L};
+    sparse_layout s = {d, L, 1};
+    kvb_bf16 *q = malloc(sizeof(kvb_bf16) * B * Hq * D), *K = malloc(sizeof(kvb_bf16) * B * Hkv * L * D),
+             *V = malloc(sizeof(kvb_bf16) * B * Hkv * L * D), o1[B * Hq * D], o2[B * Hq * D], o3[B * Hq * D];
+    kvb_fill_bf16_normal(q, B * Hq * D, 3, 1, 0, 0, 2.0);
+    kvb_fill_bf16_normal(K, B * Hkv * L * D, 3, 2, 0, 0, 1.0);
+    kvb_fill_bf16_normal(V, B * Hkv * L * D, 3, 3, 0, 0, 1.0);
+    int32_t len[B] = {L, 30}, idx[B * Hkv * L], cnt[B] = {L, 30}, pcnt[B] = {10, 8};
+    for (int r = 0; r < B * Hkv; r++)
+        for (int j = 0; j < L; j++) idx[r * L + j] = j;
+    assert_int_equal(ref_decode_attn(q, K, V, len, o1, &d, NULL), KVB_OK);
+    assert_int_equal(ref_sparse_attn_idx(q, K, V, len, idx, cnt, o2, &s, NULL), KVB_OK);
+    s.P = P, s.n = L / P + 1;
+    int32_t pg[B * Hkv * (L / P + 1)];
+    for (int r = 0; r < B * Hkv; r++)
+        for (int j = 0; j < s.n; j++) pg[r * s.n + j] = j;
+    assert_int_equal(ref_sparse_attn_pages(q, K, V, len, pg, pcnt, o3, &s, NULL), KVB_OK);
+    assert_memory_equal(o1, o2, sizeof o1);
+    assert_memory_equal(o1, o3, sizeof o1);
+    free(q), free(K), free(V);
+}
+
+static void test_sparse_bad_lists(void **state)
+{
+    (void)state;
+    sparse_layout s = {{2, 8, 2, 128, 100}, 10, 1};
+    int32_t len[2] = {100, 50}, cnt[2] = {10, 10}, l[2 * 2 * 10];
+    for (int i = 0; i < 40; i++) l[i] = i % 10;
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 0, "sparse_attn_idx"), KVB_OK);
+    l[3 * 10 + 7] = 50; /* b = 1, kv head 1, entry 7: token 50 of a 50-token sequence */
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 0, "sparse_attn_idx"), KVB_EINVAL);
+    assert_error_mentions("sparse_attn_idx: idx[b=1, kv head=1, entry 7]=50 out of range [0, 50)", "outside the cache");
+    l[3 * 10 + 7] = -1;
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 0, "sparse_attn_idx"), KVB_EINVAL);
+    assert_error_mentions("=-1 out of range [0, 50)");
+    l[3 * 10 + 7] = 7, cnt[0] = 0;
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 0, "sparse_attn_idx"), KVB_EINVAL);
+    assert_error_mentions("cnt[0]=0 out of range [1, n = 10]");
+    cnt[0] = 11;
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 0, "sparse_attn_idx"), KVB_EINVAL);
+    assert_error_mentions("cnt[0]=11 out of range [1, n = 10]");
+    cnt[0] = 7, s.P = 16; /* pages: sequence 0 holds 7 pages, sequence 1 ceil(50 / 16) = 4 */
+    s.n = 10;
+    l[3 * 10 + 7] = 4;
+    assert_int_equal(sparse_lists_check(&s, len, l, cnt, 1, "sparse_attn_pages"), KVB_EINVAL);
+    assert_error_mentions("pages[b=1, kv head=0, entry 4]=4 out of range [0, 4)", "page outside the cache");
+    s.P = 0;
+    assert_int_equal(sparse_layout_check(&s, "sparse_attn_pages"), KVB_EINVAL);
+    assert_error_mentions("P=0 out of range [1, 4096]");
+    s.P = 16, s.n = 8;
+    assert_int_equal(sparse_layout_check(&s, "sparse_attn_pages"), KVB_EINVAL);
+    assert_error_mentions("n=8 out of range [1, 7]");
+    s.P = 3, s.n = 3;
+    kvb_bf16 x[1];
+    assert_int_equal(ref_sparse_attn_idx(x, x, x, len, l, cnt, x, &s, NULL), KVB_EINVAL);
+    assert_error_mentions("P=3 out of range [1, 1]: token lists have no pages");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_softmax_is_the_mean), cmocka_unit_test(test_one_token_dominates),
         cmocka_unit_test(test_bad_layouts_and_lengths),     cmocka_unit_test(test_slices_mask),
         cmocka_unit_test(test_sample_slices),
+        cmocka_unit_test(test_sparse_means),         cmocka_unit_test(test_sparse_all_tokens_is_dense),
+        cmocka_unit_test(test_sparse_bad_lists),
     };
     return cmocka_run_group_tests_name("decode reference", tests, NULL, NULL);
 }
