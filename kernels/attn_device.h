@@ -160,26 +160,53 @@ __device__ __forceinline__ void rows_load(DenseRegs<D> &r, const __nv_bfloat16 *
     }
 }
 
-// The contiguous step: tokens tok0 .. tok0 + nvalid - 1.
+// The contiguous step: tokens tok0 .. tok0 + nvalid - 1. Written out rather than as rows_load with
+// i -> tok0 + i: with that, ptxas issued the V loads after the softmax, and decode_attn at B=8,
+// L=128K ran 7% slower on an H200 (results/h200/sparse-ca5e385).
 template <int D, int VMAP>
 __device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
                                            const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
 {
-    rows_load<D, VMAP>(r, K, V, [=](int i) -> int64_t { return i < nvalid ? tok0 + i : -1; }, lane);
+    constexpr int KW = D / 8;
+    const int g = lane >> 2, t = lane & 3;
+    const bool ok0 = g < nvalid, ok8 = g + 8 < nvalid;
+    const __nv_bfloat16 *r0 = K + (tok0 + g) * D + t * (D / 4), *r8 = r0 + 8 * D;
+#pragma unroll
+    for (int c = 0; c < KW / 4; c++) {
+        uint4 x = ok0 ? ldg16(r0 + 8 * c) : make_uint4(0, 0, 0, 0);
+        uint4 y = ok8 ? ldg16(r8 + 8 * c) : make_uint4(0, 0, 0, 0);
+        r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
+        r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int tk = 2 * t + (q & 1) + 8 * (q >> 1);
+        const bool ok = tk < nvalid;
+        const __nv_bfloat16 *row = V + (tok0 + tk) * D;
+        if constexpr (D == 64) {
+            uint4 x = ok ? ldg16(row + 8 * g) : make_uint4(0, 0, 0, 0);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+        } else {
+            const __nv_bfloat16 *p0 = VMAP == VMAP_SPLIT ? row + 8 * g : row + 16 * g;
+            const __nv_bfloat16 *p1 = VMAP == VMAP_SPLIT ? row + 64 + 8 * g : row + 16 * g + 8;
+            uint4 x = ok ? ldg16(p0) : make_uint4(0, 0, 0, 0), y = ok ? ldg16(p1) : make_uint4(0, 0, 0, 0);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+            r.v[q][4] = y.x, r.v[q][5] = y.y, r.v[q][6] = y.z, r.v[q][7] = y.w;
+        }
+    }
 }
 
-// `valid`: bit i set when token i of the step is real (the others get probability 0).
+// The step's products and softmax; ok0 / ok8: token rows g / g+8 of this thread are real (the
+// others get probability 0).
 template <int D>
-__device__ __forceinline__ void masked_compute(WarpState<D / 16> &st, const uint32_t (&qb)[D / 16][2],
-                                               const DenseRegs<D> &r, uint32_t valid, float scale, int lane)
+__device__ __forceinline__ void step_compute(WarpState<D / 16> &st, const uint32_t (&qb)[D / 16][2],
+                                             const DenseRegs<D> &r, bool ok0, bool ok8, float scale)
 {
     constexpr int MT = D / 16;
-    const int g = lane >> 2;
     float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int j = 0; j < D / 16; j++)
         mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
-    const bool ok0 = (valid >> g) & 1u, ok8 = (valid >> (g + 8)) & 1u;
     s[0][0] = ok0 ? s[0][0] * scale : -INFINITY;
     s[0][1] = ok0 ? s[0][1] * scale : -INFINITY;
     s[0][2] = ok8 ? s[0][2] * scale : -INFINITY;
@@ -198,7 +225,17 @@ template <int D>
 __device__ __forceinline__ void dense_compute(WarpState<D / 16> &st, const uint32_t (&qb)[D / 16][2],
                                               const DenseRegs<D> &r, int nvalid, float scale, int lane)
 {
-    masked_compute<D>(st, qb, r, nvalid >= 16 ? 0xffffu : (1u << nvalid) - 1u, scale, lane);
+    const int g = lane >> 2;
+    step_compute<D>(st, qb, r, g < nvalid, g + 8 < nvalid, scale);
+}
+
+// A gathered step: bit i of `valid` set when token i of the step is real.
+template <int D>
+__device__ __forceinline__ void masked_compute(WarpState<D / 16> &st, const uint32_t (&qb)[D / 16][2],
+                                               const DenseRegs<D> &r, uint32_t valid, float scale, int lane)
+{
+    const int g = lane >> 2;
+    step_compute<D>(st, qb, r, (valid >> g) & 1u, (valid >> (g + 8)) & 1u, scale);
 }
 
 // ---- stream-K partition and the log-sum-exp merge ----
@@ -270,58 +307,49 @@ __device__ __forceinline__ void block_combine(const MergeSmem<D> &ms, int G, flo
 
 // The last of `n` contributors of a head merges their partials (slots first .. first+n-1 of
 // `parts`, each G*(D+2) floats) into the output row block out [G][D] (bf16). `w_s`: shared
-// scratch of at least 64*MAXG floats. At B=1 a head has ~50 contributors, and this merge is the
-// launch's tail: the m and l of a chunk of 32 contributors go through shared memory and the O loads
-// of 4 contributors x 4 elements are issued together, not one dependent L2 round trip at a time.
+// scratch of at least 64*MAXG floats.
 template <int D>
 __device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
                                                __nv_bfloat16 *out, float *w_s, int tid)
 {
-    constexpr int CHUNK = 32, PER = (MAXG * D + THREADS - 1) / THREADS; // PER <= 8
     const int stride = G * (D + 2);
-    float *m_s = w_s, *l_s = w_s + CHUNK * MAXG;
-    float M[PER], L[PER], O[PER];
+    // running (M, L, O) per output element; weights of a chunk of 64 contributors in shared memory
+    float M[8], L[8], O[8];
+    const int per = (G * D + THREADS - 1) / THREADS; // <= 8
 #pragma unroll
-    for (int e = 0; e < PER; e++) M[e] = -INFINITY, L[e] = 0.f, O[e] = 0.f;
-    for (int c0 = 0; c0 < n; c0 += CHUNK) {
-        const int cn = min(CHUNK, n - c0);
+    for (int e = 0; e < 8; e++) M[e] = -INFINITY, L[e] = 0.f, O[e] = 0.f;
+    for (int c0 = 0; c0 < n; c0 += 64) {
+        const int cn = min(64, n - c0);
         __syncthreads();
-        for (int k = tid; k < cn * G; k += THREADS) { // m and l of each contributor and head
-            const float *p = parts + (first + c0 + k / G) * stride + G * D;
-            m_s[k] = __ldcg(p + k % G);
-            l_s[k] = __ldcg(p + G + k % G);
+        for (int k = tid; k < cn * G; k += THREADS) { // m of each contributor and head
+            const float *p = parts + (first + c0 + k / G) * stride;
+            w_s[k] = __ldcg(p + G * D + k % G);
         }
         __syncthreads();
-        float base[PER];
 #pragma unroll
-        for (int e = 0; e < PER; e++) {
-            const int idx = tid + e * THREADS, h = min(idx / D, G - 1);
+        for (int e = 0; e < 8; e++) {
+            const int idx = tid + e * THREADS;
+            if (e >= per || idx >= G * D) break;
+            const int h = idx / D;
             float mloc = M[e];
-            if (idx < G * D)
-                for (int k = 0; k < cn; k++) mloc = fmaxf(mloc, m_s[k * G + h]);
-            base[e] = mloc == -INFINITY ? 0.f : mloc;
-            const float a = ex2(M[e] - base[e]);
-            O[e] *= a, L[e] *= a, M[e] = mloc;
-        }
-#pragma unroll 4
-        for (int k = 0; k < cn; k++) {
-            const float *p = parts + (first + c0 + k) * stride;
-#pragma unroll
-            for (int e = 0; e < PER; e++) {
-                const int idx = tid + e * THREADS;
-                if (idx < G * D) {
-                    const int h = idx / D;
-                    const float w = ex2(m_s[k * G + h] - base[e]);
-                    O[e] += w * __ldcg(p + idx);
-                    L[e] += w * l_s[k * G + h];
-                }
+            for (int k = 0; k < cn; k++) mloc = fmaxf(mloc, w_s[k * G + h]);
+            const float base = mloc == -INFINITY ? 0.f : mloc;
+            float a = ex2(M[e] - base);
+            O[e] *= a, L[e] *= a;
+            for (int k = 0; k < cn; k++) {
+                const float *p = parts + (first + c0 + k) * stride;
+                const float w = ex2(w_s[k * G + h] - base);
+                O[e] += w * __ldcg(p + idx);
+                L[e] += w * __ldcg(p + G * D + G + h);
             }
+            M[e] = mloc;
         }
     }
 #pragma unroll
-    for (int e = 0; e < PER; e++) {
+    for (int e = 0; e < 8; e++) {
         const int idx = tid + e * THREADS;
-        if (idx < G * D) out[idx] = __float2bfloat16_rn(O[e] / L[e]);
+        if (e >= per || idx >= G * D) break;
+        out[idx] = __float2bfloat16_rn(O[e] / L[e]);
     }
 }
 

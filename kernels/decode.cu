@@ -140,23 +140,33 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
         WarpState<D / 16> st;
         st.init();
         const __nv_bfloat16 *Kh = p.K + head * p.L * D, *Vh = p.V + head * p.L * D;
-        const int32_t *list = SRC == SRC_DENSE ? nullptr : p.list + head * p.n;
-        for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
-            DenseRegs<D> r[S];
-            uint32_t valid[S];
+        if constexpr (SRC == SRC_DENSE) {
+            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                DenseRegs<D> r[S];
 #pragma unroll
-            for (int i = 0; i < S; i++) {
-                const int64_t si = s + (int64_t)i * WARPS, v0 = si * 16;
-                const int nv = (int)min((int64_t)16, ntok - v0);
-                if (si >= s1) continue;
-                if constexpr (SRC == SRC_DENSE) {
-                    dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, v0, nv, lane);
-                    valid[i] = nv >= 16 ? 0xffffu : (1u << nv) - 1u;
-                } else {
-                    // row of position v0 + j, or -1: past the list, or (pages) past the sequence; an
-                    // entry outside the cache (only possible without the host check) reads nothing
-                    // (32-bit: positions and tokens stay below 2^21)
-                    const int pos0 = (int)v0;
+                for (int i = 0; i < S; i++) {
+                    const int64_t si = s + (int64_t)i * WARPS;
+                    if (si < s1) dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, si * 16, (int)min((int64_t)16, lenb - si * 16), lane);
+                }
+#pragma unroll
+                for (int i = 0; i < S; i++) {
+                    const int64_t si = s + (int64_t)i * WARPS;
+                    if (si < s1) dense_compute<D>(st, qb, r[i], (int)min((int64_t)16, lenb - si * 16), p.scale, lane);
+                }
+            }
+        } else {
+            const int32_t *list = p.list + head * p.n;
+            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                DenseRegs<D> r[S];
+                uint32_t valid[S]; // bit j: position j of the step is a token
+#pragma unroll
+                for (int i = 0; i < S; i++) {
+                    const int64_t si = s + (int64_t)i * WARPS;
+                    if (si >= s1) continue;
+                    const int pos0 = (int)(si * 16), nv = (int)min((int64_t)16, ntok - si * 16);
+                    // row of position pos0 + j, or -1: past the list, or (pages) past the sequence; an
+                    // entry outside the cache (only possible without the host check) reads nothing.
+                    // 32-bit: positions and tokens stay below 2^21.
                     auto row_of = [&](int j) -> int64_t {
                         if (j >= nv) return -1;
                         int t;
@@ -169,15 +179,11 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
                         return t >= 0 && t < lenb ? t : -1;
                     };
                     rows_load<D, VMAP_SPLIT>(r[i], Kh, Vh, row_of, lane);
-                    // the validity of all 16 positions, one per lane pair, gathered by a ballot
-                    const int64_t mine = row_of(lane & 15);
-                    valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
+                    valid[i] = __ballot_sync(0xffffffffu, row_of(lane & 15) >= 0) & 0xffffu;
                 }
-            }
 #pragma unroll
-            for (int i = 0; i < S; i++) {
-                const int64_t si = s + (int64_t)i * WARPS;
-                if (si < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+                for (int i = 0; i < S; i++)
+                    if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
             }
         }
         warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
