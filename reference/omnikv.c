@@ -3,6 +3,7 @@
 #include "omnikv.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "select.h"
 
@@ -41,18 +42,21 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
     if (rc || (rc = omnikv_select_check(s, len, k, "ref_omnikv_select"))) return rc;
     const int G = s->Hq / s->Hkv, D = s->D;
     const double sqrt_d = sqrt((double)D);
+    double *qd = malloc(sizeof(double) * (size_t)s->Hq * D); /* one sequence's q rows as doubles */
+    if (!qd) return kvb_fail(KVB_ENOMEM, "ref_omnikv_select: out of memory for %d query rows", s->Hq);
     for (int b = 0; b < s->B; b++) {
         if (rows && !rows[b]) continue;
         float *sc = scores + (int64_t)b * s->L;
+        for (int i = 0; i < s->Hq * D; i++) qd[i] = kvb_bf16_to_double(q[(int64_t)b * s->Hq * D + i]);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < s->L; t++) {
             double best = -INFINITY, best_mag = 0;
             for (int h = 0; t < len[b] && h < s->Hq; h++) { /* query head h reads KV head h / G */
-                const kvb_bf16 *qh = q + ((int64_t)b * s->Hq + h) * D;
+                const double *qh = qd + (int64_t)h * D;
                 const kvb_bf16 *kt = K + (((int64_t)b * s->Hkv + h / G) * s->L + t) * D;
                 double dot = 0, abs_sum = 0;
                 for (int c = 0; c < D; c++) {
-                    const double p = kvb_bf16_to_double(qh[c]) * kvb_bf16_to_double(kt[c]);
+                    const double p = qh[c] * kvb_bf16_to_double(kt[c]);
                     dot += p;
                     abs_sum += fabs(p);
                 }
@@ -62,7 +66,8 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
             sc[t] = (float)best; /* -inf past len[b] */
             if (mag) mag[(int64_t)b * s->L + t] = best_mag;
         }
-        if ((rc = ref_topk(sc, 1, s->L, s->L, k, idx + (int64_t)b * k, k))) return rc;
+        if ((rc = ref_topk(sc, 1, s->L, s->L, k, idx + (int64_t)b * k, k))) break;
     }
-    return KVB_OK;
+    free(qd);
+    return rc;
 }
