@@ -1,6 +1,7 @@
-// attn_device.h: device code shared by kernels/decode.cu and kernels/int2.cu (CUDA C++ only; not a C
-// header). The flash-decoding warp state, the dense bf16 decode step, and the stream-K partition with
-// its log-sum-exp merge; the instruction wrappers they use are in kvb_device.cuh.
+// attn_device.h: device code shared by kernels/decode.cu, kernels/int2.cu and kernels/omnikv.cu (CUDA C++
+// only; not a C header). The flash-decoding warp state, the dense bf16 decode step (its K half alone:
+// dense_load_k, dense_qk), and the stream-K partition with its log-sum-exp merge; the instruction
+// wrappers they use are in kvb_device.cuh.
 //
 // Fragments (mma.sync m16n8k16, row.col; g = lane / 4, t = lane % 4):
 //   A 16x16: a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..), a3 = (row g+8, k 2t+8..)
@@ -114,6 +115,20 @@ __device__ __forceinline__ void q_frags_bf16(uint32_t (&qb)[D / 16][2], const fl
     }
 }
 
+// The same fragments read straight from the bf16 rows q_g [G][D] in global memory (16-byte loads;
+// q_g 16-byte aligned): for kernels that walk many KV heads and stage no q in shared memory.
+template <int D>
+__device__ __forceinline__ void q_frags_bf16_rows(uint32_t (&qb)[D / 16][2], const __nv_bfloat16 *q_g, int G, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const __nv_bfloat16 *r = q_g + g * D + t * (D / 4);
+#pragma unroll
+    for (int c = 0; c < D / 32; c++) { // 8 channels = k-steps 2c, 2c+1
+        const uint4 x = g < G ? ldg16(r + 8 * c) : make_uint4(0, 0, 0, 0);
+        qb[2 * c][0] = x.x, qb[2 * c][1] = x.y, qb[2 * c + 1][0] = x.z, qb[2 * c + 1][1] = x.w;
+    }
+}
+
 // One 16-token step over bf16 K, V rows (row stride D) starting at token `tok0`; `nvalid` of the 16
 // are real (the rest are neither loaded nor counted). Split in a load and a compute half, so that a
 // warp can have several steps' loads in flight.
@@ -160,12 +175,11 @@ __device__ __forceinline__ void rows_load(DenseRegs<D> &r, const __nv_bfloat16 *
     }
 }
 
-// The contiguous step: tokens tok0 .. tok0 + nvalid - 1. Written out rather than as rows_load with
-// i -> tok0 + i: with that, ptxas issued the V loads after the softmax, and decode_attn at B=8,
-// L=128K ran 7% slower on an H200 (results/h200/sparse-ca5e385).
-template <int D, int VMAP>
-__device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
-                                           const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
+// The K half of a step (the K mapping above): rows tok0 + g, tok0 + g + 8 of K (row stride D), rows
+// at or past `nvalid` zero and not loaded. Also the whole load of kernels that read K alone.
+template <int D>
+__device__ __forceinline__ void dense_load_k(uint32_t (&k0)[D / 8], uint32_t (&k8)[D / 8],
+                                             const __nv_bfloat16 *__restrict__ K, int64_t tok0, int nvalid, int lane)
 {
     constexpr int KW = D / 8;
     const int g = lane >> 2, t = lane & 3;
@@ -175,9 +189,29 @@ __device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 
     for (int c = 0; c < KW / 4; c++) {
         uint4 x = ok0 ? ldg16(r0 + 8 * c) : make_uint4(0, 0, 0, 0);
         uint4 y = ok8 ? ldg16(r8 + 8 * c) : make_uint4(0, 0, 0, 0);
-        r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
-        r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
+        k0[4 * c] = x.x, k0[4 * c + 1] = x.y, k0[4 * c + 2] = x.z, k0[4 * c + 3] = x.w;
+        k8[4 * c] = y.x, k8[4 * c + 1] = y.y, k8[4 * c + 2] = y.z, k8[4 * c + 3] = y.w;
     }
+}
+
+// s += S^T of the step's 16 tokens (rows g, g+8) x the 8 head columns: K (dense_load_k) . q^T (qb).
+template <int D>
+__device__ __forceinline__ void dense_qk(float (&s)[4], const uint32_t (&qb)[D / 16][2], const uint32_t (&k0)[D / 8],
+                                         const uint32_t (&k8)[D / 8])
+{
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) mma_bf16(s, k0[2 * j], k8[2 * j], k0[2 * j + 1], k8[2 * j + 1], qb[j][0], qb[j][1]);
+}
+
+// The contiguous step: tokens tok0 .. tok0 + nvalid - 1. Not rows_load with i -> tok0 + i: with that
+// (and a reworked merge), ptxas issued half the V loads after the softmax, and decode_attn at B=8,
+// L=128K ran 7% slower on an H200 (results/h200/sparse-ca5e385).
+template <int D, int VMAP>
+__device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
+                                           const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    dense_load_k<D>(r.k0, r.k8, K, tok0, nvalid, lane);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int tk = 2 * t + (q & 1) + 8 * (q >> 1);
@@ -204,9 +238,7 @@ __device__ __forceinline__ void step_compute(WarpState<D / 16> &st, const uint32
 {
     constexpr int MT = D / 16;
     float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int j = 0; j < D / 16; j++)
-        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
+    dense_qk<D>(s[0], qb, r.k0, r.k8);
     s[0][0] = ok0 ? s[0][0] * scale : -INFINITY;
     s[0][1] = ok0 ? s[0][1] * scale : -INFINITY;
     s[0][2] = ok8 ? s[0][2] * scale : -INFINITY;

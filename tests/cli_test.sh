@@ -78,6 +78,12 @@ expect "hybrid: r above D" 2 'hybrid_score: r=129 out of range \[1, 128\]' -- ch
 expect "hybrid: budget leaves no token" 2 'hybrid_score: budget=1: rocketkv_budget: T=1 out of range \[2, ' -- check --cases "$cases" "hybrid_score budget=1"
 expect "hybrid: budget above the context" 2 'hybrid_score: k = budget/2 = 2048 tokens to attend out of range \[1, L = 1000\]' -- check --cases "$cases" "hybrid_score L=1000 budget=4096"
 expect "hybrid: k above the context" 2 'hybrid_score: k=1001 tokens to attend out of range \[1, L = 1000\]' -- check --cases "$cases" "hybrid_score L=1000 P=4 r=8 k=1001"
+# omnikv_select: each bad input named with its value and range, nothing runs
+expect "omnikv: k = 0" 2 'omnikv_select: k=0 out of range \[1, 2097152\]' -- check --cases "$cases" "omnikv_select k=0"
+expect "omnikv: k above the prompt" 2 'omnikv_select: k=1001 out of range \[1, len = 1000\]' -- check --cases "$cases" "omnikv_select L=4096 len=1000 k=1001"
+expect "omnikv: len above L" 2 'omnikv_select: len=5000 out of range \[1, L = 4096\]' -- check --cases "$cases" "omnikv_select L=4096 len=5000 k=10"
+expect "omnikv: G not in {1, 2, 4, 8}" 2 'omnikv_select: G = Hq/Hkv = 24/8 = 3 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "omnikv_select Hq=24 Hkv=8"
+expect "omnikv: unsupported D" 2 'omnikv_select: D=96 is not one of \{64, 128\}' -- check --cases "$cases" "omnikv_select D=96"
 expect "hybrid: G not served" 2 'hybrid_score: G = Hq/Hkv = 24/8 = 3 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=24"
 expect "quest: budget below a page" 2 'quest_score: budget=8 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=8"
 expect "quest: budget above the context" 2 'quest_score: budget=40000 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=40000"

@@ -1,0 +1,73 @@
+/* omnikv.c: see omnikv.h. Plain C, line by line with the definition there: each dot product in
+ * double over the bf16 values, one rounding to float at the end, then the suite's reference top-k. */
+#include "omnikv.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "select.h"
+
+int omnikv_layout_check(const omnikv_layout *s, const char *who)
+{
+    KVB_CHECK_RANGE(who, "B", s->B, 1, OMNIKV_MAX_B);
+    KVB_CHECK_RANGE(who, "Hkv", s->Hkv, 1, OMNIKV_MAX_HKV);
+    if (s->Hq < 1 || s->Hq % s->Hkv)
+        return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: Hq = G * Hkv)", who, s->Hq, s->Hkv);
+    const int G = s->Hq / s->Hkv;
+    if (G != 1 && G != 2 && G != 4 && G != 8)
+        return kvb_fail(KVB_EINVAL, "%s: G = Hq/Hkv = %d/%d = %d is not one of {1, 2, 4, 8}", who, s->Hq, s->Hkv, G);
+    if (s->D != 64 && s->D != 128) return kvb_fail(KVB_EINVAL, "%s: D=%d is not one of {64, 128}", who, s->D);
+    KVB_CHECK_RANGE(who, "L", s->L, 1, OMNIKV_MAX_L);
+    return KVB_OK;
+}
+
+int omnikv_select_check(const omnikv_layout *s, const int32_t *len, int k, const char *who)
+{
+    int min_len = s->L;
+    for (int b = 0; b < s->B; b++) {
+        if (len[b] < 1 || len[b] > s->L)
+            return kvb_fail(KVB_EINVAL, "%s: len[%d]=%d out of range [1, L = %d]: a prompt holds at least one token and "
+                            "no more than the allocated cache", who, b, len[b], s->L);
+        if (len[b] < min_len) min_len = len[b];
+    }
+    if (k < 1 || k > min_len)
+        return kvb_fail(KVB_EINVAL, "%s: k=%d out of range [1, min over b of len[b] = %d]", who, k, min_len);
+    return KVB_OK;
+}
+
+int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, const omnikv_layout *s, int k,
+                      float *scores, int32_t *idx, double *mag, const uint8_t *rows)
+{
+    int rc = omnikv_layout_check(s, "ref_omnikv_select");
+    if (rc || (rc = omnikv_select_check(s, len, k, "ref_omnikv_select"))) return rc;
+    const int G = s->Hq / s->Hkv, D = s->D;
+    const double sqrt_d = sqrt((double)D);
+    double *qd = malloc(sizeof(double) * (size_t)s->Hq * D); /* one sequence's q rows as doubles */
+    if (!qd) return kvb_fail(KVB_ENOMEM, "ref_omnikv_select: out of memory for %d query rows", s->Hq);
+    for (int b = 0; b < s->B; b++) {
+        if (rows && !rows[b]) continue;
+        float *sc = scores + (int64_t)b * s->L;
+        for (int i = 0; i < s->Hq * D; i++) qd[i] = kvb_bf16_to_double(q[(int64_t)b * s->Hq * D + i]);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < s->L; t++) {
+            double best = -INFINITY, best_mag = 0;
+            for (int h = 0; t < len[b] && h < s->Hq; h++) { /* query head h reads KV head h / G */
+                const double *qh = qd + (int64_t)h * D;
+                const kvb_bf16 *kt = K + (((int64_t)b * s->Hkv + h / G) * s->L + t) * D;
+                double dot = 0, abs_sum = 0;
+                for (int c = 0; c < D; c++) {
+                    const double p = qh[c] * kvb_bf16_to_double(kt[c]);
+                    dot += p;
+                    abs_sum += fabs(p);
+                }
+                if (dot / sqrt_d > best) best = dot / sqrt_d;
+                if (abs_sum / sqrt_d > best_mag) best_mag = abs_sum / sqrt_d;
+            }
+            sc[t] = (float)best; /* -inf past len[b] */
+            if (mag) mag[(int64_t)b * s->L + t] = best_mag;
+        }
+        if ((rc = ref_topk(sc, 1, s->L, s->L, k, idx + (int64_t)b * k, k))) break;
+    }
+    free(qd);
+    return rc;
+}
