@@ -85,8 +85,9 @@ size_t smem_bytes(int B)
     return smem_bytes_fixed<D>() + sizeof(int64_t) * (size_t)(B + 1);
 }
 
+// Sparse, one step in flight: held to 3 blocks per SM (170 registers; it would take 182 and fit 2).
 template <int D, int S, int SRC>
-__global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
+__global__ void __launch_bounds__(THREADS, (SRC != SRC_DENSE && S == 1) ? 3 : 1) decode_attn_kernel(DecodeParams p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
@@ -155,35 +156,47 @@ __global__ void __launch_bounds__(THREADS) decode_attn_kernel(DecodeParams p)
                 }
             }
         } else {
+            // Lane j (mod 16) holds the row of position j of each step in flight, one list read per
+            // lane, made an iteration ahead so that it overlaps the current step's K and V loads; the
+            // threads take the rows they load by shuffles. Row -1: past the list, past the sequence
+            // (pages), or an entry outside the cache (only possible without the host check): no read.
+            // 32-bit: positions and tokens stay below 2^21.
             const int32_t *list = p.list + head * p.n;
+            const int j = lane & 15;
+            auto row_at = [&](int64_t si) -> int {
+                const int pos = (int)(si * 16) + j;
+                if (si >= s1 || pos >= ntok) return -1;
+                int t;
+                if constexpr (SRC == SRC_IDX) {
+                    t = __ldg(list + pos);
+                } else {
+                    const unsigned P = (unsigned)p.P, pg = (unsigned)pos / P;
+                    t = __ldg(list + pg) * (int)P + (int)((unsigned)pos - pg * P);
+                }
+                return t >= 0 && t < lenb ? t : -1;
+            };
+            int cur[S];
+#pragma unroll
+            for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * WARPS);
             for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
                 DenseRegs<D> r[S];
                 uint32_t valid[S]; // bit j: position j of the step is a token
+                int nxt[S];
+#pragma unroll
+                for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * WARPS);
 #pragma unroll
                 for (int i = 0; i < S; i++) {
-                    const int64_t si = s + (int64_t)i * WARPS;
-                    if (si >= s1) continue;
-                    const int pos0 = (int)(si * 16), nv = (int)min((int64_t)16, ntok - si * 16);
-                    // row of position pos0 + j, or -1: past the list, or (pages) past the sequence; an
-                    // entry outside the cache (only possible without the host check) reads nothing.
-                    // 32-bit: positions and tokens stay below 2^21.
-                    auto row_of = [&](int j) -> int64_t {
-                        if (j >= nv) return -1;
-                        int t;
-                        if constexpr (SRC == SRC_IDX) {
-                            t = __ldg(list + pos0 + j);
-                        } else {
-                            const unsigned pos = (unsigned)(pos0 + j), P = (unsigned)p.P, pg = pos / P;
-                            t = __ldg(list + pg) * (int)P + (int)(pos - pg * P);
-                        }
-                        return t >= 0 && t < lenb ? t : -1;
-                    };
-                    rows_load<D, VMAP_SPLIT>(r[i], Kh, Vh, row_of, lane);
-                    valid[i] = __ballot_sync(0xffffffffu, row_of(lane & 15) >= 0) & 0xffffu;
+                    if (s + (int64_t)i * WARPS >= s1) continue;
+                    const int mine = cur[i];
+                    rows_load<D, VMAP_SPLIT>(
+                        r[i], Kh, Vh, [&](int jj) -> int64_t { return __shfl_sync(0xffffffffu, mine, jj); }, lane);
+                    valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
                 }
 #pragma unroll
                 for (int i = 0; i < S; i++)
                     if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+#pragma unroll
+                for (int i = 0; i < S; i++) cur[i] = nxt[i];
             }
         }
         warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
