@@ -28,8 +28,8 @@
 // - Sparse decode (sparse_attn_idx, sparse_attn_pages) is the same kernel with another token source:
 //   a head's "tokens" are the entries of its index list, or the tokens of its listed pages, gathered
 //   row by row (a K or V row is 256 contiguous bytes at D=128: whole sectors, as in the dense case).
-//   Napkin math, RocketKV at a 2048-token budget, B=8, Hkv=8: 64 heads x 2048 x 512 B = 33.6 MB of
-//   K+V rows (plus 0.5 MB of lists), ~7.4 us at 4.5 TB/s; at B=1 4.2 MB: launch and latency dominate.
+//   Napkin math, 2048 tokens a head, B=8, Hkv=8: 64 heads x 2048 x 512 B = 67.1 MB of K+V rows (plus
+//   0.5 MB of lists), ~15 us at 4.5 TB/s; at B=1 8.4 MB, ~2 us: launch and latency dominate.
 #include <cstdint>
 #include <cstdio>
 
