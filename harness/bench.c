@@ -30,7 +30,29 @@ typedef struct bench_ctx {
     int done, failed;
     char error[1600];
     char label[1200];
+    struct bench_ctx *all; /* every case of the run, for goals against another impl */
+    int n_all;
 } bench_ctx;
+
+static void shape_key(const char *id, char *out, size_t n);
+
+/* A goal against another impl of the same shape (kvb_cost.goal_impl): its measured median over the
+ * speedup asked for; no goal while that impl has no result. */
+static void resolve_impl_goal(bench_ctx *b)
+{
+    if (!b->cost.goal_impl) return;
+    char key[KVB_ID_MAX], other[KVB_ID_MAX], want[80];
+    shape_key(b->c->id, key, sizeof key);
+    snprintf(want, sizeof want, " impl=%s", b->cost.goal_impl);
+    b->cost.goal_us = 0;
+    for (int k = 0; k < b->n_all; k++) {
+        const bench_ctx *x = &b->all[k];
+        const char *impl = strstr(x->c->id, " impl=");
+        if (x == b || !x->done || !impl || strcmp(impl, want)) continue;
+        shape_key(x->c->id, other, sizeof other);
+        if (!strcmp(key, other)) b->cost.goal_us = x->st.median * 1e6 / b->cost.goal_impl_speedup;
+    }
+}
 
 static void bench_reset(void *p) { kvb_run_reset(&((bench_ctx *)p)->run); }
 
@@ -120,6 +142,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     }
     kvb_stats(samples, n, &b->st);
     b->done = 1;
+    resolve_impl_goal(b);
     /* compositions: one more launch, outside the timed loop, recording each stage's device time */
     b->run.n_stages = 0;
     if (b->run.op->stage_times) {
@@ -239,6 +262,9 @@ void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_r
                  cost->goal_text ? cost->goal_text : "goal");
     else if (cost->goal_peer)
         snprintf(goal, sizeof goal, "(goal: %.2fx %s; peer not measured)", cost->goal_peer_ratio, cost->goal_peer);
+    else if (cost->goal_impl)
+        snprintf(goal, sizeof goal, "(goal: %.0fx faster than impl=%s; not measured)", cost->goal_impl_speedup,
+                 cost->goal_impl);
     fprintf(f, "| `%s` | %.2f | %.2f..%.2f | %.1f%% | %s | %s | %s | %s |\n", x->c->id, t * 1e6, x->min_s * 1e6,
             x->max_s * 1e6, 100 * x->noise, rate, ceil_s, vs, goal);
 }
@@ -246,6 +272,7 @@ void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_r
 static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil, const char *gpu, const kvb_peers *peers)
 {
     kvb_bench_result *res = calloc((size_t)n, sizeof *res);
+    for (int i = 0; i < n; i++) resolve_impl_goal(&b[i]); /* also against impls listed after the case */
     for (int i = 0; i < n; i++)
         res[i] = (kvb_bench_result){b[i].c, b[i].cost, b[i].ceiling_s, b[i].st.median, b[i].st.min, b[i].st.max,
                                     b[i].st.noise, b[i].done, b[i].failed, b[i].error};
@@ -328,6 +355,8 @@ int kvb_cmd_bench(const kvb_options *o)
         b[i].c = &cases.v[i];
         b[i].ceil = &ceil;
         b[i].peers = &peers;
+        b[i].all = b;
+        b[i].n_all = cases.n;
         kvb_bench gb = {cases.v[i].id, &b[i], bench_prepare, bench_iterate, bench_finish, bench_release, bench_label};
         kvb_gbench_add(&gb);
     }

@@ -1,6 +1,7 @@
 /* inputs.c: case inputs and output properties shared by ops files and tests (ops.h): ShadowKV step
  * ids, the index_scan properties, and the deterministic slice sample of a reference too large to
  * compute whole. No ops file is a library for another: what two of them need lives here. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "../reference/kvb.h"
@@ -99,4 +100,17 @@ int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, co
         }
     }
     return KVB_OK;
+}
+
+/* ---- the tie tolerance of a selection (ops.h) ---- */
+
+double kvb_selection_tol(const kvb_tol *tol, const float *scores, int64_t rows, int n, const int32_t *idx, int k)
+{
+    double kth_max = 0;
+    for (int64_t row = 0; row < rows; row++) {
+        double kth = INFINITY;
+        for (int i = 0; i < k; i++) kth = fmin(kth, scores[row * n + idx[row * k + i]]);
+        if (k > 0 && fabs(kth) > kth_max) kth_max = fabs(kth);
+    }
+    return tol->atol + tol->rtol * kth_max;
 }

@@ -76,6 +76,10 @@ typedef struct kvb_cost {
      * goal_peer_ratio x that peer's median when the peer was measured, and no goal otherwise */
     const char *goal_peer;
     double goal_peer_ratio;
+    /* a goal stated against another implementation of the same shape in the same run (its case listed
+     * earlier in the run): goal_us becomes that impl's median / goal_impl_speedup once it was measured */
+    const char *goal_impl;
+    double goal_impl_speedup;
     double workspace_bytes; /* extra device memory the implementation needs beyond inputs/outputs */
 } kvb_cost;
 
@@ -132,6 +136,11 @@ typedef struct kvb_op {
      * skips (for example: column sums of a head add up to its number of contributing rows). Reads
      * t->out after a download; KVB_OK, or an error naming the first violation. NULL: none. */
     int (*out_check)(kvb_run *r);
+    /* References that depend on a choice the device made within tolerance (the pages of a tie-tolerant
+     * selection): recomputed from the downloaded outputs (t->out) before every comparison, while the
+     * choice itself is compared with its own reference in the same verdict. KVB_OK, or an error that
+     * fails the comparison (for example a choice outside the cache). NULL: none. */
+    int (*ref_from_out)(kvb_run *r);
     /* Compositions: after a launch made with r->stage_timing = 1, fill r->n_stages, r->stage_name and
      * r->stage_ms (NULL for single kernels). */
     int (*stage_times)(kvb_run *r);

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "compare.h"
 #include "tensor.h"
 
 /* Seeded chunk ids of one ShadowKV step for `rows` (b, h) rows: old tags (n_old valid ids, the
@@ -27,6 +28,11 @@ int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, co
  * holding the first and the last slice and evenly spaced ones between them, as many as the budget
  * allows (at least 2). *chosen receives the count. The caller frees the mask. */
 uint8_t *kvb_sample_slices(int64_t n, double work_per_slice, double budget, int64_t *chosen);
+
+/* The tie tolerance of a selection of k of n scores per row (idx [rows, k], scores [rows, n]): the
+ * scores' own tolerance at the largest k-th reference score of any row (an entry within that of the
+ * k-th may take its place). */
+double kvb_selection_tol(const kvb_tol *tol, const float *scores, int64_t rows, int n, const int32_t *idx, int k);
 
 /* Reference budget in multiply-adds per case (a couple of seconds with OpenMP). */
 #define KVB_REF_BUDGET 6e8

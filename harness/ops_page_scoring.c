@@ -43,8 +43,6 @@
 #endif
 
 #define NPARAMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define BF16_POS_INF ((kvb_bf16)0x7F80)
-#define BF16_NEG_INF ((kvb_bf16)0xFF80)
 
 /* ---- keys ---- */
 
@@ -485,19 +483,6 @@ static void teardown_score(kvb_run *r)
     r->priv = NULL;
 }
 
-/* The tie tolerance of a page selection: the scores' own tolerance at the largest k-th reference score
- * of any row (a page within that of the k-th may take its place). */
-static double selection_tol(const kvb_tol *tol, const float *scores, int64_t rows, int n, const int32_t *idx, int k)
-{
-    double kth_max = 0;
-    for (int64_t row = 0; row < rows; row++) {
-        double kth = INFINITY;
-        for (int i = 0; i < k; i++) kth = fmin(kth, scores[row * n + idx[row * k + i]]);
-        if (k > 0 && fabs(kth) > kth_max) kth_max = fabs(kth);
-    }
-    return tol->atol + tol->rtol * kth_max;
-}
-
 static int setup_hybrid(kvb_run *r)
 {
     score_priv *p = calloc(1, sizeof *p);
@@ -530,7 +515,7 @@ static int setup_hybrid(kvb_run *r)
         pages->scores = u->ref;
         pages->scores_dtype = KVB_FP32;
         pages->scores_n = n;
-        pages->set_tol = selection_tol(&u->tol, u->ref, (int64_t)s->B * s->Hkv, n, pages->ref, p->h.n_sel);
+        pages->set_tol = kvb_selection_tol(&u->tol, u->ref, (int64_t)s->B * s->Hkv, n, pages->ref, p->h.n_sel);
     }
     return KVB_OK;
 }
@@ -634,7 +619,7 @@ static int setup_quest(kvb_run *r)
     pages->scores = p->cmp_scores;
     pages->scores_dtype = KVB_FP32;
     pages->scores_n = n;
-    pages->set_tol = selection_tol(&sc->tol, p->cmp_scores, rows, n, pages->ref, n_sel);
+    pages->set_tol = kvb_selection_tol(&sc->tol, p->cmp_scores, rows, n, pages->ref, n_sel);
     return KVB_OK;
 }
 

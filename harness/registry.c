@@ -15,6 +15,7 @@ extern const kvb_op op_batch_gemm_rotary;
 extern const kvb_op op_int2_quantize, op_int2_append, op_int2_qk, op_int2_av, op_int2_decode_attn;
 extern const kvb_op op_page_meta_build, op_page_meta_append, op_hybrid_score, op_quest_score;
 extern const kvb_op op_omnikv_select;
+extern const kvb_op op_rocketkv_decode;
 
 static const kvb_op *const g_ops[] = {
     &op_index_scan, &op_gather_copy, &op_gather_copy_d2d, &op_gather_copy_all, &op_gather_step, &op_packed_load,
@@ -29,6 +30,7 @@ static const kvb_op *const g_ops[] = {
     &op_int2_quantize, &op_int2_append, &op_int2_qk, &op_int2_av, &op_int2_decode_attn,
     &op_page_meta_build, &op_page_meta_append, &op_hybrid_score, &op_quest_score,
     &op_omnikv_select,
+    &op_rocketkv_decode,
 };
 
 int kvb_op_count(void) { return (int)(sizeof g_ops / sizeof g_ops[0]); }

@@ -168,6 +168,15 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
 {
     memset(v, 0, sizeof *v);
     v->pass = 1;
+    if (r->op->ref_from_out) {
+        kvb_clear_error();
+        if (r->op->ref_from_out(r) != KVB_OK) {
+            v->invariants_checked = 1;
+            snprintf(v->invariant_error, sizeof v->invariant_error, "reference from the device's choice: %s",
+                     kvb_last_error());
+            v->pass = 0;
+        }
+    }
     for (int i = 0; i < r->nt; i++) {
         kvb_tensor *t = &r->t[i];
         if ((t->role != KVB_OUT && t->role != KVB_INOUT) || t->cmp == KVB_CMP_NONE) continue;

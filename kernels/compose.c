@@ -105,6 +105,41 @@ int kvb_step_enqueue(kvb_step *p)
     return KVB_OK;
 }
 
+int kvb_step_capture(kvb_step *p)
+{
+    if (p->timing) return kvb_fail(KVB_EINVAL, "%s: a captured step records no stage times (timing=1)", p->name);
+    if (p->graph) return KVB_OK;
+    TRY(cudaStreamBeginCapture(p->s[0], cudaStreamCaptureModeThreadLocal));
+    int rc = kvb_step_enqueue(p);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(p->s[0], &g); /* ends the capture also after a failed stage */
+    if (rc) {
+        if (g) cudaGraphDestroy(g);
+        return rc;
+    }
+    if (e != cudaSuccess)
+        return kvb_fail(KVB_EDEVICE, "%s: cudaStreamEndCapture failed: %s (a stage made a call a graph cannot hold)",
+                        p->name, cudaGetErrorString(e));
+    e = cudaGraphInstantiateWithFlags(&p->graph, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        p->graph = NULL;
+        return kvb_fail(KVB_EDEVICE, "%s: cudaGraphInstantiate failed: %s", p->name, cudaGetErrorString(e));
+    }
+    return KVB_OK;
+}
+
+int kvb_step_launch_graph(kvb_step *p)
+{
+    if (!p->graph) return kvb_fail(KVB_EINVAL, "%s: no captured graph (kvb_step_capture first)", p->name);
+    range_push(p->name, "graph");
+    cudaError_t e = cudaGraphLaunch(p->graph, p->s[0]);
+    nvtxDomainRangePop(domain());
+    if (e != cudaSuccess)
+        return kvb_fail(KVB_EDEVICE, "%s: cudaGraphLaunch failed: %s", p->name, cudaGetErrorString(e));
+    return KVB_OK;
+}
+
 int kvb_step_stage_ms(kvb_step *p, double *ms)
 {
     if (!p->timing) return kvb_fail(KVB_EINVAL, "%s: stage times need kvb_step_finalize(timing=1)", p->name);
@@ -119,6 +154,7 @@ int kvb_step_stage_ms(kvb_step *p, double *ms)
 
 void kvb_step_destroy(kvb_step *p)
 {
+    if (p->graph) cudaGraphExecDestroy(p->graph);
     if (p->fork) cudaEventDestroy(p->fork);
     for (int i = 0; i < p->n; i++) {
         if (p->done[i]) cudaEventDestroy(p->done[i]);

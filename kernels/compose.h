@@ -40,6 +40,7 @@ typedef struct kvb_step {
     cudaEvent_t t0[KVB_STEP_MAX_STAGES], t1[KVB_STEP_MAX_STAGES]; /* stage times, when timing */
     cudaEvent_t fork;
     int timing, needs_done[KVB_STEP_MAX_STAGES];
+    cudaGraphExec_t graph; /* kvb_step_capture: the whole step as one CUDA graph */
 } kvb_step;
 
 /* Planning (host only, no device work): a step on streams s0 (main) and s1 (side; may equal s0). */
@@ -52,6 +53,13 @@ int kvb_step_finalize(kvb_step *p, int timing);
 /* Enqueue every stage: the side stream first waits for the main stream's work before the step, and
  * the main stream waits for the side stream's last stage at the end (the step is one unit on s0). */
 int kvb_step_enqueue(kvb_step *p);
+/* Capture the step (every stage, both streams, the fork and join) into a CUDA graph, once, after
+ * kvb_step_finalize with timing=0: the stages' host checks run at capture; a replay only launches.
+ * The graph holds the stages' launch parameters as they were at capture (shapes, pointers), so a
+ * step whose shapes change (a longer context, more pages) is captured again. */
+int kvb_step_capture(kvb_step *p);
+/* Launch the captured graph on the main stream (one NVTX range "<name>/graph"). */
+int kvb_step_launch_graph(kvb_step *p);
 /* After the step completed: each stage's device time in milliseconds (needs timing=1). */
 int kvb_step_stage_ms(kvb_step *p, double *ms);
 void kvb_step_destroy(kvb_step *p);

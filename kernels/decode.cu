@@ -386,3 +386,30 @@ extern "C" int sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb
 {
     return sparse_launch(q, K, V, len, len_host, pages, pages_host, cnt, cnt_host, o, s, workspace, steps, 1, stream);
 }
+
+// ---- kv_append: one 16-byte vector of K or V per thread; a few KB, so its time is the launch ----
+__global__ void kv_append_kernel(const uint4 *knew, const uint4 *vnew, const int32_t *t, uint4 *K, uint4 *V, int Hkv,
+                                 int vecs, int64_t L)
+{
+    const int bh = blockIdx.x, i = threadIdx.x % vecs, b = bh / Hkv;
+    const int64_t row = ((int64_t)bh * L + t[b]) * vecs + i;
+    if (threadIdx.x < vecs) K[row] = knew[(int64_t)bh * vecs + i];
+    else V[row] = vnew[(int64_t)bh * vecs + i];
+}
+
+extern "C" int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, const int32_t *t_host,
+                         kvb_bf16 *K, kvb_bf16 *V, const decode_layout *d, cudaStream_t stream)
+{
+    const char *who = "kv_append";
+    int rc = decode_layout_check(d, who);
+    if (rc) return rc;
+    if (!knew || !vnew || !t || !t_host || !K || !V)
+        return kvb_fail(KVB_EINVAL, "%s: a pointer is NULL (knew=%p vnew=%p t=%p t_host=%p K=%p V=%p)", who,
+                        (const void *)knew, (const void *)vnew, (const void *)t, (const void *)t_host, (void *)K, (void *)V);
+    if ((rc = decode_positions_check(d, t_host, who))) return rc;
+    const int vecs = d->D / 8; // D in {64, 128}: whole 16-byte vectors
+    kv_append_kernel<<<d->B * d->Hkv, 2 * vecs, 0, stream>>>((const uint4 *)knew, (const uint4 *)vnew, t, (uint4 *)K,
+                                                              (uint4 *)V, d->Hkv, vecs, d->L);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}

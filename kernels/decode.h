@@ -33,6 +33,11 @@ int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
                         const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace, int steps,
                         cudaStream_t stream);
 
+/* The decode step's cache write (ref_kv_append): knew, vnew [B, Hkv, D] to row t[b] of K, V. t is the
+ * device copy, t_host the same values, checked (t[b] in [0, L)) before the launch. Bit-exact. */
+int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, const int32_t *t_host, kvb_bf16 *K,
+              kvb_bf16 *V, const decode_layout *d, cudaStream_t stream);
+
 /* ---- sparse decode attention (reference/decode.h: sparse_layout, the list semantics) ----
  * The dense kernel with another token source: idx [B, Hkv, n] token lists or pages [B, Hkv, n] page
  * lists, of which the first cnt[b] entries are used (device copy cnt, host copy cnt_host: they size

@@ -5,7 +5,10 @@
 // (spec) is 3 reads + 10 us. One block per row reads its row from DRAM in the first pass; the next
 // passes and the compaction find it in L2 only while the rows in flight fit (256 rows x 512 KiB do
 // not: up to 4 DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the
-// launches (a histogram per pass, a count, a write: 5 kernels) more than the bytes.
+// launches (a histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <=
+// 8K: page and chunk selections, e.g. RocketKV's 64 rows x 4239 pages) are read once into shared
+// memory by one block each and selected there in one launch: at 8 rows x 4239 the split path's five
+// launches measured 33 us under ncu (H200, results/h200/rocketkv-*), for 136 KB of scores.
 #include <cstdint>
 
 #include <cub/block/block_scan.cuh>
@@ -22,6 +25,8 @@ constexpr int NBINS = 2048;            // 11-bit digits (the last pass 10)
 constexpr int ITEMS = 8;               // compaction: consecutive elements per thread and tile
 constexpr int TILE = THREADS * ITEMS;  // elements per compaction step
 constexpr int MIN_SPLIT = 4096;        // elements per block of a split row, at least
+constexpr int SMEM_ROW_N = 2 * MIN_SPLIT; // rows up to this long are held in shared memory (32 KB): where a
+                                         // split would give a row at most 2 blocks
 __host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
 __host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
 
@@ -52,12 +57,25 @@ __device__ void find_digit(SelectSmem &s, const int *hist, int nbins, int need)
     __syncthreads();
 }
 
-// Histogram of the digit at `shift` of the keys in x[lo, hi) whose higher bits equal `prefix`.
-__device__ void histogram(int *hist, const float *x, int lo, int hi, uint32_t prefix, uint32_t mask, int shift,
-                          int nbins)
+// Where a pass reads its keys: the order keys of a row in global memory (read through L2 each pass),
+// or a copy of them in shared memory (rows short enough to hold).
+struct GlobalKeys {
+    const float *x;
+    __device__ uint32_t operator()(int i) const { return order_key(__ldg(x + i)); }
+};
+struct SmemKeys {
+    const uint32_t *k;
+    __device__ uint32_t operator()(int i) const { return k[i]; }
+};
+
+// Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. (Lanes that
+// hit the same bin first added once per warp through match_any: 2.5x slower at rows=256 n=128K and
+// slower on every topk bench shape, H200, results/h200/rocketkv-*; the plain atomics stay.)
+template <class Keys>
+__device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift, int nbins)
 {
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
-        const uint32_t key = order_key(__ldg(x + i));
+        const uint32_t key = keys(i);
         if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
     }
 }
@@ -65,8 +83,9 @@ __device__ void histogram(int *hist, const float *x, int lo, int hi, uint32_t pr
 // Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
 // equal keys of the whole row is below `need_eq`. `written` and `eq_seen` count what came before lo.
 // Each thread takes ITEMS consecutive elements, one scan per tile carries (gt, eq) counts.
-__device__ void compact(SelectSmem &s, const float *x, int lo, int hi, uint32_t T, int need_eq, int written,
-                        int eq_seen, int32_t *out)
+template <class Keys>
+__device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_t T, int need_eq, int written, int eq_seen,
+                        int32_t *out)
 {
     for (int base = lo; base < hi; base += TILE) {
         const int first = base + threadIdx.x * ITEMS;
@@ -74,7 +93,7 @@ __device__ void compact(SelectSmem &s, const float *x, int lo, int hi, uint32_t 
         int gt = 0, eq = 0;
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
-            key[j] = first + j < hi ? order_key(__ldg(x + first + j)) : 0u;
+            key[j] = first + j < hi ? keys(first + j) : 0u;
             gt += first + j < hi && key[j] > T;
             eq += first + j < hi && key[j] == T;
         }
@@ -103,20 +122,12 @@ __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n)
     for (int i = threadIdx.x; i < tail_n; i += THREADS) out[k + i] = tail_first + i;
 }
 
-// ---- many rows: one block per row, the whole selection in one kernel ----
+// ---- many rows, or short ones: one block per row, the whole selection in one kernel ----
 
-__global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, int64_t ld, int n, int k,
-                                                           int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+// Three radix passes over the row's keys, then the ordered compaction.
+template <class Keys>
+__device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out)
 {
-    __shared__ SelectSmem s;
-    const float *x = scores + blockIdx.x * ld;
-    int32_t *out = idx + blockIdx.x * ldo;
-    fill_tail(out, k, tail_first, tail_n);
-    if (k >= n) {
-        for (int i = threadIdx.x; i < n; i += THREADS) out[i] = i;
-        return;
-    }
-    if (k == 0) return;
     uint32_t prefix = 0, mask = 0;
     int need = k;
 #pragma unroll 1
@@ -124,7 +135,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, 
         const int nbins = 1 << pass_bits(p);
         for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
         __syncthreads();
-        histogram(s.hist, x, 0, n, prefix, mask, pass_shift(p), nbins);
+        histogram(s.hist, keys, 0, n, prefix, mask, pass_shift(p), nbins);
         __syncthreads();
         find_digit(s, s.hist, nbins, need);
         prefix |= (uint32_t)s.digit << pass_shift(p);
@@ -132,7 +143,41 @@ __global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, 
         need = s.need;
         __syncthreads(); // everyone has read digit and need before the next pass can write them
     }
-    compact(s, x, 0, n, prefix, need, 0, 0, out);
+    compact(s, keys, 0, n, prefix, need, 0, 0, out);
+}
+
+// The rows' trivial selections (k = 0: nothing; k >= n: every index) and the tail; true when done.
+__device__ bool trivial_row(int n, int k, int tail_first, int tail_n, int32_t *out)
+{
+    fill_tail(out, k, tail_first, tail_n);
+    if (k >= n)
+        for (int i = threadIdx.x; i < n; i += THREADS) out[i] = i;
+    return k >= n || k == 0;
+}
+
+// Long rows: every pass reads the row again (from L2 while the rows in flight fit).
+__global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, int64_t ld, int n, int k,
+                                                           int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    int32_t *out = idx + blockIdx.x * ldo;
+    if (trivial_row(n, k, tail_first, tail_n, out)) return;
+    select_row(s, GlobalKeys{scores + blockIdx.x * ld}, n, k, out);
+}
+
+// Short rows (n <= SMEM_ROW_N): the row's keys read once into shared memory, every pass and the
+// compaction work from there: one launch and one read, where the split path took five launches.
+__global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *scores, int64_t ld, int n, int k,
+                                                                int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    extern __shared__ uint32_t row_keys[]; // n keys
+    int32_t *out = idx + blockIdx.x * ldo;
+    if (trivial_row(n, k, tail_first, tail_n, out)) return;
+    const float *x = scores + blockIdx.x * ld;
+    for (int i = threadIdx.x; i < n; i += THREADS) row_keys[i] = order_key(__ldg(x + i));
+    __syncthreads();
+    select_row(s, SmemKeys{row_keys}, n, k, out);
 }
 
 // ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
@@ -172,7 +217,7 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
     __syncthreads();
     int lo, hi;
     chunk_of(a, blockIdx.x, &lo, &hi);
-    histogram(s.hist, a.scores + row * a.ld, lo, hi, prefix, mask, pass_shift(p), nbins);
+    histogram(s.hist, GlobalKeys{a.scores + row * a.ld}, lo, hi, prefix, mask, pass_shift(p), nbins);
     __syncthreads();
     int *g = a.hist + (int64_t)row * NBINS;
     for (int i = threadIdx.x; i < nbins; i += THREADS)
@@ -237,7 +282,7 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
     const int need_eq = a.state[row].need;
     int lo, hi;
     chunk_of(a, blockIdx.x, &lo, &hi);
-    compact(s, a.scores + row * a.ld, lo, hi, a.state[row].prefix, need_eq,
+    compact(s, GlobalKeys{a.scores + row * a.ld}, lo, hi, a.state[row].prefix, need_eq,
             s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
 }
 
@@ -252,7 +297,7 @@ int split_of(int rows, int n)
     }
     // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
     // 387 us against 241 us for one (H200, results/h200/): the extra passes cost more than they hide.
-    if (rows >= sms) return 1;
+    if (rows >= sms || n <= SMEM_ROW_N) return 1;
     const int64_t want = (2LL * sms + rows - 1) / rows, most = (n + MIN_SPLIT - 1) / MIN_SPLIT;
     const int64_t split = want < most ? want : most;
     return split > 1 ? (int)split : 1;
@@ -334,6 +379,12 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         return kvb_fail(KVB_EINVAL, "topk_rows: k + tail_n = %lld out of range [0, ldo = %lld]", (long long)k + tail_n,
                         (long long)ldo);
     if (!scores || !idx) return kvb_fail(KVB_EINVAL, "topk_rows: scores or idx is NULL");
+    if (n <= SMEM_ROW_N) {
+        topk_row_smem_kernel<<<rows, THREADS, (size_t)n * sizeof(uint32_t), stream>>>(scores, ld, n, k, tail_first,
+                                                                                      tail_n, idx, ldo);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    }
     const int split = workspace && k > 0 && k < n ? split_of(rows, n) : 1;
     if (split == 1) {
         topk_row_kernel<<<rows, THREADS, 0, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);

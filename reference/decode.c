@@ -29,6 +29,31 @@ int decode_lengths_check(const decode_layout *d, const int32_t *len, const char 
     return KVB_OK;
 }
 
+int decode_positions_check(const decode_layout *d, const int32_t *t, const char *who)
+{
+    for (int b = 0; b < d->B; b++)
+        if (t[b] < 0 || t[b] >= d->L)
+            return kvb_fail(KVB_EINVAL, "%s: t[%d]=%d out of range [0, L = %lld): the new token's row must lie inside "
+                            "the allocated cache", who, b, t[b], (long long)d->L);
+    return KVB_OK;
+}
+
+int ref_kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, kvb_bf16 *K, kvb_bf16 *V,
+                  const decode_layout *d)
+{
+    int rc = decode_layout_check(d, "ref_kv_append");
+    if (rc || (rc = decode_positions_check(d, t, "ref_kv_append"))) return rc;
+    for (int b = 0; b < d->B; b++)
+        for (int h = 0; h < d->Hkv; h++) {
+            const int64_t bh = (int64_t)b * d->Hkv + h, row = (bh * d->L + t[b]) * d->D;
+            for (int i = 0; i < d->D; i++) {
+                K[row + i] = knew[bh * d->D + i];
+                V[row + i] = vnew[bh * d->D + i];
+            }
+        }
+    return KVB_OK;
+}
+
 /* o rows of the G query heads of one KV head: softmax over the n tokens rows[0..n) (rows == NULL:
  * tokens 0..n-1) of s_t = q . K_t / sqrt(D), weighted sum of V_t; double throughout, bf16 once. */
 static void attend_rows(const kvb_bf16 *q, const kvb_bf16 *Kh, const kvb_bf16 *Vh, const int64_t *rows, int64_t n,

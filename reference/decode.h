@@ -40,6 +40,14 @@ int decode_lengths_check(const decode_layout *d, const int32_t *len, const char 
 int ref_decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
                     const decode_layout *d, const uint8_t *slices);
 
+/* One decode step's cache write: knew, vnew [B, Hkv, D] become row t[b] of K, V [B, Hkv, L, D] for
+ * every KV head of sequence b (t[b] in [0, L): the position of the token being decoded; the caller
+ * attends over len[b] = t[b] + 1 tokens afterwards). Rewriting the same row with the same values
+ * leaves the cache unchanged. */
+int decode_positions_check(const decode_layout *d, const int32_t *t, const char *who);
+int ref_kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, kvb_bf16 *K, kvb_bf16 *V,
+                  const decode_layout *d);
+
 /* ---- sparse decode attention (decode.md, "Sparse decode attention") ----
  *
  * The same attention over a subset of each KV head's tokens, one list per (b, kv head):

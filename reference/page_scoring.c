@@ -7,8 +7,6 @@
 
 #include "select.h"
 
-#define BF16_POS_INF ((kvb_bf16)0x7F80)
-#define BF16_NEG_INF ((kvb_bf16)0xFF80)
 
 int page_layout_check(const page_layout *s, const char *who)
 {

@@ -32,6 +32,10 @@ extern "C" {
 #define PAGE_MAX_L (1 << 24)    /* tokens per sequence */
 #define PAGE_MAX_PAGES 2097152  /* pages per sequence: the suite's top-k handles rows of up to 2M */
 
+/* The entries of empty pages: kmin +inf, kmax -inf (bf16 bits). */
+#define BF16_POS_INF ((kvb_bf16)0x7F80)
+#define BF16_NEG_INF ((kvb_bf16)0xFF80)
+
 typedef struct page_layout {
     int B, Hq, Hkv, D;
     int L;   /* tokens in the cache (scoring, build); for append: the cache capacity in tokens */

@@ -232,6 +232,29 @@ static void test_sparse_bad_lists(void **state)
     assert_error_mentions("P=3 out of range [1, 1]: token lists have no pages");
 }
 
+/* kv_append writes row t[b] of every KV head of sequence b and nothing else; t outside [0, L) is refused. */
+static void test_kv_append(void **state)
+{
+    (void)state;
+    const decode_layout d = {2, 4, 2, 64, 5};
+    kvb_bf16 K[2 * 2 * 5 * 64], V[2 * 2 * 5 * 64], kn[2 * 2 * 64], vn[2 * 2 * 64];
+    for (int i = 0; i < 2 * 2 * 5 * 64; i++) K[i] = kvb_double_to_bf16(i % 7), V[i] = kvb_double_to_bf16(-(i % 5));
+    for (int i = 0; i < 2 * 2 * 64; i++) kn[i] = kvb_double_to_bf16(100 + i), vn[i] = kvb_double_to_bf16(-100 - i);
+    int32_t t[2] = {4, 0};
+    assert_int_equal(ref_kv_append(kn, vn, t, K, V, &d), KVB_OK);
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < 2; h++)
+            for (int row = 0; row < 5; row++)
+                for (int c = 0; c < 64; c++) {
+                    const int i = ((b * 2 + h) * 5 + row) * 64 + c, n = (b * 2 + h) * 64 + c;
+                    assert_int_equal(K[i], row == t[b] ? kn[n] : kvb_double_to_bf16(i % 7));
+                    assert_int_equal(V[i], row == t[b] ? vn[n] : kvb_double_to_bf16(-(i % 5)));
+                }
+    t[1] = 5;
+    assert_int_equal(ref_kv_append(kn, vn, t, K, V, &d), KVB_EINVAL);
+    assert_error_mentions("ref_kv_append: t[1]=5 out of range [0, L = 5)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_sample_slices),
         cmocka_unit_test(test_sparse_means),         cmocka_unit_test(test_sparse_all_tokens_is_dense),
         cmocka_unit_test(test_sparse_bad_lists),
+        cmocka_unit_test(test_kv_append),
     };
     return cmocka_run_group_tests_name("decode reference", tests, NULL, NULL);
 }
