@@ -1,0 +1,118 @@
+/* test_ref_block.c: the reference of the transformer block's stages (reference/block.c) on hand-worked
+ * values, and its refusals:
+ *   - RMSNorm of (3, 4) with unit weights is (3, 4) / sqrt(12.5 + eps);
+ *   - a linear layer with a residual is W x + add;
+ *   - RoPE at position 0 is the identity (cos 1, sin 0), at position p it rotates each pair (i, i + D/2)
+ *     by p f_i, and v is copied;
+ *   - SiLU(g) * u at g = 0 is 0 and at large g is u * g;
+ *   - the dense block's K, V rows: row pos written for every sequence, the others unchanged;
+ *   - unknown presets and positions outside the cache are refused by name. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../reference/batch_gemm_rotary.h"
+#include "../reference/block.h"
+#include "testlib.h"
+
+static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
+static double db(kvb_bf16 x) { return kvb_bf16_to_double(x); }
+
+static void test_rmsnorm(void **st)
+{
+    (void)st;
+    kvb_bf16 x[8] = {bf(3), bf(4), bf(0), bf(0), bf(0), bf(0), bf(0), bf(0)}, w[8], y[8];
+    for (int i = 0; i < 8; i++) w[i] = bf(1);
+    w[1] = bf(2);
+    ref_rmsnorm(x, w, 1, 8, 1e-5, y);
+    const double inv = 1 / sqrt(25.0 / 8 + 1e-5);
+    assert_true(y[0] == bf(3 * inv));
+    assert_true(y[1] == bf(8 * inv));
+    assert_true(db(y[2]) == 0);
+}
+
+static void test_linear_with_residual(void **st)
+{
+    (void)st;
+    kvb_bf16 x[2] = {bf(1), bf(2)}, W[6] = {bf(1), bf(0), bf(0), bf(1), bf(1), bf(1)}, add[3] = {bf(10), bf(20), bf(30)}, y[3];
+    ref_linear(x, W, add, 1, 2, 3, y);
+    assert_true(db(y[0]) == 11 && db(y[1]) == 22 && db(y[2]) == 33);
+    ref_linear(x, W, NULL, 1, 2, 3, y);
+    assert_true(db(y[0]) == 1 && db(y[1]) == 2 && db(y[2]) == 3);
+}
+
+static void test_rope_split(void **st)
+{
+    (void)st;
+    enum { D = 8, Hq = 2, Hkv = 1, ROW = (Hq + 2 * Hkv) * D };
+    kvb_bf16 qkv[ROW], cs[4 * D], q[Hq * D], k[D], v[D];
+    for (int i = 0; i < ROW; i++) qkv[i] = bf(i + 1);
+    assert_int_equal(rope_table(cs, 4, D, 10000.0, ROPE_LLAMA), KVB_OK);
+    int32_t pos[1] = {0};
+    ref_rope_split(qkv, cs, pos, 1, Hq, Hkv, D, q, k, v);
+    for (int i = 0; i < Hq * D; i++) assert_true(q[i] == qkv[i]);
+    for (int i = 0; i < D; i++) assert_true(k[i] == qkv[Hq * D + i] && v[i] == qkv[(Hq + 1) * D + i]);
+    pos[0] = 3;
+    ref_rope_split(qkv, cs, pos, 1, Hq, Hkv, D, q, k, v);
+    for (int i = 0; i < D / 2; i++) { /* pair (i, i + D/2) of head 0 rotated with row 3's bf16 cos, sin */
+        const double c = db(cs[3 * D + i]), s = db(cs[3 * D + D / 2 + i]), a = i + 1, b = i + 1 + D / 2;
+        assert_true(q[i] == bf(a * c - b * s));
+        assert_true(q[i + D / 2] == bf(b * c + a * s));
+    }
+    for (int i = 0; i < D; i++) assert_true(v[i] == qkv[(Hq + 1) * D + i]);
+}
+
+static void test_silu_mul(void **st)
+{
+    (void)st;
+    kvb_bf16 gu[4] = {bf(0), bf(20), bf(5), bf(3)}, y[2];
+    ref_silu_mul(gu, 1, 2, y);
+    assert_true(db(y[0]) == 0);
+    assert_true(y[1] == bf(20 / (1 + exp(-20.0)) * 3));
+}
+
+static void test_block_cache_rows(void **st)
+{
+    (void)st;
+    const block_preset *m = block_preset_find("tiny");
+    assert_non_null(m);
+    const int B = 2, H = m->hidden;
+    const int64_t L = 6, kv = (int64_t)B * m->Hkv * L * m->D;
+    kvb_bf16 *K = malloc(2 * kv), *V = malloc(2 * kv), *K0 = malloc(2 * kv), *x = malloc(2 * (size_t)B * H),
+             *y = malloc(2 * (size_t)B * H), *cs = malloc(2 * (size_t)L * m->D);
+    const int64_t nw = block_weight_elems(m);
+    kvb_bf16 *wbuf = malloc(2 * (size_t)nw);
+    uint64_t s = 7;
+    for (int64_t i = 0; i < nw; i++) s = s * 6364136223846793005ULL + 1, wbuf[i] = bf(((double)(s >> 11) / 9007199254740992.0 - 0.5) / 8);
+    for (int64_t i = 0; i < kv; i++) K[i] = V[i] = K0[i] = bf((double)(i % 13) / 13);
+    for (int i = 0; i < B * H; i++) x[i] = bf((double)(i % 7) - 3);
+    assert_int_equal(rope_table(cs, (int)L, m->D, m->theta, ROPE_LLAMA), KVB_OK);
+    const int64_t qkv = (int64_t)(m->Hq + 2 * m->Hkv) * m->D * H, o = (int64_t)H * m->Hq * m->D, gu = 2LL * m->ffn * H;
+    const block_weights w = {wbuf, wbuf + H, wbuf + 2 * H, wbuf + 2 * H + qkv, wbuf + 2 * H + qkv + o, wbuf + 2 * H + qkv + o + gu};
+    int32_t pos[2] = {5, 2};
+    assert_int_equal(ref_decode_block_dense(x, &w, m, B, pos, K, V, L, cs, (int)L, NULL, y), KVB_OK);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < m->Hkv; h++)
+            for (int64_t t = 0; t < L; t++) {
+                const int64_t row = ((int64_t)(b * m->Hkv + h) * L + t) * m->D;
+                int same = 1;
+                for (int i = 0; i < m->D; i++) same &= K[row + i] == K0[row + i];
+                assert_int_equal(same, t != pos[b]);
+            }
+    for (int i = 0; i < B * H; i++) assert_true(isfinite(db(y[i])));
+    pos[1] = 6;
+    assert_int_equal(ref_decode_block_dense(x, &w, m, B, pos, K, V, L, cs, (int)L, NULL, y), KVB_EINVAL);
+    assert_error_mentions("pos[1]=6 out of range [0, 5]");
+    assert_int_equal(block_check(block_preset_find("gpt-5"), 1, 10, 10, NULL, "decode_step"), KVB_EINVAL);
+    assert_error_mentions("decode_step: model is not one of {tiny|llama3-8b|llama2-7b}");
+    free(K), free(V), free(K0), free(x), free(y), free(cs), free(wbuf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_linear_with_residual), cmocka_unit_test(test_rope_split),
+        cmocka_unit_test(test_silu_mul),    cmocka_unit_test(test_block_cache_rows),
+    };
+    return cmocka_run_group_tests_name("ref block", tests, NULL, NULL);
+}
