@@ -178,6 +178,10 @@ typedef struct kvb_verdict {
 void kvb_run_compare(kvb_run *r, kvb_verdict *v);  /* compare the downloaded outputs */
 int kvb_run_validate(kvb_run *r, kvb_verdict *v); /* reset, launch once, download, compare */
 int kvb_run_wall_timed(const kvb_run *r);
+/* Compositions (kernels/compose.h): copy a finished step's per-stage device times into r (an op's
+ * stage_times hook). Defined only with CUDA, where the ops that compose kernels call it. */
+struct kvb_step;
+int kvb_run_stage_times(kvb_run *r, struct kvb_step *st);
 
 /* A pinned host buffer reused across cases (the host-resident KV of the gather cases is gigabytes).
  * Contents are a pure function of (tag, seed, byte offset), so a later case with the same tag and

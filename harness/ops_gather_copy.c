@@ -511,12 +511,7 @@ static int launch_gather_step(kvb_run *r)
 static int stage_times_step(kvb_run *r)
 {
     gather_priv *p = r->priv;
-    kvb_step *st = &p->plan_timed.step;
-    int rc = kvb_step_stage_ms(st, r->stage_ms);
-    if (rc) return rc;
-    r->n_stages = st->n;
-    for (int i = 0; i < st->n; i++) snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", st->st[i].name);
-    return KVB_OK;
+    return kvb_run_stage_times(r, &p->plan_timed.step);
 }
 
 static int launch_packed(kvb_run *r)

@@ -367,12 +367,7 @@ static int stage_times_rk(kvb_run *r)
 {
     rk_priv *p = r->priv;
     if (p->x.impl == IMPL_DENSE) return KVB_OK;
-    kvb_step *st = &p->plan_timed.step;
-    int rc = kvb_step_stage_ms(st, r->stage_ms);
-    if (rc) return rc;
-    r->n_stages = st->n;
-    for (int i = 0; i < st->n; i++) snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", st->st[i].name);
-    return KVB_OK;
+    return kvb_run_stage_times(r, &p->plan_timed.step);
 }
 #else
 static int launch_rk(kvb_run *r)

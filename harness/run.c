@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "op.h"
+#if KVB_HAVE_CUDA
+#include "../kernels/compose.h"
+#endif
 
 static const char *g_case_id = ""; /* the case being set up, for allocation failures */
 
@@ -273,3 +276,20 @@ void kvb_host_pool_release(void)
     }
     memset(&g_pool, 0, sizeof g_pool);
 }
+
+#if KVB_HAVE_CUDA
+int kvb_run_stage_times(kvb_run *r, kvb_step *st)
+{
+    const int cap = (int)(sizeof r->stage_ms / sizeof r->stage_ms[0]);
+    if (st->n > cap) return kvb_fail(KVB_EINVAL, "%s: %d stages, out of range [0, %d] for the report", st->name, st->n, cap);
+    double ms[KVB_STEP_MAX_STAGES];
+    int rc = kvb_step_stage_ms(st, ms);
+    if (rc) return rc;
+    r->n_stages = st->n;
+    for (int i = 0; i < st->n; i++) {
+        r->stage_ms[i] = ms[i];
+        snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", st->st[i].name);
+    }
+    return KVB_OK;
+}
+#endif
