@@ -177,6 +177,9 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
         add_counter(out, n_out, "ceiling_kind", (double)b->cost.ceiling); /* op.h kvb_ceiling_kind */
     }
     if (b->cost.workspace_bytes > 0) add_counter(out, n_out, "workspace_bytes", b->cost.workspace_bytes);
+    if (b->cost.tokens > 0 && b->cost.layers > 0)
+        add_counter(out, n_out, "tokens_per_s", b->cost.tokens / (t * b->cost.layers));
+    for (int i = 0; i < b->cost.n_extra && i < 8; i++) add_counter(out, n_out, b->cost.extra_name[i], b->cost.extra_value[i]);
     if (b->cost.goal_us > 0) {
         add_counter(out, n_out, "goal_us", b->cost.goal_us);
         add_counter(out, n_out, "time_over_goal", t * 1e6 / b->cost.goal_us);

@@ -18,7 +18,7 @@ typedef struct kvb_counter {
     double value;
 } kvb_counter;
 
-#define KVB_MAX_COUNTERS 24
+#define KVB_MAX_COUNTERS 48
 
 typedef struct kvb_bench {
     const char *name; /* the case id */

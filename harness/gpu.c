@@ -160,6 +160,10 @@ void kvb_stream_destroy(cudaStream_t s)
 void kvb_h2d(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s)); }
 void kvb_d2h(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s)); }
 void kvb_d2d(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s)); }
+void kvb_d2d_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows, cudaStream_t s)
+{
+    KVB_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, s));
+}
 void kvb_dmemset(void *dst, int byte, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemsetAsync(dst, byte, n, s)); }
 void kvb_sync(cudaStream_t s) { KVB_CUDA(cudaStreamSynchronize(s)); }
 
@@ -242,6 +246,11 @@ void kvb_stream_destroy(cudaStream_t s) { (void)s; }
 void kvb_h2d(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_h2d"); }
 void kvb_d2h(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_d2h"); }
 void kvb_d2d(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_d2d"); }
+void kvb_d2d_2d(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t n, cudaStream_t st)
+{
+    (void)d, (void)dp, (void)s, (void)sp, (void)w, (void)n, (void)st;
+    no_cuda("kvb_d2d_2d");
+}
 void kvb_dmemset(void *d, int b, size_t n, cudaStream_t st) { (void)d, (void)b, (void)n, (void)st; no_cuda("kvb_dmemset"); }
 void kvb_sync(cudaStream_t s) { (void)s; }
 void kvb_l2_flush(cudaStream_t s) { (void)s; no_cuda("kvb_l2_flush"); }

@@ -68,6 +68,8 @@ void kvb_stream_destroy(cudaStream_t s);
 void kvb_h2d(void *dst, const void *src, size_t bytes, cudaStream_t s);
 void kvb_d2h(void *dst, const void *src, size_t bytes, cudaStream_t s);
 void kvb_d2d(void *dst, const void *src, size_t bytes, cudaStream_t s);
+/* rows of width bytes, dst and src rows pitch bytes apart (a strided copy between device buffers) */
+void kvb_d2d_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows, cudaStream_t s);
 void kvb_dmemset(void *dst, int byte, size_t bytes, cudaStream_t s);
 void kvb_sync(cudaStream_t s);
 

@@ -14,7 +14,7 @@
 #include "gpu.h"
 #include "tensor.h"
 
-#define KVB_MAX_TENSORS 24
+#define KVB_MAX_TENSORS 32
 #define KVB_MAX_DIMS 6
 
 typedef enum {
@@ -81,6 +81,13 @@ typedef struct kvb_cost {
     const char *goal_impl;
     double goal_impl_speedup;
     double workspace_bytes; /* extra device memory the implementation needs beyond inputs/outputs */
+    /* A step that stands for one of `layers` like it (decode_step: one transformer block), making
+     * `tokens` tokens: the JSON adds tokens_per_s = tokens / (median x layers), projected to the model */
+    double tokens, layers;
+    /* Further figures of the case, written as JSON counters under these names */
+    int n_extra;
+    char extra_name[8][32];
+    double extra_value[8];
 } kvb_cost;
 
 typedef struct kvb_ceilings kvb_ceilings; /* measured device ceilings (ceilings.h) */

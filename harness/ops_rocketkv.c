@@ -128,24 +128,6 @@ static void fill_ints(kvb_tensor *t, int v)
     for (int64_t i = 0; i < t->n; i++) ((int32_t *)t->h)[i] = v;
 }
 
-/* The kept cache's metadata before the step: page_meta_build over its first t rows. */
-static int build_meta(const rocketkv_shape *sh, const kvb_bf16 *K, kvb_bf16 *kmin, kvb_bf16 *kmax)
-{
-    const int64_t heads = (int64_t)sh->B * sh->Hkv, cells = heads * sh->D * sh->cap_pages;
-    if (sh->t == 0) { /* nothing cached yet: every entry empty */
-        for (int64_t i = 0; i < cells; i++) kmin[i] = BF16_POS_INF, kmax[i] = BF16_NEG_INF;
-        return KVB_OK;
-    }
-    kvb_bf16 *prefix = malloc(sizeof(kvb_bf16) * (size_t)(heads * sh->t * sh->D));
-    if (!prefix) return kvb_fail(KVB_EINVAL, "rocketkv_decode: out of host memory for the metadata build");
-    for (int64_t bh = 0; bh < heads; bh++)
-        memcpy(prefix + bh * sh->t * sh->D, K + bh * sh->cap_tokens * sh->D, sizeof(kvb_bf16) * (size_t)sh->t * sh->D);
-    page_layout built = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->t, sh->P, sh->cap_pages};
-    int rc = ref_page_meta_build(prefix, &built, kmin, kmax);
-    free(prefix);
-    return rc;
-}
-
 static int setup_step(kvb_run *r, rk_priv *p)
 {
     const rocketkv_shape *sh = &p->x.sh;
@@ -181,7 +163,7 @@ static int setup_step(kvb_run *r, rk_priv *p)
     kvb_fill_bf16_normal(K->h, K->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
     kvb_fill_bf16_normal(V->h, V->n, r->seed, kvb_stream_of("V"), 0, 0, 1);
     fill_ints(t, sh->t), fill_ints(len, sh->t + 1), fill_ints(cnt, n_sel);
-    int rc = build_meta(sh, K->h, mn->h, mx->h);
+    int rc = ref_rocketkv_meta_prefix(sh, K->h, mn->h, mx->h);
     if (rc) return rc;
     memcpy(K->ref, K->h, sizeof(kvb_bf16) * (size_t)K->n);
     memcpy(V->ref, V->h, sizeof(kvb_bf16) * (size_t)V->n);
@@ -379,12 +361,9 @@ static int launch_rk(kvb_run *r)
 #define stage_times_rk NULL
 #endif
 
-/* Bytes, each read or written once: the append (knew, vnew read; the K, V rows and one metadata entry
- * per channel written, the entry read too), the scoring floor (r of D rows of one extrema tensor per KV
- * head, q, u written; the page top-k reads u and writes the pages), and the attention (K, V rows of the
- * chosen pages, q, o, the lists). impl=dense: the append and every K, V row of the context. Against the
- * read ceiling. Goal (issue 10): at T=2048 after a 128K prompt, the graph at least 20x faster than
- * impl=dense at B >= 8 and 8x at B=1, both timed in the same run. */
+/* Bytes, each read or written once (rocketkv_step_bytes); impl=dense: the append and every K, V row of
+ * the context. Against the read ceiling. Goal (issue 10): at T=2048 after a 128K prompt, the graph at
+ * least 20x faster than impl=dense at B >= 8 and 8x at B=1, both timed in the same run. */
 static void cost_rk(const kvb_run *r, kvb_cost *c)
 {
     const rk_priv *p = r->priv;
@@ -398,17 +377,7 @@ static void cost_rk(const kvb_run *r, kvb_cost *c)
         c->flops = 4.0 * rows * G * D;
         return;
     }
-    const double npg = page_count(sh->t + 1, sh->P), n_sel = hybrid_selected_pages(sh->k, sh->P);
-    double rows = 0; /* tokens of the chosen pages: the last page may be partial, and chosen */
-    const kvb_tensor *pages = kvb_run_find((kvb_run *)r, "pages");
-    for (int64_t i = 0; i < pages->n; i++) {
-        const double left = (double)sh->t + 1 - (double)((const int32_t *)pages->ref)[i] * sh->P;
-        rows += left < sh->P ? left : sh->P;
-    }
-    const double meta = heads * (D * 2 * 2 * 2), score = heads * (sh->r * npg * 2 + npg * 4 + sh->r * 4),
-                 topk = heads * (npg * 4 + n_sel * 4), attend = rows * D * 2 * 2 + heads * n_sel * 4;
-    c->bytes_dev = append + meta + score + topk + attend + qo;
-    c->flops = heads * G * sh->r * npg * 2 + 4.0 * rows * G * D;
+    rocketkv_step_bytes(sh, kvb_run_find((kvb_run *)r, "pages")->ref, &c->bytes_dev, &c->flops);
     if (p->x.impl == IMPL_GRAPH && kvb_case_int(r->c, "T") == 2048 && kvb_case_int(r->c, "Lmax") == 131072 &&
         !kvb_case_int(r->c, "all") && !kvb_case_int(r->c, "P") && !kvb_case_int(r->c, "r") && !kvb_case_int(r->c, "k")) {
         c->goal_impl = "dense";

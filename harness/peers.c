@@ -42,6 +42,7 @@ int kvb_peers_load(const char *path, kvb_peers *p)
         for (int k = 0; k < m->n; k++) {
             snprintf(q->keys[k], sizeof q->keys[k], "%s", m->keys[k]);
             q->vals[k] = m->items[k].num;
+            if (m->items[k].type == KVB_J_STR) snprintf(q->strs[k], sizeof q->strs[k], "%s", m->items[k].str);
         }
         q->n_keys = m->n;
         q->median_us = kvb_jnum(e, "median_us", 0);
@@ -62,18 +63,24 @@ void kvb_peers_free(kvb_peers *p)
     memset(p, 0, sizeof *p);
 }
 
-static int has_param(const kvb_op *op, const char *name)
+static const kvb_param *param_of(const kvb_op *op, const char *name)
 {
     for (int i = 0; i < op->n_params; i++)
-        if (!strcmp(op->params[i].name, name)) return 1;
-    return 0;
+        if (!strcmp(op->params[i].name, name)) return &op->params[i];
+    return NULL;
 }
 
 static int matches(const kvb_peer *q, const kvb_case *c)
 {
     if (strcmp(q->kernel, c->op->name)) return 0;
-    for (int k = 0; k < q->n_keys; k++)
-        if (!has_param(c->op, q->keys[k]) || kvb_case_get(c, q->keys[k]) != q->vals[k]) return 0;
+    for (int k = 0; k < q->n_keys; k++) {
+        const kvb_param *par = param_of(c->op, q->keys[k]);
+        if (!par) return 0;
+        if (q->strs[k][0]) { /* a name matches an enumerated key only */
+            if (par->type != KVB_P_ENUM || strcmp(kvb_case_enum(c, q->keys[k]), q->strs[k])) return 0;
+        } else if (kvb_case_get(c, q->keys[k]) != q->vals[k])
+            return 0;
+    }
     return 1;
 }
 

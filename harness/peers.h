@@ -6,7 +6,7 @@
  *        "peer": "torch_sdpa_cudnn_fwd", "median_us": ..., "min_us": ..., "max_us": ...,
  *        "noise_pct": ..., "samples": ...}, ...]}
  * A peer applies to a case when the kernel is the case's and every key of "match" is a key of the
- * case with that value.
+ * case with that value: a number, or for an enumerated key (decode_step's method, model) its name.
  */
 #ifndef KVB_PEERS_H
 #define KVB_PEERS_H
@@ -17,6 +17,7 @@ typedef struct kvb_peer {
     char kernel[64], name[64];
     char keys[16][32];
     double vals[16];
+    char strs[16][32]; /* an enumerated key's name ("" for a number) */
     int n_keys;
     double median_us, min_us, max_us, noise_pct;
     int samples;

@@ -12,10 +12,15 @@ Peers (each entry names the kvbench kernel and the case keys it matches):
   shadowkv_lowrank  torch.linalg.svd(full_matrices=False) of fp32 Kpre [S, Hkv*D] on the GPU, as ShadowKV
                   factors its keys (torch_linalg_svd), and torch.svd_lowrank(q=r, niter=2)
                   (torch_svd_lowrank), at S=32768, Hkv*D = 8*128 and 4*128, r=160
+  decode_step     method=dense, model=llama3-8b: one Llama block decoding one token for B sequences as a
+                  PyTorch user writes it (F.rms_norm, F.linear, rotate-half RoPE, cache row ctx written by
+                  index_copy_, SDPA with enable_gqa, F.silu), captured as a CUDA graph and replayed, per SDPA
+                  backend (torch_block_{cudnn,flash,efficient}_graph), and eager with the fastest backend
+                  (torch_block_<backend>_eager), (B, ctx) in --block-shapes
 
 Optional: needs python3 with torch and a CUDA device; nothing in kvbench depends on it.
 
-    python3 harness/torch_peers.py --out peers.json [--only sdpa,decode,topk,svd]
+    python3 harness/torch_peers.py --out peers.json [--only sdpa,decode,topk,svd,block]
 
 Timing follows kvbench's method where Python allows: inputs from a fixed seed (never zeros),
 3 warm-up launches, then per sample an L2 flush (a write of twice the L2 size) outside the timed
@@ -50,10 +55,71 @@ def time_it(torch, fn, flush, min_samples, min_seconds):
             "noise_pct": 100 * (statistics.stdev(times) / mean if len(times) > 1 else 0.0), "samples": len(times)}
 
 
+LLAMA3_8B = {"hidden": 4096, "Hq": 32, "Hkv": 8, "D": 128, "ffn": 14336, "theta": 500000.0, "eps": 1e-5}
+
+
+def block_tensors(torch, m, B, ctx, dev, g, dtype):
+    """The inputs of decode_step dense: seeded like the suite's case (weights normal / sqrt(fan_in), norms
+    1 + 0.1 normal, x and the cache normal), K and V at ctx + 1 rows, the RoPE cos/sin of position ctx."""
+    hidden, Hq, Hkv, D, ffn = m["hidden"], m["Hq"], m["Hkv"], m["D"], m["ffn"]
+
+    def randn(*shape, scale=1.0, shift=0.0):
+        return (torch.randn(*shape, device=dev, generator=g) * scale + shift).to(dtype)
+
+    t = {"x": randn(B, hidden), "norm1": randn(hidden, scale=0.1, shift=1.0),
+         "norm2": randn(hidden, scale=0.1, shift=1.0)}
+    for name, out, inp in (("wqkv", (Hq + 2 * Hkv) * D, hidden), ("wo", hidden, Hq * D), ("wgu", 2 * ffn, hidden),
+                           ("wdown", hidden, ffn)):
+        t[name] = randn(out, inp, scale=inp ** -0.5)
+    # the cache in bf16 directly: at B=8, 128K an fp32 temporary would double its 2 GB
+    t["K"] = torch.randn(B, Hkv, ctx + 1, D, device=dev, dtype=dtype, generator=g)
+    t["V"] = torch.randn(B, Hkv, ctx + 1, D, device=dev, dtype=dtype, generator=g)
+    # llama's rotate-half table at one position: angles in double (ctx * freq reaches 1e5 rad, past fp32's
+    # resolution), then bf16 like the suite's table; cat(f, f) so both halves of a head use the same angle
+    inv_freq = 1.0 / m["theta"] ** (torch.arange(0, D, 2, dtype=torch.float64, device=dev) / D)
+    ang = torch.cat((ctx * inv_freq, ctx * inv_freq))
+    t["cos"], t["sin"] = ang.cos().to(dtype), ang.sin().to(dtype)
+    t["pos"] = torch.tensor([ctx], device=dev)  # on the device: a graph replays it without a host copy
+    return t
+
+
+def block_step(torch, F, m, t):
+    """One dense decode step over the tensors of block_tensors: returns y [B, hidden]; writes row ctx of K, V
+    (the same row every call, so replays repeat the same work)."""
+    Hq, Hkv, D, eps = m["Hq"], m["Hkv"], m["D"], m["eps"]
+    x, K, V, cos, sin, pos = t["x"], t["K"], t["V"], t["cos"], t["sin"], t["pos"]
+    B = x.shape[0]
+    if hasattr(F, "rms_norm"):  # torch >= 2.4
+        def rms_norm(h, w):
+            return F.rms_norm(h, (h.shape[-1],), w, eps)
+    else:
+        def rms_norm(h, w):
+            hf = h.float()
+            return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype) * w
+
+    def rope(h):
+        h1, h2 = h.chunk(2, dim=-1)
+        return h * cos + torch.cat((-h2, h1), dim=-1) * sin
+
+    def step():
+        qkv = F.linear(rms_norm(x, t["norm1"]), t["wqkv"]).view(B, Hq + 2 * Hkv, D)
+        q, k, v = qkv.split((Hq, Hkv, Hkv), dim=1)
+        q, k = rope(q), rope(k)
+        K.index_copy_(2, pos, k.unsqueeze(2))  # a static cache's append (HF's StaticCache does the same)
+        V.index_copy_(2, pos, v.unsqueeze(2))
+        att = F.scaled_dot_product_attention(q.unsqueeze(2), K, V, enable_gqa=True)  # [B, Hq, 1, D]
+        h = x + F.linear(att.reshape(B, Hq * D), t["wo"])
+        gate, up = F.linear(rms_norm(h, t["norm2"]), t["wgu"]).chunk(2, dim=-1)
+        return h + F.linear(F.silu(gate) * up, t["wdown"])
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="4096,16384,32768")
-    ap.add_argument("--only", default="sdpa,decode,topk,svd")
+    ap.add_argument("--only", default="sdpa,decode,topk,svd,block")
+    ap.add_argument("--block-shapes", default="1x32768,1x131072,8x32768,8x131072", help="BxCTX,... for decode_step")
     ap.add_argument("--min-samples", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=0.3)
     ap.add_argument("--out", required=True)
@@ -143,6 +209,54 @@ def main():
             t = time_it(torch, lambda: torch.svd_lowrank(x, q=r, niter=2), flush, args.min_samples, args.min_seconds)
             add("shadowkv_lowrank", match, "torch_svd_lowrank", t)
             del x
+            torch.cuda.empty_cache()
+    if "block" in only:  # decode_step dense's peers: the whole block, graphed per SDPA backend, and eager
+        m = LLAMA3_8B
+        welems = (2 * m["hidden"] + (m["Hq"] + 2 * m["Hkv"]) * m["D"] * m["hidden"] + m["hidden"] * m["Hq"] * m["D"]
+                  + 3 * m["ffn"] * m["hidden"])
+        for shape in args.block_shapes.split(","):
+            B, ctx_len = (int(v) for v in shape.split("x"))
+            g.manual_seed(5)
+            t = block_tensors(torch, m, B, ctx_len, dev, g, torch.bfloat16)
+            step = block_step(torch, F, m, t)
+            match = {"method": "dense", "model": "llama3-8b", "B": B, "ctx": ctx_len}
+            nbytes = 2 * welems + 2 * 2 * B * m["Hkv"] * (ctx_len + 1) * m["D"]
+            graphed = {}
+            for bname in ("cudnn", "flash", "efficient"):
+                graph = y = None
+                try:
+                    with sdpa_kernel([backends[bname]]):
+                        # warm up on a side stream before capture (the torch.cuda.graphs recipe): lazy
+                        # init, cuBLAS handles and workspaces stay out of the graph
+                        side = torch.cuda.Stream()
+                        side.wait_stream(torch.cuda.current_stream())
+                        with torch.cuda.stream(side):
+                            for _ in range(3):
+                                step()
+                        torch.cuda.current_stream().wait_stream(side)
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph):
+                            y = step()  # the static output: each replay rewrites it
+                    tm = time_it(torch, graph.replay, flush, args.min_samples, args.min_seconds)
+                except RuntimeError as e:
+                    print(f"decode_step B={B} ctx={ctx_len} {bname} graph: not available ({str(e).splitlines()[0]})")
+                    del graph, y
+                    torch.cuda.synchronize()
+                    continue
+                graphed[bname] = tm["median_us"]
+                add("decode_step", match, f"torch_block_{bname}_graph", tm, bytes=nbytes)
+                del graph, y  # each graph holds a private memory pool
+            # eager with the fastest graphed backend; with none graphed, the first that runs
+            for bname in sorted(graphed, key=graphed.get) or ("cudnn", "flash", "efficient"):
+                try:
+                    with sdpa_kernel([backends[bname]]):
+                        tm = time_it(torch, step, flush, args.min_samples, args.min_seconds)
+                except RuntimeError as e:
+                    print(f"decode_step B={B} ctx={ctx_len} {bname} eager: not available ({str(e).splitlines()[0]})")
+                    continue
+                add("decode_step", match, f"torch_block_{bname}_eager", tm, bytes=nbytes)
+                break
+            del t, step
             torch.cuda.empty_cache()
     ctx = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": props.name,
            "cudnn": str(torch.backends.cudnn.version()), "command_line": " ".join(sys.argv)}

@@ -66,14 +66,15 @@ static int st_down(void *ctx, cudaStream_t s)
 #undef P
 
 int block_step_plan_make(block_step_plan *p, const char *name, const block_preset *m, int B, int64_t L, int max_pos,
-                         const block_buffers *buf, cudaStream_t stream, int timing)
+                         const block_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing)
 {
     memset(p, 0, sizeof *p);
     const char *who = "decode_step";
+    if (buf->attn) L = max_pos; /* the method's own cache: pos only has to lie in the RoPE table */
     int rc = block_check(m, B, L, max_pos, buf->pos_host, who);
     if (rc) return rc;
-    if (!buf->len_host) return kvb_fail(KVB_EINVAL, "%s: len_host is NULL", who);
-    for (int b = 0; b < B; b++)
+    if (!buf->attn && !buf->len_host) return kvb_fail(KVB_EINVAL, "%s: len_host is NULL", who);
+    for (int b = 0; !buf->attn && b < B; b++)
         if (buf->len_host[b] != buf->pos_host[b] + 1)
             return kvb_fail(KVB_EINVAL, "%s: len[%d]=%d out of range [%d, %d]: the step attends over pos + 1 tokens", who,
                             b, buf->len_host[b], buf->pos_host[b] + 1, buf->pos_host[b] + 1);
@@ -87,14 +88,25 @@ int block_step_plan_make(block_step_plan *p, const char *name, const block_prese
         *dst[i] = (kvb_bf16 *)at;
         at += al(sizeof(kvb_bf16) * (size_t)n[i]);
     }
-    kvb_step_init(&p->step, name, stream, stream);
-    static const struct { const char *name; kvb_stage_fn fn; } stages[] = {
-        {"rmsnorm1", st_norm1}, {"qkv_proj", st_qkv}, {"rope", st_rope},         {"kv_append", st_append},
-        {"attention", st_attend}, {"o_proj", st_oproj}, {"rmsnorm2", st_norm2}, {"gate_up_proj", st_gate_up},
-        {"silu_mul", st_silu},  {"down_proj", st_down},
-    };
-    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++)
-        if (kvb_step_add(&p->step, stages[i].name, 0, -1, stages[i].fn, p) < 0) return KVB_EINVAL;
+    if (buf->q) p->q = buf->q;
+    if (buf->knew) p->knew = buf->knew;
+    if (buf->vnew) p->vnew = buf->vnew;
+    kvb_step_init(&p->step, name, s0, s1);
+    typedef struct { const char *name; kvb_stage_fn fn; } stage;
+    static const stage before[] = {{"rmsnorm1", st_norm1}, {"qkv_proj", st_qkv}, {"rope", st_rope}};
+    static const stage dense[] = {{"kv_append", st_append}, {"attention", st_attend}};
+    static const stage after[] = {{"o_proj", st_oproj},         {"rmsnorm2", st_norm2}, {"gate_up_proj", st_gate_up},
+                                  {"silu_mul", st_silu},        {"down_proj", st_down}};
+    for (size_t i = 0; i < sizeof before / sizeof before[0]; i++)
+        if (kvb_step_add(&p->step, before[i].name, 0, -1, before[i].fn, p) < 0) return KVB_EINVAL;
+    if (buf->attn) {
+        if ((rc = buf->attn->add_stages(buf->attn->ctx, &p->step, p->q, p->knew, p->vnew, p->att))) return rc;
+    } else {
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+            if (kvb_step_add(&p->step, dense[i].name, 0, -1, dense[i].fn, p) < 0) return KVB_EINVAL;
+    }
+    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++)
+        if (kvb_step_add(&p->step, after[i].name, 0, -1, after[i].fn, p) < 0) return KVB_EINVAL;
     return kvb_step_finalize(&p->step, timing);
 }
 

@@ -1,8 +1,10 @@
-/* step_block.h: one transformer block decoding one token for B sequences, the dense method, as a
- * composition (compose.h; reference: ref_decode_block_dense; spec: decode.md, "End-to-end decode
- * steps"). Stages, all on the main stream:
+/* step_block.h: one transformer block decoding one token for B sequences as a composition (compose.h;
+ * reference: ref_block_pre / ref_block_post around the method's attention; spec: decode.md, "End-to-end
+ * decode steps"). Stages:
  *
- *   rmsnorm1 (h <- x)  qkv (cuBLAS)  rope_split  kv_append  attention (decode_attn over pos + 1 tokens)
+ *   rmsnorm1 (h <- x)  qkv (cuBLAS)  rope_split
+ *   the attention path: dense (kv_append, decode_attn over pos + 1 tokens), or a method's stages
+ *     (block_attention: they may use the side stream)
  *   o_proj (h += o W_o^T, cuBLAS)  rmsnorm2 (y <- h)  gate_up (cuBLAS)  silu_mul  down (y += ..., cuBLAS)
  *
  * Planned once on the host (every check of every stage runs at plan time), then enqueued eagerly or
@@ -19,14 +21,27 @@
 extern "C" {
 #endif
 
+/* A method's attention path inside the block: add_stages adds its stages to the block's step (after
+ * rope_split, before o_proj; kvb_step_add, stream 0 or 1). They read q [B, Hq, D] and the new token's
+ * knew, vnew [B, Hkv, D] (rotated), and write att [B, Hq, D] in a stage of stream 0 (o_proj follows it
+ * there). Every check runs inside add_stages (plan time), so a bad shape is refused before anything is
+ * launched. */
+typedef struct block_attention {
+    int (*add_stages)(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
+                      kvb_bf16 *att);
+    void *ctx;
+} block_attention;
+
 typedef struct block_buffers { /* device pointers unless *_host */
     const kvb_bf16 *x;                 /* [B, hidden] */
     block_weights w;                   /* device copies of the weights */
     const kvb_bf16 *cos_sin;           /* [max_pos, D] */
     const int32_t *pos, *pos_host;     /* [B] */
+    const block_attention *attn;       /* NULL: dense, over K, V (the next three fields); else unused */
     const int32_t *len, *len_host;     /* [B]: pos + 1 */
     kvb_bf16 *K, *V;                   /* [B, Hkv, L, D] */
     kvb_bf16 *y;                       /* [B, hidden] */
+    kvb_bf16 *q, *knew, *vnew;         /* rope_split's outputs [B, Hq | Hkv, D]: NULL = in the scratch */
     void *scratch;                     /* block_scratch_bytes */
     void *attn_ws;                     /* decode_attn_workspace_bytes, zeroed once */
     void *cublas;                      /* block_cublas_create */
@@ -44,8 +59,9 @@ typedef struct block_step_plan {
     kvb_step step;
 } block_step_plan;
 
+/* L: the dense cache's rows (with buf->attn: unused, pass max_pos). s1: the side stream (may equal s0). */
 int block_step_plan_make(block_step_plan *p, const char *name, const block_preset *m, int B, int64_t L, int max_pos,
-                         const block_buffers *buf, cudaStream_t stream, int timing);
+                         const block_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing);
 int block_step_enqueue(block_step_plan *p);
 void block_step_plan_destroy(block_step_plan *p);
 

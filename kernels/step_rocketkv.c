@@ -69,8 +69,7 @@ static int host_values_check(const rocketkv_shape *sh, const rocketkv_buffers *b
     return KVB_OK;
 }
 
-int rocketkv_step_plan_make(rocketkv_step_plan *p, const char *name, const rocketkv_shape *sh,
-                            const rocketkv_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing)
+int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const rocketkv_buffers *buf)
 {
     memset(p, 0, sizeof *p);
     int rc = rocketkv_shape_check(sh);
@@ -78,12 +77,34 @@ int rocketkv_step_plan_make(rocketkv_step_plan *p, const char *name, const rocke
     p->sh = *sh;
     p->buf = *buf;
     rocketkv_layouts(sh, &p->meta, &p->score, &p->att, &p->cache);
-    kvb_step_init(&p->step, name, s0, s1);
-    const int kv = kvb_step_add(&p->step, "kv_append", 1, -1, stage_kv_append, p);
-    if (kv < 0 || kvb_step_add(&p->step, "page_meta_append", 0, -1, stage_meta_append, p) < 0 ||
-        kvb_step_add(&p->step, "hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
-        kvb_step_add(&p->step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
+    return KVB_OK;
+}
+
+int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step)
+{
+    const int kv = kvb_step_add(step, "kv_append", 1, -1, stage_kv_append, p);
+    if (kv < 0 || kvb_step_add(step, "page_meta_append", 0, -1, stage_meta_append, p) < 0 ||
+        kvb_step_add(step, "hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
+        kvb_step_add(step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
         return KVB_EINVAL;
+    return KVB_OK;
+}
+
+int rocketkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
+                              kvb_bf16 *att)
+{
+    rocketkv_step_plan *p = ctx;
+    p->buf.q = q, p->buf.knew = knew, p->buf.vnew = vnew, p->buf.o = att;
+    return rocketkv_add_stages(p, step);
+}
+
+int rocketkv_step_plan_make(rocketkv_step_plan *p, const char *name, const rocketkv_shape *sh,
+                            const rocketkv_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing)
+{
+    int rc = rocketkv_path_prepare(p, sh, buf);
+    if (rc) return rc;
+    kvb_step_init(&p->step, name, s0, s1);
+    if ((rc = rocketkv_add_stages(p, &p->step))) return rc;
     return kvb_step_finalize(&p->step, timing);
 }
 

@@ -49,6 +49,16 @@ typedef struct rocketkv_step_plan {
 /* Device workspaces of the scoring (hybrid_score) and attention (sparse_attn_pages) stages. */
 void rocketkv_workspace_bytes(const rocketkv_shape *sh, size_t *score_bytes, size_t *attn_bytes);
 
+/* The path's checks and layouts without a step of its own (rocketkv_step_plan_make = this, then the
+ * stages added to p->step); then rocketkv_add_stages adds the four stages to any step (the decode
+ * block's): kv_append on its side stream, the rest on its main stream. */
+int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const rocketkv_buffers *buf);
+int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step);
+/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared plan): q, knew, vnew, o
+ * taken from the block's buffers. */
+int rocketkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
+                              kvb_bf16 *att);
+
 /* Plan the four stages on s0 (main) and s1 (side; may equal s0). timing: per-stage device times. */
 int rocketkv_step_plan_make(rocketkv_step_plan *p, const char *name, const rocketkv_shape *sh,
                             const rocketkv_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing);

@@ -109,38 +109,55 @@ int block_check(const block_preset *m, int B, int64_t L, int max_pos, const int3
     return KVB_OK;
 }
 
+int ref_block_pre(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
+                  const kvb_bf16 *cos_sin, int max_pos, kvb_bf16 *q, kvb_bf16 *knew, kvb_bf16 *vnew)
+{
+    int rc = block_check(m, B, max_pos, max_pos, pos, "ref_block_pre");
+    if (rc) return rc;
+    const int H = m->hidden, nqkv = (m->Hq + 2 * m->Hkv) * m->D;
+    kvb_bf16 *z = malloc(sizeof(kvb_bf16) * (size_t)B * H), *qkv = malloc(sizeof(kvb_bf16) * (size_t)B * nqkv);
+    ref_rmsnorm(x, w->norm1, B, H, m->eps, z);
+    for (int b = 0; b < B; b++) ref_linear(z + (int64_t)b * H, w->qkv, NULL, 1, H, nqkv, qkv + (int64_t)b * nqkv);
+    ref_rope_split(qkv, cos_sin, pos, B, m->Hq, m->Hkv, m->D, q, knew, vnew);
+    free(z), free(qkv);
+    return KVB_OK;
+}
+
+void ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
+                    const uint8_t *seqs, kvb_bf16 *y)
+{
+    const int H = m->hidden, F = m->ffn, qd = m->Hq * m->D;
+    kvb_bf16 *h = malloc(sizeof(kvb_bf16) * (size_t)H), *z = malloc(sizeof(kvb_bf16) * (size_t)H),
+             *gu = malloc(sizeof(kvb_bf16) * (size_t)2 * F), *act = malloc(sizeof(kvb_bf16) * (size_t)F);
+    for (int b = 0; b < B; b++) {
+        if (seqs && !seqs[b]) continue;
+        const int64_t xb = (int64_t)b * H;
+        ref_linear(att + (int64_t)b * qd, w->o, x + xb, 1, qd, H, h);
+        ref_rmsnorm(h, w->norm2, 1, H, m->eps, z);
+        ref_linear(z, w->gate_up, NULL, 1, H, 2 * F, gu);
+        ref_silu_mul(gu, 1, F, act);
+        ref_linear(act, w->down, h, 1, F, H, y + xb);
+    }
+    free(h), free(z), free(gu), free(act);
+}
+
 int ref_decode_block_dense(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
                            kvb_bf16 *K, kvb_bf16 *V, int64_t L, const kvb_bf16 *cos_sin, int max_pos,
                            const uint8_t *seqs, kvb_bf16 *y)
 {
     int rc = block_check(m, B, L, max_pos, pos, "ref_decode_block_dense");
     if (rc) return rc;
-    const int H = m->hidden, Hq = m->Hq, Hkv = m->Hkv, D = m->D, F = m->ffn, nqkv = (Hq + 2 * Hkv) * D;
+    const int Hq = m->Hq, Hkv = m->Hkv, D = m->D;
     const decode_layout d = {B, Hq, Hkv, D, L};
-    kvb_bf16 *z = malloc(sizeof(kvb_bf16) * (size_t)B * H), *qkv = malloc(sizeof(kvb_bf16) * (size_t)B * nqkv),
-             *q = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D), *kn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D),
-             *vn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D), *att = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D),
-             *h = malloc(sizeof(kvb_bf16) * (size_t)B * H), *gu = malloc(sizeof(kvb_bf16) * (size_t)2 * F),
-             *act = malloc(sizeof(kvb_bf16) * (size_t)F);
+    kvb_bf16 *q = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D), *kn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D),
+             *vn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D), *att = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D);
     int32_t *len = malloc(sizeof(int32_t) * (size_t)B);
     uint8_t *slices = seqs ? malloc((size_t)B * Hkv) : NULL;
     for (int b = 0; b < B; b++) len[b] = pos[b] + 1;
     for (int i = 0; slices && i < B * Hkv; i++) slices[i] = seqs[i / Hkv];
-    ref_rmsnorm(x, w->norm1, B, H, m->eps, z);
-    for (int b = 0; b < B; b++) /* k and v of every sequence are written to the cache */
-        ref_linear(z + (int64_t)b * H, w->qkv, NULL, 1, H, nqkv, qkv + (int64_t)b * nqkv);
-    ref_rope_split(qkv, cos_sin, pos, B, Hq, Hkv, D, q, kn, vn);
-    if (!(rc = ref_kv_append(kn, vn, pos, K, V, &d)) && !(rc = ref_decode_attn(q, K, V, len, att, &d, slices))) {
-        for (int b = 0; b < B; b++) {
-            if (seqs && !seqs[b]) continue;
-            const int64_t xb = (int64_t)b * H;
-            ref_linear(att + (int64_t)b * Hq * D, w->o, x + xb, 1, Hq * D, H, h + xb);
-            ref_rmsnorm(h + xb, w->norm2, 1, H, m->eps, z + xb);
-            ref_linear(z + xb, w->gate_up, NULL, 1, H, 2 * F, gu);
-            ref_silu_mul(gu, 1, F, act);
-            ref_linear(act, w->down, h + xb, 1, F, H, y + xb);
-        }
-    }
-    free(z), free(qkv), free(q), free(kn), free(vn), free(att), free(h), free(gu), free(act), free(len), free(slices);
+    if (!(rc = ref_block_pre(x, w, m, B, pos, cos_sin, max_pos, q, kn, vn)) && !(rc = ref_kv_append(kn, vn, pos, K, V, &d)) &&
+        !(rc = ref_decode_attn(q, K, V, len, att, &d, slices)))
+        ref_block_post(x, w, m, B, att, seqs, y);
+    free(q), free(kn), free(vn), free(att), free(len), free(slices);
     return rc;
 }

@@ -62,10 +62,20 @@ void ref_silu_mul(const kvb_bf16 *gate_up, int rows, int ffn, kvb_bf16 *y);
  * max_pos (pos may be NULL: shapes only). Messages name the parameter, its value and the range. */
 int block_check(const block_preset *m, int B, int64_t L, int max_pos, const int32_t *pos, const char *who);
 
+/* The block's halves around the attention path, shared by every method:
+ *   pre:  z = rmsnorm(x) * norm1, qkv = W_qkv z, q, knew, vnew = ref_rope_split(qkv) at pos (every sequence:
+ *         each sequence's new k and v go to its cache)
+ *   post: h = x + W_o att, y = h + W_down (silu(W_gate z2) * W_up z2), z2 = rmsnorm(h) * norm2, for the
+ *         sequences of `seqs` (NULL: all; else one byte per sequence, 1 = compute its y)
+ * q, att [B, Hq, D]; knew, vnew [B, Hkv, D]. */
+int ref_block_pre(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
+                  const kvb_bf16 *cos_sin, int max_pos, kvb_bf16 *q, kvb_bf16 *knew, kvb_bf16 *vnew);
+void ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
+                    const uint8_t *seqs, kvb_bf16 *y);
+
 /* The dense block for B sequences at positions pos[b] (the cache holds tokens [0, pos[b]) and the step
  * writes row pos[b]; attention over pos[b] + 1 tokens): x [B, hidden] -> y [B, hidden]; K, V [B, Hkv, L, D]
- * updated in place. `seqs`: NULL (every sequence) or one byte per sequence, 1 = compute its y (sampled
- * references of large cases; K, V rows are written for every sequence). */
+ * updated in place. `seqs` as in ref_block_post (K, V rows are written for every sequence). */
 int ref_decode_block_dense(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
                            kvb_bf16 *K, kvb_bf16 *V, int64_t L, const kvb_bf16 *cos_sin, int max_pos,
                            const uint8_t *seqs, kvb_bf16 *y);

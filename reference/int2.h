@@ -109,6 +109,16 @@ int ref_int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int6
 int ref_int2_append(int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
                     int64_t *T_after, int *R_after);
 
+/* The layout after one append (ref_int2_append's counts): R + 1 residual tokens, or after a flush
+ * T + 128 quantized and R + 1 - 128 residual. */
+static inline int2_layout int2_after_append(const int2_layout *l)
+{
+    int2_layout a = *l;
+    a.R = l->R + 1;
+    if (a.R >= INT2_FLUSH) a.T += INT2_FLUSH, a.R -= INT2_FLUSH;
+    return a;
+}
+
 /* scores[b,h,t] = sum_d q[b,h,d] * dequant(K)[b,h/G,d,t] for t < T, and mag[b,h,t] = sum_d |q * dequant(K)|
  * (the magnitude the tolerance is relative to). q [B, Hq, D] bf16; scores [B, Hq, T] fp32, mag double.
  * `slices`: NULL or one byte per (b, kv head), b-major (as in decode.h). */

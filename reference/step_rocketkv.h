@@ -43,6 +43,17 @@ int ref_rocketkv_step(const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *v
                       kvb_bf16 *kmin, kvb_bf16 *kmax, const rocketkv_shape *sh, float *u, int32_t *pages, kvb_bf16 *o,
                       const uint8_t *slices);
 
+/* The kept cache's metadata before the step: ref_page_meta_build over the first t rows of each head of
+ * K [B, Hkv, C, D] (t = 0: every entry empty, +inf / -inf). */
+int ref_rocketkv_meta_prefix(const rocketkv_shape *sh, const kvb_bf16 *K, kvb_bf16 *kmin, kvb_bf16 *kmax);
+
+/* Bytes of one step, each read or written once: the append (knew, vnew read; the K, V rows and one
+ * metadata entry per channel written, the entry read too), the scoring floor (r of D rows of one
+ * extrema tensor per KV head, q, u written; the page top-k reads u and writes the pages), and the
+ * attention (K, V rows of the chosen pages `pages` [B, Hkv, ceil(k/P)], q, o, the lists); flops of the
+ * scoring and the attention. */
+void rocketkv_step_bytes(const rocketkv_shape *sh, const int32_t *pages, double *bytes, double *flops);
+
 #ifdef __cplusplus
 }
 #endif
