@@ -98,7 +98,8 @@ $(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(KVBLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ -L$(BUILD)/lib -lkvbench -lcmocka $(LDLIBS)
 
-$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h
+# testlib runs cases through harness/op.h's kvb_run: it is rebuilt with the headers like every object
+$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h $(wildcard reference/*.h harness/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

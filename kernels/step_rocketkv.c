@@ -82,7 +82,12 @@ int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const
 
 int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step)
 {
-    const int kv = kvb_step_add(step, "kv_append", 1, -1, stage_kv_append, p);
+    /* the side stream's append waits for the main stream's last stage so far (in the block: rope_split,
+     * which writes knew, vnew); first in a step of its own, it waits for nothing but the step's fork */
+    int producer = -1;
+    for (int i = 0; i < step->n; i++)
+        if (step->st[i].stream == 0) producer = i;
+    const int kv = kvb_step_add(step, "kv_append", 1, producer, stage_kv_append, p);
     if (kv < 0 || kvb_step_add(step, "page_meta_append", 0, -1, stage_meta_append, p) < 0 ||
         kvb_step_add(step, "hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
         kvb_step_add(step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
