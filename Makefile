@@ -3,6 +3,7 @@
 #   make test       unit + GPU tests; ends with "N passed, N failed, N skipped"
 #   make check      kvbench check (CUDA vs reference; references only without a GPU)
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
+#   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/bench.json
 #   make run        the main job: deps, build, check, bench (what can run on this machine)
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
@@ -58,7 +59,7 @@ KVBENCH     := $(BUILD)/bin/kvbench
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 
-.PHONY: all test check bench run bundle deps ptxas sass clean
+.PHONY: all test check bench step-report run bundle deps ptxas sass clean
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
@@ -120,6 +121,13 @@ RESULTS ?= results/local
 bench: $(KVBENCH)
 	@mkdir -p $(RESULTS)
 	$(KVBENCH) bench $(KV_ARGS) --json $(RESULTS)/bench.json --summary $(RESULTS)/summary.md
+
+# decode_step tables and stage plot from a finished run (no build: python3 + gnuplot)
+STEP_RESULTS ?= $(RESULTS)
+GPU          ?= H200
+step-report:
+	python3 harness/step_report.py $(STEP_RESULTS)/bench.json $(STEP_RESULTS)
+	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/step_stages.gp
 
 run: deps
 	@$(MAKE) --no-print-directory all
