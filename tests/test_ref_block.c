@@ -13,6 +13,7 @@
 
 #include "../reference/batch_gemm_rotary.h"
 #include "../reference/block.h"
+#include "../harness/case.h"
 #include "testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
@@ -108,11 +109,38 @@ static void test_block_cache_rows(void **st)
     free(K), free(V), free(K0), free(x), free(y), free(cs), free(wbuf);
 }
 
+/* decode_step's bad input (issue 11): each refused when the case is read, before anything is allocated,
+ * naming the key, its value and the range (and, for a batch too large, the largest that fits) */
+static void test_decode_step_refusals(void **state)
+{
+    (void)state;
+    kvb_case c;
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=tiny B=1 ctx=1000 budget=4096", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("budget=4096 out of range [2, ctx = 1000]");
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=llama3-8b B=64 ctx=131072", "t", &c), KVB_EINVAL);
+    assert_error_mentions("at B=64, out of range [0, 24 GB]: at most B=44 fits at ctx=131072");
+    assert_int_equal(kvb_case_parse("decode_step method=minikv model=llama3-8b B=64 ctx=131072", "t", &c), KVB_EINVAL);
+    assert_error_mentions("at most B=29 fits");
+    assert_int_equal(kvb_case_parse("decode_step method=minikv model=tiny B=1 ctx=10 all=1", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=minikv: all=1 out of range [0, 0]");
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 all=1", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=dense: all=1 out of range [0, 0]");
+    assert_int_equal(kvb_case_parse("decode_step method=shadow model=tiny B=1 ctx=10", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=shadow is not one of dense|rocketkv|minikv");
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=gpt B=1 ctx=10", "t", &c), KVB_EINVAL);
+    assert_error_mentions("model=gpt is not one of");
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=tiny B=1 ctx=1000 budget=256 gen=50", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("gen=50");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_linear_with_residual), cmocka_unit_test(test_rope_split),
         cmocka_unit_test(test_silu_mul),    cmocka_unit_test(test_block_cache_rows),
+        cmocka_unit_test(test_decode_step_refusals),
     };
     return cmocka_run_group_tests_name("ref block", tests, NULL, NULL);
 }
