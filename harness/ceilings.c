@@ -197,6 +197,13 @@ double kvb_ceiling_seconds(const kvb_cost *cost, const kvb_ceilings *c)
     case KVB_CEIL_D2D: /* a copy of bytes_dev / 2 moves bytes_dev (read + write) */
         return cost->bytes_dev >= 32 ? kvb_d2d_contiguous_seconds((size_t)(cost->bytes_dev / 2)) : 0;
     case KVB_CEIL_READ: return cost->bytes_dev >= 16 ? kvb_read_contiguous_seconds((size_t)cost->bytes_dev) : 0;
+    case KVB_CEIL_READ_H2D: {
+        const double serial = cost->bytes_dev_serial >= 16 ? kvb_read_contiguous_seconds((size_t)cost->bytes_dev_serial) : 0;
+        const double rest = cost->bytes_dev - cost->bytes_dev_serial;
+        const double dev = rest >= 16 ? kvb_read_contiguous_seconds((size_t)rest) : 0;
+        const double host = cost->bytes_h2d > 0 ? kvb_h2d_contiguous_seconds((size_t)cost->bytes_h2d) : 0;
+        return serial + (dev > host ? dev : host);
+    }
     case KVB_CEIL_MMA: return cost->flops > 0 && c && c->bf16_mma_TFLOPs > 0 ? cost->flops / (c->bf16_mma_TFLOPs * 1e12) : 0;
     case KVB_CEIL_NONE: break;
     }
@@ -209,6 +216,7 @@ const char *kvb_ceiling_name(kvb_ceiling_kind k)
     case KVB_CEIL_H2D: return "pinned H2D copy";
     case KVB_CEIL_D2D: return "device copy";
     case KVB_CEIL_READ: return "device read";
+    case KVB_CEIL_READ_H2D: return "device read, pinned H2D overlapped";
     case KVB_CEIL_MMA: return "bf16 matrix rate";
     case KVB_CEIL_NONE: break;
     }

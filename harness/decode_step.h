@@ -18,6 +18,7 @@
 #include "../reference/block.h"
 #include "../reference/int2.h"
 #include "../reference/step_rocketkv.h"
+#include "../reference/step_shadowkv.h"
 #include "op.h"
 #if KVB_HAVE_CUDA
 #include "../kernels/step_block.h"
@@ -35,6 +36,7 @@ typedef struct step_case {
     int2_layout mk;    /* minikv: the cache before the step's append */
     int64_t mk_kept;   /* minikv: prompt tokens kept (heavy hitters and the recent window); the cache
                           holds mk_kept + gen */
+    shadowkv_step_shape skv; /* shadowkv: the chunks, the buffer, the rank, the hits */
 } step_case;
 
 typedef struct step_method step_method;
@@ -47,6 +49,7 @@ typedef struct step_priv {
     kvb_bf16 *att;       /* [B, Hq, D]: the reference attention output */
     void *ms;            /* the method's private state */
     int from_device;     /* ref_attend called with the device's q, knew, vnew (its outputs downloaded) */
+    int ref_pending;     /* the state depends on the host's q and a device builds it: the reference follows */
 #if KVB_HAVE_CUDA
     block_step_plan plan, plan_timed;
     block_attention attn[2];
@@ -67,7 +70,13 @@ struct step_method {
      * (a budget covering every token equals dense) where the case asks for it. */
     int (*ref_attend)(kvb_run *r, step_priv *p, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                       kvb_bf16 *att);
+    /* Optional, for a state that depends on the step's own q (shadowkv: which chunks are cached): built
+     * from the host's q once ref_block_pre has it, by the references on a machine without a device
+     * (host_prefill), by the device's prefill kernels otherwise (gpu_prefill_q, at GPU setup); the
+     * step's reference is computed after it. */
+    int (*host_prefill)(kvb_run *r, step_priv *p, const kvb_bf16 *q);
 #if KVB_HAVE_CUDA
+    int (*gpu_prefill_q)(kvb_run *r, step_priv *p, const kvb_bf16 *q);
     /* Device prefill (once): the state's initial device contents (t->d_init of its INOUT tensors) built
      * by the suite's prefill kernels from the activations. NULL: the uploaded host state is used. */
     int (*gpu_prefill)(kvb_run *r, step_priv *p);
@@ -84,7 +93,7 @@ struct step_method {
     void (*teardown)(step_priv *p);
 };
 
-extern const step_method step_method_dense, step_method_rocketkv, step_method_minikv;
+extern const step_method step_method_dense, step_method_rocketkv, step_method_minikv, step_method_shadowkv;
 
 /* Shared by the methods' files. */
 kvb_tensor *step_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, int64_t a, int64_t b, int64_t c,

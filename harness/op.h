@@ -14,7 +14,7 @@
 #include "gpu.h"
 #include "tensor.h"
 
-#define KVB_MAX_TENSORS 32
+#define KVB_MAX_TENSORS 48
 #define KVB_MAX_DIMS 6
 
 typedef enum {
@@ -63,11 +63,15 @@ typedef struct kvb_tensor {
 /* H2D: host reads against a contiguous pinned copy; D2D: copies (as many bytes written as read)
  * against a device copy; READ: read-mostly kernels (attention, scoring, top-k) against a kernel that
  * only streams and reduces the same bytes; MMA: FLOPs at the measured bf16 matrix rate. */
-typedef enum { KVB_CEIL_NONE, KVB_CEIL_H2D, KVB_CEIL_D2D, KVB_CEIL_MMA, KVB_CEIL_READ } kvb_ceiling_kind;
+/* KVB_CEIL_READ_H2D: bytes_dev_serial read first, then the rest of bytes_dev read while bytes_h2d cross
+ * from pinned host memory (an offloading decode step: the weights, then its device and host bytes
+ * overlapped) */
+typedef enum { KVB_CEIL_NONE, KVB_CEIL_H2D, KVB_CEIL_D2D, KVB_CEIL_MMA, KVB_CEIL_READ, KVB_CEIL_READ_H2D } kvb_ceiling_kind;
 
 typedef struct kvb_cost {
     double bytes_h2d;  /* bytes that must cross from host memory */
     double bytes_dev;  /* device-memory bytes read + written, each once (the floor) */
+    double bytes_dev_serial; /* KVB_CEIL_READ_H2D: the part of bytes_dev read before the overlap */
     double flops;
     kvb_ceiling_kind ceiling; /* the ceiling the time is stated against */
     double goal_us;    /* the goal for this case, if it has one (<= 0: none) */

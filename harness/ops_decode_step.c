@@ -1,9 +1,10 @@
 /* ops_decode_step.c: one transformer block decoding one token, end to end (spec: decode.md, "End-to-end
  * decode steps"; kernels/step_block.h; reference/block.h; the methods: harness/decode_step.h).
  *
- * Kernel name: decode_step. Keys: method (dense, rocketkv, minikv), model (a preset of reference/block.h),
- * B, ctx (the prompt), gen (tokens generated before the step: it decodes position ctx + gen), budget
- * (rocketkv's token budget T),
+ * Kernel name: decode_step. Keys: method (dense, rocketkv, minikv, shadowkv), model (a preset of
+ * reference/block.h), B, ctx (the prompt), gen (tokens generated before the step: it decodes position
+ * ctx + gen), budget (the sparse methods' token budget), rank and hit (shadowkv's rank and the share of
+ * the step's chunks already in its buffer),
  * all (the sparse method attends every token: must equal dense), seed. Implementations: kernel (the step
  * captured once as a CUDA graph and replayed), eager (its stages enqueued one by one).
  *
@@ -15,7 +16,9 @@
  * the reference would take long (the first and the last).
  *
  * Bound (decode.md): weight bytes and the method's attention bytes read once at the device read rate
- * (the read ceiling of the step's bytes); goal: within 1.2x of it. The note adds the state each sequence
+ * (the read ceiling of the step's bytes), and for an offloading method (shadowkv) the weights, then
+ * the larger of its device bytes at the read ceiling and its host bytes at the pinned copy ceiling;
+ * goal: within 1.2x of it. The note adds the state each sequence
  * keeps, the largest batch that fits beside the whole model's weights, and the decode throughput
  * projected to the whole model (B / (step time x layers)).
  */
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../reference/batch_gemm_rotary.h"
 #include "ceilings.h"
@@ -31,16 +35,19 @@
 
 #define NPARAMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static const step_method *const METHODS[] = {&step_method_dense, &step_method_rocketkv, &step_method_minikv};
+static const step_method *const METHODS[] = {&step_method_dense, &step_method_rocketkv, &step_method_minikv,
+                                             &step_method_shadowkv};
 
 static const kvb_param step_params[] = {
-    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv", "attention path (harness/decode_step_<method>.c)"},
+    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv", "attention path (harness/decode_step_<method>.c)"},
     {"model", KVB_P_ENUM, 0, 0, 0, BLOCK_PRESETS, "model preset (reference/block.h)"},
     {"B", KVB_P_INT, 1, 1, DECODE_MAX_B, NULL, "batch"},
     {"ctx", KVB_P_INT, 32768, 0, DECODE_MAX_L - 1, NULL, "prompt tokens"},
     {"gen", KVB_P_INT, 0, 0, 49, NULL, "tokens generated before the step (it decodes position ctx + gen)"},
     {"budget", KVB_P_INT, 2048, 2, DECODE_MAX_L, NULL, "rocketkv: token budget T (rocketkv_budget: C, P, r, k)"},
-    {"all", KVB_P_INT, 0, 0, 1, NULL, "rocketkv: 1 = attend every kept token (must equal dense attention)"},
+    {"all", KVB_P_INT, 0, 0, 1, NULL, "1 = the sparse method attends every token (must equal dense attention)"},
+    {"rank", KVB_P_INT, 160, 1, 1024, NULL, "shadowkv: rank of the low-rank keys"},
+    {"hit", KVB_P_FLOAT, 0.6, 0, 1, NULL, "shadowkv: fraction of the step's chunks already in the buffer"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
@@ -160,6 +167,13 @@ static int setup_step(kvb_run *r)
     p->att = malloc(sizeof(kvb_bf16) * (size_t)B * m->Hq * m->D);
     const block_weights w = host_weights(r);
     if ((rc = ref_block_pre(x->h, &w, m, B, pos->h, cs->h, max_pos, q->ref, kn->ref, vn->ref))) return rc;
+    if (p->method->host_prefill) {
+        if (kvb_gpu_available()) { /* the device builds the state at GPU setup; the reference follows it */
+            p->ref_pending = 1;
+            return KVB_OK;
+        }
+        if ((rc = p->method->host_prefill(r, p, q->ref))) return rc;
+    }
     return ref_rest(r, p, q->ref, kn->ref, vn->ref);
 }
 
@@ -183,6 +197,12 @@ static int gpu_setup_step(kvb_run *r)
     step_priv *p = r->priv;
     int rc = block_cublas_create(&p->cublas, &p->cublas_ws);
     if (rc || (p->method->gpu_prefill && (rc = p->method->gpu_prefill(r, p)))) return rc;
+    if (p->method->gpu_prefill_q) {
+        const kvb_tensor *q = kvb_run_find(r, "q"), *kn = kvb_run_find(r, "knew"), *vn = kvb_run_find(r, "vnew");
+        if ((rc = p->method->gpu_prefill_q(r, p, q->ref))) return rc;
+        if (p->ref_pending && (rc = ref_rest(r, p, q->ref, kn->ref, vn->ref))) return rc;
+        p->ref_pending = 0;
+    }
     block_buffers b = {
         .x = step_dev(r, "x"),
         .w = {step_dev(r, "norm1"), step_dev(r, "norm2"), step_dev(r, "w_qkv"), step_dev(r, "w_o"),
@@ -256,8 +276,12 @@ static void cost_step(const kvb_run *r, kvb_cost *c)
     c->bytes_h2d = host;
     c->flops = 2.0 * p->s.B * (double)block_weight_elems(m) + flops;
     c->ceiling = KVB_CEIL_READ;
+    if (host > 0) { /* offload: the weights, then the device's bytes and the host's overlapped */
+        c->ceiling = KVB_CEIL_READ_H2D;
+        c->bytes_dev_serial = weights;
+    }
     if (r->ceil && r->ceil->measured) {
-        c->goal_us = 1.2 * kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6;
+        c->goal_us = 1.2 * kvb_ceiling_seconds(c, r->ceil) * 1e6;
         c->goal_text = "1.2x the bound";
     }
     c->tokens = p->s.B, c->layers = m->layers;
@@ -269,6 +293,8 @@ static void cost_step(const kvb_run *r, kvb_cost *c)
     kvb_device_info info;
     if (kvb_gpu_available() && kvb_gpu_info(&info) == KVB_OK && info.mem_bytes > 0)
         extra(c, "max_batch_device", floor(((double)info.mem_bytes - weights * m->layers) / (state_dev * m->layers)));
+    const double host_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    if (state_host > 0 && host_mem > 0) extra(c, "max_batch_host", floor(host_mem / (state_host * m->layers)));
 }
 
 static void teardown_step(kvb_run *r)
@@ -289,6 +315,15 @@ static void teardown_step(kvb_run *r)
     r->priv = NULL;
 }
 
+/* shadowkv's values live in the suite's pinned host pool, reserved once for the largest case */
+static size_t host_bytes_step(const kvb_case *c)
+{
+    step_case s;
+    if (case_of(c, &s) || METHODS[s.method] != &step_method_shadowkv) return 0;
+    const gather_layout *g = &s.skv.L.g;
+    return (size_t)g->B * g->Hkv * (size_t)g->host_stride * (size_t)gather_chunk_bytes(g);
+}
+
 static const kvb_impl step_impls[] = {
     {"kernel", NULL, 0, "the block's stages captured once as a CUDA graph and replayed"},
     {"eager", NULL, 0, "the same stages enqueued one by one"},
@@ -298,11 +333,12 @@ const kvb_op op_decode_step = {
     .name = "decode_step",
     .family = "step_block",
     .summary = "one transformer block decoding one token for B sequences, end to end, per method (dense, rocketkv, "
-               "minikv)",
+               "minikv, shadowkv)",
     .params = step_params,
     .n_params = NPARAMS(step_params),
     .tol = {2e-2, 2e-2, 1e-2},
     .validate = validate_step,
+    .host_pool_bytes = host_bytes_step,
     .setup = setup_step,
     .gpu_setup = gpu_setup_step,
     .launch = launch_step,
