@@ -17,6 +17,7 @@
 
 #include "../reference/block.h"
 #include "../reference/int2.h"
+#include "../reference/omnikv.h"
 #include "../reference/step_rocketkv.h"
 #include "../reference/step_shadowkv.h"
 #include "op.h"
@@ -37,6 +38,9 @@ typedef struct step_case {
     int64_t mk_kept;   /* minikv: prompt tokens kept (heavy hitters and the recent window); the cache
                           holds mk_kept + gen */
     shadowkv_step_shape skv; /* shadowkv: the chunks, the buffer, the rank, the hits */
+    int role;          /* omnikv: OMNIKV_ROLE_FILTER or OMNIKV_ROLE_SPARSE (reference/omnikv.h) */
+    int ok_k;          /* omnikv: prompt tokens selected (budget; ctx with all=1) */
+    int ok_n;          /* omnikv sparse: tokens attended, ok_k + gen + 1 (the decoded ones, this step's included) */
 } step_case;
 
 typedef struct step_method step_method;
@@ -93,7 +97,8 @@ struct step_method {
     void (*teardown)(step_priv *p);
 };
 
-extern const step_method step_method_dense, step_method_rocketkv, step_method_minikv, step_method_shadowkv;
+extern const step_method step_method_dense, step_method_rocketkv, step_method_minikv, step_method_shadowkv,
+    step_method_omnikv;
 
 /* Shared by the methods' files. */
 kvb_tensor *step_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, int64_t a, int64_t b, int64_t c,

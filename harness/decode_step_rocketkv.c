@@ -23,9 +23,9 @@ enum { RK_M = 50 }; /* generated tokens the kept cache has room for */
 static int shape_rk(const kvb_case *c, step_case *s)
 {
     const char *who = "decode_step method=rocketkv";
-    if (s->budget > s->ctx)
-        return kvb_fail(KVB_EINVAL, "%s: budget=%d out of range [2, ctx = %d]: a budget larger than the context", who,
-                        s->budget, s->ctx);
+    if (s->budget < 2 || s->budget > s->ctx)
+        return kvb_fail(KVB_EINVAL, "%s: budget=%d out of range [2, ctx = %d]%s", who,
+                        s->budget, s->ctx, s->budget > s->ctx ? ": a budget larger than the context" : "");
     rocketkv_knobs kn;
     int rc = rocketkv_budget(s->budget, s->ctx, s->m->D, RK_M, &kn);
     if (rc) {

@@ -1,12 +1,13 @@
 /* ops_decode_step.c: one transformer block decoding one token, end to end (spec: decode.md, "End-to-end
  * decode steps"; kernels/step_block.h; reference/block.h; the methods: harness/decode_step.h).
  *
- * Kernel name: decode_step. Keys: method (dense, rocketkv, minikv, shadowkv), model (a preset of
- * reference/block.h), B, ctx (the prompt), gen (tokens generated before the step: it decodes position
- * ctx + gen), budget (the sparse methods' token budget), rank and hit (shadowkv's rank and the share of
- * the step's chunks already in its buffer),
- * all (the sparse method attends every token: must equal dense), seed. Implementations: kernel (the step
- * captured once as a CUDA graph and replayed), eager (its stages enqueued one by one).
+ * Kernel name: decode_step. Keys: method (dense, rocketkv, minikv, shadowkv, omnikv), role (omnikv's
+ * layer role: sparse or filter; the other methods have none), model (a preset of reference/block.h), B,
+ * ctx (the prompt), gen (tokens generated before the step: it decodes position ctx + gen), budget
+ * (rocketkv's token budget T; shadowkv's sparse budget, M chunks of 8 tokens; omnikv's k, the prompt
+ * tokens selected), rank and hit (shadowkv's rank and the share of the step's chunks already in its
+ * buffer), all (the sparse method attends every token: must equal dense), seed. Implementations:
+ * kernel (the step captured once as a CUDA graph and replayed), eager (its stages enqueued one by one).
  *
  * Inputs: x normal; weights normal scaled by 1/sqrt(fan_in), the norms' weights 1 + 0.1 normal; the
  * method's state from seeded normal activations; the bf16 RoPE table of rows 0..ctx. Outputs: q, knew,
@@ -20,7 +21,8 @@
  * the larger of its device bytes at the read ceiling and its host bytes at the pinned copy ceiling;
  * goal: within 1.2x of it. The note adds the state each sequence
  * keeps, the largest batch that fits beside the whole model's weights, and the decode throughput
- * projected to the whole model (B / (step time x layers)).
+ * projected to the whole model (B / (step time x layers)); for omnikv, the layers of the case's role
+ * and the dense layers (the model's step is composed from the roles: harness/step_report.py).
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,16 +38,19 @@
 #define NPARAMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const step_method *const METHODS[] = {&step_method_dense, &step_method_rocketkv, &step_method_minikv,
-                                             &step_method_shadowkv};
+                                             &step_method_shadowkv, &step_method_omnikv};
 
 static const kvb_param step_params[] = {
-    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv", "attention path (harness/decode_step_<method>.c)"},
+    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv|omnikv", "attention path (harness/decode_step_<method>.c)"},
+    {"role", KVB_P_ENUM, 0, 0, 0, "sparse|filter", "omnikv: the layer's role (reference/omnikv.h); other methods: none"},
     {"model", KVB_P_ENUM, 0, 0, 0, BLOCK_PRESETS, "model preset (reference/block.h)"},
     {"B", KVB_P_INT, 1, 1, DECODE_MAX_B, NULL, "batch"},
     {"ctx", KVB_P_INT, 32768, 0, DECODE_MAX_L - 1, NULL, "prompt tokens"},
     {"gen", KVB_P_INT, 0, 0, 49, NULL, "tokens generated before the step (it decodes position ctx + gen)"},
-    {"budget", KVB_P_INT, 2048, 2, DECODE_MAX_L, NULL, "rocketkv: token budget T (rocketkv_budget: C, P, r, k)"},
-    {"all", KVB_P_INT, 0, 0, 1, NULL, "1 = the sparse method attends every token (must equal dense attention)"},
+    {"budget", KVB_P_INT, 2048, 1, DECODE_MAX_L, NULL,
+     "rocketkv: token budget T (rocketkv_budget: C, P, r, k); shadowkv: sparse tokens (M chunks of 8); omnikv: "
+     "prompt tokens selected"},
+    {"all", KVB_P_INT, 0, 0, 1, NULL, "rocketkv, shadowkv, omnikv sparse: 1 = attend every token (must equal dense)"},
     {"rank", KVB_P_INT, 160, 1, 1024, NULL, "shadowkv: rank of the low-rank keys"},
     {"hit", KVB_P_FLOAT, 0.6, 0, 1, NULL, "shadowkv: fraction of the step's chunks already in the buffer"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
@@ -82,6 +87,10 @@ static int case_of(const kvb_case *c, step_case *s)
     s->B = kvb_case_int(c, "B"), s->ctx = kvb_case_int(c, "ctx"), s->gen = kvb_case_int(c, "gen");
     s->L = (int64_t)s->ctx + s->gen + 1;
     s->budget = kvb_case_int(c, "budget"), s->all = kvb_case_int(c, "all");
+    s->role = strcmp(kvb_case_enum(c, "role"), "filter") ? OMNIKV_ROLE_SPARSE : OMNIKV_ROLE_FILTER;
+    if (s->role == OMNIKV_ROLE_FILTER && METHODS[s->method] != &step_method_omnikv)
+        return kvb_fail(KVB_EINVAL, "decode_step method=%s: role=filter: only method=omnikv has layer roles",
+                        METHODS[s->method]->name);
     int rc = block_check(s->m, s->B, s->L, (int)s->L, NULL, "decode_step");
     return rc ? rc : METHODS[s->method]->shape(c, s);
 }
@@ -295,6 +304,14 @@ static void cost_step(const kvb_run *r, kvb_cost *c)
         extra(c, "max_batch_device", floor(((double)info.mem_bytes - weights * m->layers) / (state_dev * m->layers)));
     const double host_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     if (state_host > 0 && host_mem > 0) extra(c, "max_batch_host", floor(host_mem / (state_host * m->layers)));
+    /* omnikv: how many of the model's layers take this case's role, and how many are dense (the model's
+     * step is composed from them); a model without OmniKV's roles (not 32 layers) reports none */
+    int dense_layers, filter_layers, sparse_layers;
+    if (p->method == &step_method_omnikv && m->layers == OMNIKV_LAYERS &&
+        omnikv_role_counts(m->layers, &dense_layers, &filter_layers, &sparse_layers) == KVB_OK) {
+        extra(c, "role_layers", p->s.role == OMNIKV_ROLE_FILTER ? filter_layers : sparse_layers);
+        extra(c, "dense_layers", dense_layers);
+    }
 }
 
 static void teardown_step(kvb_run *r)
@@ -333,7 +350,7 @@ const kvb_op op_decode_step = {
     .name = "decode_step",
     .family = "step_block",
     .summary = "one transformer block decoding one token for B sequences, end to end, per method (dense, rocketkv, "
-               "minikv, shadowkv)",
+               "minikv, shadowkv, omnikv)",
     .params = step_params,
     .n_params = NPARAMS(step_params),
     .tol = {2e-2, 2e-2, 1e-2},

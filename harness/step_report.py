@@ -4,8 +4,9 @@
 usage: python3 harness/step_report.py BENCH_JSON OUTDIR
 
 Writes OUTDIR/tables.md (per method: step time against the bound and against dense, as in
-ShadowKV's Table 3; a per-stage latency breakdown, as in its Table 13; dense against the PyTorch
-peers) and OUTDIR/stages.dat (stage groups per case, for harness/step_stages.gp).
+ShadowKV's Table 3; a per-stage latency breakdown, as in its Table 13; OmniKV's model step composed
+from its layer roles; dense against the PyTorch peers) and OUTDIR/stages.dat (stage groups per case,
+for harness/step_stages.gp).
 Why a script and not the C summary: these tables join cases (a method against dense at the same
 ctx and B), which the per-case summary cannot. Every number printed comes from the JSON.
 Stdlib only, so it runs wherever the results are copied.
@@ -30,6 +31,10 @@ GROUPS = [
 # the dense case that agrees on these.
 WORKLOAD_KEYS = ["model", "B", "ctx", "gen"]
 LAYERS = 32  # tokens/s projection when the JSON lacks tokens_per_s: a Llama-3-8B has 32 blocks
+# OmniKV's layer roles in a 32-layer model (decode.md; reference/omnikv.h): used when a case lacks the
+# role_layers / dense_layers counters the bench reports.
+OMNIKV_LAYERS = {"dense": 5, "filter": 3, "sparse": 24}
+OMNIKV_GOAL_CTX = 131072  # the spec's goal: at 128K, >= 1.7x where the bound ratio allows (B >= 2), else 90% of it
 STAGE_PREFIX = "stage_us_"
 PEER_PREFIX = "peer_us_torch_block_"
 
@@ -256,6 +261,66 @@ def peer_table(dense_cases):
     return md_table(headers, rows)
 
 
+def omnikv_rows(cases):
+    """OmniKV's model step from one block per role: for each (model, B, ctx, gen, budget) with a filter
+    and a sparse case and the dense case of the same workload (impl=kernel), t_omnikv = n_dense t_dense +
+    n_filter t_filter + n_sparse t_sparse against the dense model's (n_dense + n_filter + n_sparse) t_dense;
+    the bounds composed the same way. Returns (composed rows, per-role rows)."""
+    key_names = WORKLOAD_KEYS + ["budget"]
+    groups = {}
+    for c in cases:
+        if c["method"] == "omnikv" and c["impl"] == "kernel":
+            key = tuple(c["params"].get(k) for k in key_names)
+            groups.setdefault(key, {})[c["params"].get("role", "sparse")] = c
+    composed, per_role = [], []
+    def order(key):  # ctx, B, budget, as the other tables; then the rest
+        p = dict(zip(key_names, key))
+        return [float(p[k]) if p[k] and p[k].replace(".", "", 1).isdigit() else 0.0 for k in ("ctx", "B", "budget", "gen")] + [p["model"] or ""]
+    for key in sorted(groups, key=order):
+        roles = groups[key]
+        d = find_dense(cases, next(iter(roles.values())))
+        p = dict(zip(key_names, key))
+        for role in ("filter", "sparse"):
+            if role not in roles:
+                continue
+            b = roles[role]["b"]
+            n = int(b.get("role_layers", OMNIKV_LAYERS[role]))
+            dmed = d["b"].get("median_us") if d else None
+            per_role.append([ctx_k(p["ctx"]), p["B"], p["budget"], role, n, us(b.get("median_us")),
+                             us(b.get("ceiling_us")), us(dmed),
+                             ratio(dmed / b["median_us"] if dmed and b.get("median_us") else None)])
+        if d is None or "filter" not in roles or "sparse" not in roles:
+            continue
+        f, sp, db = roles["filter"]["b"], roles["sparse"]["b"], d["b"]
+        n_dense = int(f.get("dense_layers", sp.get("dense_layers", OMNIKV_LAYERS["dense"])))
+        n_filter = int(f.get("role_layers", OMNIKV_LAYERS["filter"]))
+        n_sparse = int(sp.get("role_layers", OMNIKV_LAYERS["sparse"]))
+        n_all = n_dense + n_filter + n_sparse
+
+        def compose(field):
+            vals = [db.get(field), f.get(field), sp.get(field)]
+            if any(v is None for v in vals):
+                return None, None
+            return n_dense * vals[0] + n_filter * vals[1] + n_sparse * vals[2], n_all * vals[0]
+        t_omni, t_dense = compose("median_us")
+        b_omni, b_dense = compose("ceiling_us")
+        speedup = t_dense / t_omni if t_omni else None
+        bound_ratio = b_dense / b_omni if b_omni else None
+        goal, met = "–", "–"
+        if int(p["ctx"]) == OMNIKV_GOAL_CTX and speedup and bound_ratio:
+            if int(p["B"]) >= 2 and bound_ratio >= 1.7:
+                goal, met = ">= 1.7x", "yes" if speedup >= 1.7 else "no"
+            else:
+                goal, met = ">= 90% of bound ratio", "yes" if speedup >= 0.9 * bound_ratio else "no"
+        B = int(p["B"])
+        composed.append([ctx_k(p["ctx"]), p["B"], p["budget"], "%d+%d+%d" % (n_dense, n_filter, n_sparse),
+                         us(t_omni), us(t_dense), ratio(speedup), us(b_omni), us(b_dense), ratio(bound_ratio),
+                         "%.1f%%" % (100 * speedup / bound_ratio) if speedup and bound_ratio else "–",
+                         us(B / (t_omni * 1e-6)) if t_omni else "–", us(B / (t_dense * 1e-6)) if t_dense else "–",
+                         goal, met])
+    return composed, per_role
+
+
 def write_tables(path, src, ctx, cases):
     out = ["# decode_step report: %s" % device_name(ctx), "",
            "Source: `%s`" % src, ""]
@@ -288,6 +353,24 @@ def write_tables(path, src, ctx, cases):
         if "canonical" in src_note:
             out += ["(stage order: no label listed it; the block's canonical order)", ""]
         out += [breakdown_table(mc, m), ""]
+
+    composed, per_role = omnikv_rows(cases)
+    if composed or per_role:
+        out += ["## OmniKV: the model's step from its layer roles (impl=kernel, no offload)", "",
+                "One block measured per role; the model's step is t_omnikv = n_dense t_dense + n_filter t_filter + "
+                "n_sparse t_sparse (layers dense+filter+sparse; OmniKV's 32-layer roles: 5 + 3 + 24) against "
+                "dense's 32 t_dense, median step times; the bound ratio composes the bounds the same way. "
+                "tokens/s: B per model step (blocks only). Goal (decode.md): >= 1.7x at 128K where the bound "
+                "ratio allows it (B >= 2), otherwise >= 90% of the bound ratio.", ""]
+        if composed:
+            out += [md_table(["ctx", "B", "budget", "layers", "omnikv model us", "dense model us", "speedup",
+                              "omnikv bound us", "dense bound us", "bound ratio", "speedup % of bound ratio",
+                              "omnikv tokens/s", "dense tokens/s", "goal", "met"], composed), ""]
+        else:
+            out += ["(no workload has a filter, a sparse and a dense case: nothing to compose)", ""]
+        out += ["Per role (one block):", "",
+                md_table(["ctx", "B", "budget", "role", "layers", "step us", "bound us", "dense step us",
+                          "speedup vs dense"], per_role), ""]
 
     dense_peer = sorted((c for c in cases if c["method"] == "dense"
                          and any(k.startswith(PEER_PREFIX) for k in c["b"])), key=lambda c: (row_key(c), c["impl"] != "kernel"))

@@ -71,3 +71,43 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
     free(qd);
     return rc;
 }
+
+/* ---- layer roles (decode.md: for 32 layers, filters {2, 8, 18}; layers 0-1 and the layer after each
+ * filter dense; the rest sparse) ---- */
+
+static const int FILTER_LAYERS[] = {2, 8, 18};
+enum { N_FILTERS = (int)(sizeof FILTER_LAYERS / sizeof FILTER_LAYERS[0]) };
+
+static int layers_check(int layers, const char *who)
+{
+    if (layers != OMNIKV_LAYERS)
+        return kvb_fail(KVB_EINVAL, "%s: layers=%d out of range [%d, %d]: the spec gives OmniKV's layer roles for %d "
+                        "layers", who, layers, OMNIKV_LAYERS, OMNIKV_LAYERS, OMNIKV_LAYERS);
+    return KVB_OK;
+}
+
+int omnikv_layer_role(int layer, int layers)
+{
+    const char *who = "omnikv_layer_role";
+    if (layers_check(layers, who)) return -1;
+    if (layer < 0 || layer >= layers) {
+        kvb_fail(KVB_EINVAL, "%s: layer=%d out of range [0, %d]", who, layer, layers - 1);
+        return -1;
+    }
+    if (layer < 2) return OMNIKV_ROLE_DENSE;
+    for (int i = 0; i < N_FILTERS; i++) {
+        if (layer == FILTER_LAYERS[i]) return OMNIKV_ROLE_FILTER;
+        if (layer == FILTER_LAYERS[i] + 1) return OMNIKV_ROLE_DENSE;
+    }
+    return OMNIKV_ROLE_SPARSE;
+}
+
+int omnikv_role_counts(int layers, int *dense, int *filter, int *sparse)
+{
+    int rc = layers_check(layers, "omnikv_role_counts");
+    if (rc) return rc;
+    int n[3] = {0, 0, 0};
+    for (int l = 0; l < layers; l++) n[omnikv_layer_role(l, layers)]++;
+    *dense = n[OMNIKV_ROLE_DENSE], *filter = n[OMNIKV_ROLE_FILTER], *sparse = n[OMNIKV_ROLE_SPARSE];
+    return KVB_OK;
+}

@@ -53,6 +53,21 @@ int omnikv_select_check(const omnikv_layout *s, const int32_t *len, int k, const
 int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, const omnikv_layout *s, int k,
                       float *scores, int32_t *idx, double *mag, const uint8_t *rows);
 
+/* OmniKV's layer roles (decode.md, "End-to-end decode steps": for 32 layers, filters {2, 8, 18};
+ * layers 0-1 and the layer after each filter dense; the rest sparse). A filter layer attends densely
+ * and selects the prompt tokens the sparse layers after it attend (with the decoded tokens); a dense
+ * layer attends densely and selects nothing. The spec defines the roles for 32 layers only. */
+enum { OMNIKV_ROLE_DENSE = 0, OMNIKV_ROLE_FILTER = 1, OMNIKV_ROLE_SPARSE = 2 };
+#define OMNIKV_LAYERS 32
+
+/* The role of layer `layer` of a model of `layers` layers; -1 (kvb_last_error() says why) for layers
+ * other than 32 or a layer outside [0, layers). */
+int omnikv_layer_role(int layer, int layers);
+
+/* How many layers take each role (32 layers: 5 dense, 3 filter, 24 sparse); KVB_EINVAL for layers
+ * other than 32. */
+int omnikv_role_counts(int layers, int *dense, int *filter, int *sparse);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,12 +127,63 @@ static void test_decode_step_refusals(void **state)
     assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 all=1", "t", &c), KVB_EINVAL);
     assert_error_mentions("method=dense: all=1 out of range [0, 0]");
     assert_int_equal(kvb_case_parse("decode_step method=shadow model=tiny B=1 ctx=10", "t", &c), KVB_EINVAL);
-    assert_error_mentions("method=shadow is not one of dense|rocketkv|minikv");
+    assert_error_mentions("method=shadow is not one of dense|rocketkv|minikv|shadowkv|omnikv");
     assert_int_equal(kvb_case_parse("decode_step method=dense model=gpt B=1 ctx=10", "t", &c), KVB_EINVAL);
     assert_error_mentions("model=gpt is not one of");
     assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=tiny B=1 ctx=1000 budget=256 gen=50", "t", &c),
                      KVB_EINVAL);
     assert_error_mentions("gen=50");
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=tiny B=1 ctx=1000 budget=1", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=rocketkv: budget=1 out of range [2, ctx = 1000]");
+    /* shadowkv: the budget in whole chunks within the context, the rank within the keys' columns, the hit
+     * rate a fraction, the host's values counted in the batch that fits */
+    assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=2048 rank=32", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("budget=2048 out of range [8, ctx = 1000]: a budget larger than the context");
+    assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=100 rank=32", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("budget=100 out of range [8, ...], a multiple of the chunk (8 tokens)");
+    assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=256", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("rank=160 out of range [1, min(ctx, Hkv*D) = 128]");
+    assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=256 rank=8 hit=1.5",
+                                    "t", &c), KVB_EINVAL);
+    assert_error_mentions("hit=1.5");
+    assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=640 rank=8", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("M=80 out of range [1, min(4096, Lm = n_chunks - outlier_chunks = 121 - 48 = 73)]");
+    /* omnikv: k = budget prompt tokens selected, roles only for omnikv, all=1 only for its sparse layer */
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=1000 budget=1001", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("method=omnikv: budget=1001 out of range [1, ctx = 1000]: a budget larger than the context");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv role=filter model=tiny B=1 ctx=1000 budget=1001", "t",
+                                    &c), KVB_EINVAL);
+    assert_error_mentions("budget=1001 out of range [1, ctx = 1000]");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=1000 budget=0", "t", &c), KVB_EINVAL);
+    assert_error_mentions("budget=0 out of range [1, ");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=0 budget=1", "t", &c), KVB_EINVAL);
+    assert_error_mentions("budget=1 out of range [1, ctx = 0]: a budget larger than the context");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=0 all=1", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=omnikv all=1: ctx=0 out of range [1, ");
+    assert_int_equal(kvb_case_parse("decode_step method=dense role=filter model=tiny B=1 ctx=10", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=dense: role=filter: only method=omnikv has layer roles");
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv role=filter model=tiny B=1 ctx=1000 budget=256", "t",
+                                    &c), KVB_EINVAL);
+    assert_error_mentions("method=rocketkv: role=filter: only method=omnikv has layer roles");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv role=filter model=tiny B=1 ctx=100 budget=10 all=1", "t",
+                                    &c), KVB_EINVAL);
+    assert_error_mentions("method=omnikv role=filter: all=1 out of range [0, 0]");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv role=mixed model=tiny B=1 ctx=100 budget=10", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("role=mixed is not one of sparse|filter");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=llama3-8b B=64 ctx=131072", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=omnikv: K and V take");
+    assert_error_mentions("at most B=44 fits at ctx=131072");
+    /* accepted: the default role for any method; all=1 on the sparse layer ignores budget (k = ctx) */
+    assert_int_equal(kvb_case_parse("decode_step method=dense role=sparse model=tiny B=1 ctx=10", "t", &c), KVB_OK);
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=100 all=1", "t", &c), KVB_OK);
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv role=filter model=tiny B=1 ctx=100 budget=100", "t", &c),
+                     KVB_OK);
 }
 
 int main(void)

@@ -6,10 +6,12 @@
  *   - GQA: query head h reads KV head h / G, and the max runs over all Hq heads of the sequence;
  *   - ties go to the lower index; tokens past len[b] are never selected and score -inf;
  *   - random inputs at G = 1, 2, 4, 8 and D = 64, 128 against the brute force;
- *   - every refusal names the parameter, its value and the range. */
+ *   - every refusal names the parameter, its value and the range;
+ *   - the layer roles of a 32-layer model, written out from the spec, and their counts (5, 3, 24). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../reference/kvb.h"
 #include "../reference/omnikv.h"
@@ -229,6 +231,34 @@ static void test_refusals(void **state)
     assert_error_mentions("who: Hkv=300 out of range [1, 256]");
 }
 
+/* OmniKV's layer roles, written out from the spec (decode.md: for 32 layers, filters {2, 8, 18}; layers
+ * 0-1 and the layer after each filter dense; the rest sparse): D = dense, F = filter, S = sparse */
+static void test_layer_roles(void **state)
+{
+    (void)state;
+    const char *want = "DDFD" "SSSS" "FD" "SSSSSSSS" "FD" "SSSSSSSSSSSS";
+    assert_int_equal((int)strlen(want), 32);
+    for (int l = 0; l < 32; l++) {
+        const int role = omnikv_layer_role(l, 32);
+        const int expect = want[l] == 'D' ? OMNIKV_ROLE_DENSE : want[l] == 'F' ? OMNIKV_ROLE_FILTER : OMNIKV_ROLE_SPARSE;
+        if (role != expect) fail_msg("layer %d: role %d, the spec says %c", l, role, want[l]);
+    }
+    int dense = -1, filter = -1, sparse = -1;
+    assert_int_equal(omnikv_role_counts(32, &dense, &filter, &sparse), KVB_OK);
+    assert_int_equal(dense, 5);
+    assert_int_equal(filter, 3);
+    assert_int_equal(sparse, 24);
+    /* refusals: the spec gives the roles for 32 layers only */
+    assert_int_equal(omnikv_layer_role(0, 2), -1);
+    assert_error_mentions("omnikv_layer_role: layers=2 out of range [32, 32]");
+    assert_int_equal(omnikv_layer_role(32, 32), -1);
+    assert_error_mentions("omnikv_layer_role: layer=32 out of range [0, 31]");
+    assert_int_equal(omnikv_layer_role(-1, 32), -1);
+    assert_error_mentions("layer=-1 out of range [0, 31]");
+    assert_int_equal(omnikv_role_counts(40, &dense, &filter, &sparse), KVB_EINVAL);
+    assert_error_mentions("omnikv_role_counts: layers=40 out of range [32, 32]");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_ties_and_length_mask),
         cmocka_unit_test(test_random_against_brute_force),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layer_roles),
     };
     return cmocka_run_group_tests_name("ref omnikv", tests, NULL, NULL);
 }
