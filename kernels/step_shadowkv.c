@@ -83,7 +83,9 @@ static int stage_keys_moved(void *ctx, cudaStream_t s)
 static int stage_keys_rebuilt(void *ctx, cudaStream_t s)
 {
     shadowkv_path *p = ctx;
-    /* the slot tags after index_scan are the chunk ids in slot order */
+    /* the slot tags after index_scan are the chunk ids in slot order; bad collects this step's flags */
+    if (cudaMemsetAsync(p->b.bad, 0, sizeof *p->b.bad, s) != cudaSuccess)
+        return kvb_fail(KVB_EDEVICE, "shadowkv step: zeroing the bad-id flag: %s", cudaGetErrorString(cudaGetLastError()));
     return batch_gemm_rotary(p->b.U, p->b.SV, p->b.cached_ids, p->b.cnts, p->b.cos_sin, &p->sh.L.g, p->sh.S, p->sh.r,
                              p->sh.max_pos, ROPE_LLAMA, p->b.Kbuf, p->b.bad, s);
 }

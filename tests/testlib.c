@@ -36,18 +36,26 @@ static void run_gpu_case(void **state)
     if (!kvb_gpu_available()) skip();
     kvb_run r;
     if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
-    kvb_run_gpu_setup(&r);
-    for (int round = 0; round < g_rounds; round++) {
+    /* a failure is reported after the teardown: cmocka's fail_msg jumps out, and a run left set up keeps
+     * its device memory and host pool from every later case */
+    char why[1024] = "";
+    if (kvb_run_gpu_setup(&r) != KVB_OK) snprintf(why, sizeof why, "%s: GPU setup: %s", c->id, kvb_last_error());
+    for (int round = 0; round < g_rounds && !why[0]; round++) {
         kvb_verdict v;
-        if (kvb_run_validate(&r, &v) != KVB_OK) fail_msg("%s: launch: %s", c->id, kvb_last_error());
-        for (int i = 0; i < v.n; i++)
+        if (kvb_run_validate(&r, &v) != KVB_OK) {
+            snprintf(why, sizeof why, "%s: launch: %s", c->id, kvb_last_error());
+            break;
+        }
+        for (int i = 0; i < v.n && !why[0]; i++)
             if (!v.res[i].pass)
-                fail_msg("%s (round %d): %s has %lld bad elements (first at %lld: %g vs %g), rel L2 %g", c->id, round,
-                         v.name[i], (long long)v.res[i].n_bad, (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
+                snprintf(why, sizeof why, "%s (round %d): %s has %lld bad elements (first at %lld: %g vs %g), rel L2 %g",
+                         c->id, round, v.name[i], (long long)v.res[i].n_bad,
+                         (long long)(v.res[i].n_first ? v.res[i].first[0].index : -1),
                          v.res[i].n_first ? v.res[i].first[0].out : 0.0, v.res[i].n_first ? v.res[i].first[0].ref : 0.0,
                          v.res[i].rel_l2);
     }
     kvb_run_teardown(&r);
+    if (why[0]) fail_msg("%s", why);
 }
 
 int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, int n_fixed,
