@@ -22,8 +22,9 @@ int rope_table(kvb_bf16 *cos_sin, int max_pos, int D, double theta, rope_kind ro
     return KVB_OK;
 }
 
-int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int r, int max_pos,
-                            rope_kind rope, const char *who)
+/* the shape, and the slot lists of the (b, h) rows in mask (every row without one) */
+static int check_rows(const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int r, int max_pos,
+                      rope_kind rope, const uint8_t *mask, const char *who)
 {
     int rc = gather_layout_check(g, who);
     if (rc) return rc;
@@ -38,6 +39,7 @@ int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gathe
     if (!ids || !cnts) return KVB_OK;
     const int n_chunks = S / g->c;
     for (int64_t bh = 0; bh < (int64_t)g->B * g->Hkv; bh++) {
+        if (mask && !mask[bh]) continue;
         if (cnts[bh] < 0 || cnts[bh] > g->M)
             return kvb_fail(KVB_EINVAL, "%s: cnts[%lld]=%d out of range [0, M = %d]", who, (long long)bh, cnts[bh], g->M);
         for (int j = cnts[bh]; j < g->M; j++) {
@@ -55,6 +57,12 @@ int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gathe
     return KVB_OK;
 }
 
+int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int r, int max_pos,
+                            rope_kind rope, const char *who)
+{
+    return check_rows(ids, cnts, g, S, r, max_pos, rope, NULL, who);
+}
+
 int ref_batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids, const int32_t *cnts,
                           const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos, rope_kind rope,
                           kvb_bf16 *Kbuf)
@@ -66,7 +74,8 @@ int ref_batch_gemm_rotary_sampled(const kvb_bf16 *U, const kvb_bf16 *SV, const i
                                   const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos,
                                   rope_kind rope, const uint8_t *mask, kvb_bf16 *Kbuf)
 {
-    int rc = batch_gemm_rotary_check(ids, cnts, g, S, r, max_pos, rope, "batch_gemm_rotary");
+    /* rows outside the mask are neither computed nor read (a step's reference leaves their cnts unset) */
+    int rc = check_rows(ids, cnts, g, S, r, max_pos, rope, mask, "batch_gemm_rotary");
     if (rc) return rc;
     const int D = g->D, c = g->c;
     const int64_t n_bh = (int64_t)g->B * g->Hkv;
