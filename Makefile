@@ -3,7 +3,7 @@
 #   make test       unit + GPU tests; ends with "N passed, N failed, N skipped"
 #   make check      kvbench check (CUDA vs reference; references only without a GPU)
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
-#   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/bench.json
+#   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/*bench.json (each file a run)
 #   make run        the main job: deps, build, check, bench (what can run on this machine)
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
@@ -126,7 +126,7 @@ bench: $(KVBENCH)
 STEP_RESULTS ?= $(RESULTS)
 GPU          ?= H200
 step-report:
-	python3 harness/step_report.py $(STEP_RESULTS)/bench.json $(STEP_RESULTS)
+	python3 harness/step_report.py $(sort $(wildcard $(STEP_RESULTS)/*bench.json)) $(STEP_RESULTS)
 	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/step_stages.gp
 
 run: deps

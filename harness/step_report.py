@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """decode_step report: paper-style tables and a stage-breakdown data file from one bench JSON.
 
-usage: python3 harness/step_report.py BENCH_JSON OUTDIR
+usage: python3 harness/step_report.py BENCH_JSON [BENCH_JSON ...] OUTDIR
 
 Writes OUTDIR/tables.md (per method: step time against the bound and against dense, as in
-ShadowKV's Table 3; a per-stage latency breakdown, as in its Table 13; OmniKV's model step composed
-from its layer roles; dense against the PyTorch peers) and OUTDIR/stages.dat (stage groups per case,
-for harness/step_stages.gp).
+ShadowKV's Table 3; a per-stage latency breakdown, as in its Table 13; ShadowKV's throughput at the
+paper's batch against dense's at its largest; OmniKV's model step composed from its layer roles;
+dense against the PyTorch peers) and OUTDIR/stages.dat (stage groups per case, for
+harness/step_stages.gp).
+Several files: each is a run, named by its file name up to the first '_' (run3_bench.json: run3;
+run6_filter_bench.json and run6_dense_bench.json: both run6, one device session). A method is set
+beside dense only within its run, so every ratio comes from one run.
 Why a script and not the C summary: these tables join cases (a method against dense at the same
 ctx and B), which the per-case summary cannot. Every number printed comes from the JSON.
 Stdlib only, so it runs wherever the results are copied.
@@ -74,7 +78,12 @@ def canonical_order(b):
     return [s for s in PRE_STAGES if s in keys] + attn + [s for s in POST_STAGES if s in keys]
 
 
-def load_cases(path):
+def run_name(path):
+    base = os.path.basename(path)
+    return base.split("_", 1)[0] if "_" in base else base
+
+
+def load_cases(path, run=""):
     with open(path) as f:
         doc = json.load(f)
     cases = []
@@ -90,6 +99,7 @@ def load_cases(path):
         present = {k[len(STAGE_PREFIX):] for k in b if k.startswith(STAGE_PREFIX)}
         order = [s for s in order if s in present] + [s for s in canonical_order(b) if s not in order]
         cases.append({
+            "run": run,
             "b": b,
             "params": params,
             "method": params.get("method", "?"),
@@ -197,15 +207,21 @@ def methods_in_order(cases):
 def find_dense(cases, c):
     wl = [c["params"].get(k) for k in WORKLOAD_KEYS]
     for d in cases:
-        if d["method"] == "dense" and d["impl"] == c["impl"] and [d["params"].get(k) for k in WORKLOAD_KEYS] == wl:
+        if (d["method"] == "dense" and d["impl"] == c["impl"] and d["run"] == c["run"]
+                and [d["params"].get(k) for k in WORKLOAD_KEYS] == wl):
             return d
     return None
+
+
+def multi_run(cases):
+    return len({c["run"] for c in cases}) > 1
 
 
 def step_table(all_cases, mcases, method):
     """Table-3-like: step time against its bound, throughput, state, and (not dense) against dense."""
     cols, _ = method_columns(mcases, method)
-    headers = cols + ["step us", "bound us", "time / bound", "tokens/s (32 layers)",
+    runs = multi_run(all_cases)
+    headers = (["run"] if runs else []) + cols + ["step us", "bound us", "time / bound", "tokens/s (32 layers)",
                       "state/seq MiB (1 layer)", "max batch on device"]
     vs_dense = method != "dense"
     if vs_dense:
@@ -214,7 +230,7 @@ def step_table(all_cases, mcases, method):
     for c in mcases:
         b = c["b"]
         med, ceil = b.get("median_us"), b.get("ceiling_us")
-        row = [param_cell(k, c["params"].get(k, "")) for k in cols]
+        row = ([c["run"]] if runs else []) + [param_cell(k, c["params"].get(k, "")) for k in cols]
         row += [us(med), us(ceil), ratio(med / ceil if med and ceil else None), us(tokens_per_s(b)),
                 us(b["state_bytes_per_seq"] / 2**20 if "state_bytes_per_seq" in b else None),
                 "%d" % b["max_batch_device"] if "max_batch_device" in b else "–"]
@@ -234,10 +250,11 @@ def breakdown_table(mcases, method):
     """Table-13-like: per-stage device time of each case, stages in run order."""
     cols, _ = method_columns(mcases, method)
     stages = merge_orders(c["order"] for c in mcases)
-    headers = cols + [s.replace("|", "/") for s in stages] + ["sum of stages", "step us"]
+    runs = multi_run(mcases)
+    headers = (["run"] if runs else []) + cols + [s.replace("|", "/") for s in stages] + ["sum of stages", "step us"]
     rows = []
     for c in mcases:
-        row = [param_cell(k, c["params"].get(k, "")) for k in cols]
+        row = ([c["run"]] if runs else []) + [param_cell(k, c["params"].get(k, "")) for k in cols]
         row += [us(c["stages"].get(s)) for s in stages]
         row += [us(sum(c["stages"].values()) if c["stages"] else None), us(c["b"].get("median_us"))]
         rows.append(row)
@@ -247,13 +264,14 @@ def breakdown_table(mcases, method):
 def peer_table(dense_cases):
     """Dense step against the PyTorch block peers of the same run; peer/suite > 1: the suite is faster."""
     peers = sorted({k[len(PEER_PREFIX):] for c in dense_cases for k in c["b"] if k.startswith(PEER_PREFIX)})
-    headers = ["ctx", "B", "impl", "suite step us"]
+    runs = multi_run(dense_cases)
+    headers = (["run"] if runs else []) + ["ctx", "B", "impl", "suite step us"]
     for p in peers:
         headers += [p + " us", p + " / suite"]
     rows = []
     for c in dense_cases:
         b, p = c["b"], c["params"]
-        row = [ctx_k(p.get("ctx", "")), p.get("B", ""), c["impl"], us(b.get("median_us"))]
+        row = ([c["run"]] if runs else []) + [ctx_k(p.get("ctx", "")), p.get("B", ""), c["impl"], us(b.get("median_us"))]
         for name in peers:
             v = b.get(PEER_PREFIX + name)
             row += [us(v), ratio(v / b["median_us"] if v is not None and b.get("median_us") else None)]
@@ -270,23 +288,24 @@ def omnikv_rows(cases):
     groups = {}
     for c in cases:
         if c["method"] == "omnikv" and c["impl"] == "kernel":
-            key = tuple(c["params"].get(k) for k in key_names)
+            key = tuple(c["params"].get(k) for k in key_names) + (c["run"],)
             groups.setdefault(key, {})[c["params"].get("role", "sparse")] = c
     composed, per_role = [], []
     def order(key):  # ctx, B, budget, as the other tables; then the rest
         p = dict(zip(key_names, key))
-        return [float(p[k]) if p[k] and p[k].replace(".", "", 1).isdigit() else 0.0 for k in ("ctx", "B", "budget", "gen")] + [p["model"] or ""]
+        return [float(p[k]) if p[k] and p[k].replace(".", "", 1).isdigit() else 0.0 for k in ("ctx", "B", "budget", "gen")] + [p["model"] or "", key[-1]]
     for key in sorted(groups, key=order):
         roles = groups[key]
         d = find_dense(cases, next(iter(roles.values())))
         p = dict(zip(key_names, key))
+        run = [key[-1]] if multi_run(cases) else []
         for role in ("filter", "sparse"):
             if role not in roles:
                 continue
             b = roles[role]["b"]
             n = int(b.get("role_layers", OMNIKV_LAYERS[role]))
             dmed = d["b"].get("median_us") if d else None
-            per_role.append([ctx_k(p["ctx"]), p["B"], p["budget"], role, n, us(b.get("median_us")),
+            per_role.append(run + [ctx_k(p["ctx"]), p["B"], p["budget"], role, n, us(b.get("median_us")),
                              us(b.get("ceiling_us")), us(dmed),
                              ratio(dmed / b["median_us"] if dmed and b.get("median_us") else None)])
         if d is None or "filter" not in roles or "sparse" not in roles:
@@ -313,7 +332,7 @@ def omnikv_rows(cases):
             else:
                 goal, met = ">= 90% of bound ratio", "yes" if speedup >= 0.9 * bound_ratio else "no"
         B = int(p["B"])
-        composed.append([ctx_k(p["ctx"]), p["B"], p["budget"], "%d+%d+%d" % (n_dense, n_filter, n_sparse),
+        composed.append(run + [ctx_k(p["ctx"]), p["B"], p["budget"], "%d+%d+%d" % (n_dense, n_filter, n_sparse),
                          us(t_omni), us(t_dense), ratio(speedup), us(b_omni), us(b_dense), ratio(bound_ratio),
                          "%.1f%%" % (100 * speedup / bound_ratio) if speedup and bound_ratio else "–",
                          us(B / (t_omni * 1e-6)) if t_omni else "–", us(B / (t_dense * 1e-6)) if t_dense else "–",
@@ -321,9 +340,46 @@ def omnikv_rows(cases):
     return composed, per_role
 
 
+def shadowkv_rows(cases):
+    """ShadowKV at each batch above 1 against the dense case of its run, model, ctx and gen whose B is
+    dense's max_batch_device (impl=kernel): throughput ratio and bound ratio. No such dense case in the
+    run: no row (a smaller dense batch would flatter ShadowKV)."""
+    rows = []
+    runs = multi_run(cases)
+    for c in sorted((c for c in cases if c["method"] == "shadowkv" and c["impl"] == "kernel"), key=lambda c: (c["run"], row_key(c))):
+        p, b = c["params"], c["b"]
+        if int(p.get("B", 1)) < 2:
+            continue
+        wl = [p.get(k) for k in ("model", "ctx", "gen")]
+        dense = [d for d in cases if d["method"] == "dense" and d["impl"] == "kernel" and d["run"] == c["run"]
+                 and [d["params"].get(k) for k in ("model", "ctx", "gen")] == wl
+                 and int(d["params"]["B"]) == d["b"].get("max_batch_device")]  # dense at its largest batch only
+        if not dense:
+            continue
+        d = max(dense, key=lambda d: int(d["params"]["B"]))
+        db = d["b"]
+        Bs, Bd = int(p["B"]), int(d["params"]["B"])
+        ts, td = b.get("median_us"), db.get("median_us")
+        cs, cd = b.get("ceiling_us"), db.get("ceiling_us")
+        thr = (Bs / ts) / (Bd / td) if ts and td else None
+        bound = (Bs / cs) / (Bd / cd) if cs and cd else None
+        goal, met = "–", "–"
+        if thr and bound:
+            if bound >= 3.0:
+                goal, met = ">= 3x", "yes" if thr >= 3.0 else "no"
+            else:
+                goal, met = ">= 90% of bound ratio", "yes" if thr >= 0.9 * bound else "no"
+        rows.append(([c["run"]] if runs else []) +
+                    [ctx_k(p["ctx"]), p.get("budget", ""), Bs, us(ts), Bd,
+                     "%d" % db["max_batch_device"] if "max_batch_device" in db else "–", us(td), ratio(thr),
+                     us(cs), us(cd), ratio(bound), "%.1f%%" % (100 * thr / bound) if thr and bound else "–",
+                     "%d" % b["max_batch_host"] if "max_batch_host" in b else "–", goal, met])
+    return rows
+
+
 def write_tables(path, src, ctx, cases):
     out = ["# decode_step report: %s" % device_name(ctx), "",
-           "Source: `%s`" % src, ""]
+           "Source: %s" % ", ".join("`%s`" % s for s in src), ""]
     if ctx.get("kvbench_git_revision") or ctx.get("date"):
         out += ["Run: %s, kvbench %s." % (ctx.get("date", "?"), ctx.get("kvbench_git_revision", "?")), ""]
     kernel = sorted((c for c in cases if c["impl"] == "kernel"), key=row_key)
@@ -354,6 +410,21 @@ def write_tables(path, src, ctx, cases):
             out += ["(stage order: no label listed it; the block's canonical order)", ""]
         out += [breakdown_table(mc, m), ""]
 
+    run_col = ["run"] if multi_run(cases) else []
+    skv = shadowkv_rows(cases)
+    if skv:
+        out += ["## ShadowKV against dense at dense's largest batch (impl=kernel)", "",
+                "As ShadowKV's Table 3: ShadowKV at the paper's batch, dense at the largest batch whose K, V for "
+                "every layer fit the device beside the weights (a dense case whose B is its max_batch_device; "
+                "without one in the run, no row), one block each, same run. Throughput: B / step time. Bound ratio: the same "
+                "with each step's bound. Goal (decode.md): >= 3x where the bound ratio allows it, otherwise >= 90% "
+                "of the bound ratio. max batch on host: ShadowKV's pinned values for every layer in this "
+                "machine's memory.", "",
+                md_table(run_col + ["ctx", "budget", "shadowkv B", "shadowkv us", "dense B", "dense max B",
+                                    "dense us", "throughput ratio", "shadowkv bound us", "dense bound us",
+                                    "bound ratio", "% of bound ratio", "shadowkv max B on host", "goal", "met"],
+                         skv), ""]
+
     composed, per_role = omnikv_rows(cases)
     if composed or per_role:
         out += ["## OmniKV: the model's step from its layer roles (impl=kernel, no offload)", "",
@@ -363,13 +434,13 @@ def write_tables(path, src, ctx, cases):
                 "tokens/s: B per model step (blocks only). Goal (decode.md): >= 1.7x at 128K where the bound "
                 "ratio allows it (B >= 2), otherwise >= 90% of the bound ratio.", ""]
         if composed:
-            out += [md_table(["ctx", "B", "budget", "layers", "omnikv model us", "dense model us", "speedup",
+            out += [md_table(run_col + ["ctx", "B", "budget", "layers", "omnikv model us", "dense model us", "speedup",
                               "omnikv bound us", "dense bound us", "bound ratio", "speedup % of bound ratio",
                               "omnikv tokens/s", "dense tokens/s", "goal", "met"], composed), ""]
         else:
             out += ["(no workload has a filter, a sparse and a dense case: nothing to compose)", ""]
         out += ["Per role (one block):", "",
-                md_table(["ctx", "B", "budget", "role", "layers", "step us", "bound us", "dense step us",
+                md_table(run_col + ["ctx", "B", "budget", "role", "layers", "step us", "bound us", "dense step us",
                           "speedup vs dense"], per_role), ""]
 
     dense_peer = sorted((c for c in cases if c["method"] == "dense"
@@ -382,12 +453,22 @@ def write_tables(path, src, ctx, cases):
 
 
 def write_stages_dat(path, cases):
-    """One row per kernel case: a quoted label, then the four stage groups in us (gnuplot input)."""
+    """One row per kernel case: a quoted label, the four stage groups and the step (timed whole) in us
+    (gnuplot input)."""
     kernel = sorted((c for c in cases if c["impl"] == "kernel"), key=row_key)
     methods = methods_in_order(c for c in cases if c["impl"] == "kernel")  # the JSON's order
     named = {s for _, ss in GROUPS if ss for s in ss}
-    lines = ["# decode_step stage groups, us (impl=kernel); attention = every stage not in another group",
-             "# case " + " ".join(g for g, _ in GROUPS)]
+    lines = ["# decode_step stage groups, us (impl=kernel); attention = every stage not in another group;",
+             "# a case measured in several runs: its first run's times",
+             "# (stages on a side stream overlap the main stream's, so a group sum can pass the step time)",
+             "# case " + " ".join(g for g, _ in GROUPS) + " step"]
+    seen, once = set(), []
+    for c in kernel:
+        key = tuple(sorted(c["params"].items()))
+        if key not in seen:
+            seen.add(key)
+            once.append(c)
+    kernel = once
     for m in methods:
         mc = [c for c in kernel if c["method"] == m]
         cols, _ = method_columns(mc, m)
@@ -400,19 +481,24 @@ def write_stages_dat(path, cases):
                 continue
             vals = [sum(v for s, v in c["stages"].items() if (s in ss if ss else s not in named))
                     for _, ss in GROUPS]
+            vals.append(c["b"].get("median_us", float("nan")))
             lines.append('"%s" ' % label + " ".join("%.2f" % v for v in vals))
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 3:
         sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
         return 2
-    src, outdir = argv[1], argv[2]
-    ctx, cases = load_cases(src)
+    src, outdir = argv[1:-1], argv[-1]
+    ctx, cases = {}, []
+    for path in src:
+        c_ctx, c_cases = load_cases(path, run_name(path) if len(src) > 1 else "")
+        ctx = ctx or c_ctx
+        cases += c_cases
     if not cases:
-        sys.stderr.write("step_report: no %s cases in %s\n" % (OP, src))
+        sys.stderr.write("step_report: no %s cases in %s\n" % (OP, " ".join(src)))
         return 1
     os.makedirs(outdir, exist_ok=True)
     write_tables(os.path.join(outdir, "tables.md"), src, ctx, cases)

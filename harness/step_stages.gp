@@ -29,8 +29,12 @@ set boxwidth 0.75 relative
 set xtics rotate by 45 right noenhanced nomirror
 set bmargin 10
 
-# columns: 1 label, 2 norms, 3 projections, 4 rope+silu, 5 attention (fixed by step_report.py)
+set lmargin 14
+# columns: 1 label, 2 norms, 3 projections, 4 rope+silu, 5 attention, 6 the step timed whole (fixed by
+# step_report.py). Stages on a side stream (shadowkv's value fetch, omnikv's selector) overlap the
+# main stream: their bar passes the step's mark by the overlap.
 plot datafile using 2:xtic(1) title "norms (rmsnorm1+2)" lc rgb "#8da0cb", \
      ''       using 3         title "projections (qkv, o, gate_up, down)" lc rgb "#66c2a5", \
      ''       using 4         title "rope + silu_mul" lc rgb "#e5c494", \
-     ''       using 5         title "attention (method's path)" lc rgb "#fc8d62"
+     ''       using 5         title "attention (method's path; side-stream stages stacked too)" lc rgb "#fc8d62", \
+     ''       using ($0):6    with points pt 7 ps 1.2 lc rgb "#000000" title "step, timed whole (overlap included)"
