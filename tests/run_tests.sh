@@ -32,5 +32,18 @@ f=$(grep -oE '^cli: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ f
 [ -n "$p" ] || { p=0; f=1; echo "cli tests did not report"; }
 passed=$((passed + p)) failed=$((failed + ${f:-1}))
 
+# the decode_step report's joins (stdlib python3; skipped, and said so, where there is none)
+if command -v python3 >/dev/null; then
+    out=$(python3 "$(dirname "$0")/step_report_test.py" 2>&1)
+    printf '%s\n' "$out"
+    p=$(grep -oE '^step_report: [0-9]+ passed' <<<"$out" | grep -oE '[0-9]+')
+    f=$(grep -oE '^step_report: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+    [ -n "$p" ] || { p=0; f=1; echo "step_report tests did not report"; }
+    passed=$((passed + p)) failed=$((failed + ${f:-1}))
+else
+    echo "step_report tests: no python3, 3 skipped"
+    skipped=$((skipped + 3))
+fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
