@@ -377,6 +377,25 @@ def shadowkv_rows(cases):
     return rows
 
 
+def throughput_pivot(cases, method):
+    """Table-3-like: tokens/s projected to 32 layers by context (rows; with the method's varying knobs)
+    and batch (columns), impl=kernel; a case measured in several runs: its first run's value."""
+    mc = [c for c in cases if c["method"] == method and c["impl"] == "kernel"]
+    if not mc:
+        return None
+    cols, _ = method_columns(mc, method)
+    knobs = [k for k in cols if k not in ("ctx", "B")]
+    Bs = sorted({int(c["params"]["B"]) for c in mc})
+    table = {}
+    for c in sorted(mc, key=row_key):
+        rk = tuple([int(c["params"]["ctx"])] + [c["params"].get(k, "") for k in knobs])
+        table.setdefault(rk, {}).setdefault(int(c["params"]["B"]), tokens_per_s(c["b"]))
+    rows = []
+    for rk in sorted(table, key=lambda k: [k[0]] + [float(v) if v.replace(".", "", 1).isdigit() else 0 for v in k[1:]]):
+        rows.append([ctx_k(rk[0])] + list(rk[1:]) + [us(table[rk].get(B)) for B in Bs])
+    return md_table(["ctx"] + knobs + ["B=%d" % B for B in Bs], rows)
+
+
 def write_tables(path, src, ctx, cases):
     out = ["# decode_step report: %s" % device_name(ctx), "",
            "Source: %s" % ", ".join("`%s`" % s for s in src), ""]
@@ -398,6 +417,14 @@ def write_tables(path, src, ctx, cases):
         if const:
             out += ["All cases: %s." % " ".join("%s=%s" % kv for kv in const), ""]
         out += [step_table(cases, mc, m), ""]
+
+    out += ["## Decode throughput by context and batch, tokens/s projected to 32 layers (impl=kernel)", "",
+            "B / (step time x 32), one block measured (ShadowKV's projection); omnikv per role (its model "
+            "step is composed below). A case measured in several runs: its first run's value.", ""]
+    for m in methods:
+        t = throughput_pivot(cases, m)
+        if t:
+            out += ["### %s" % m, "", t, ""]
 
     out += ["## Latency breakdown per stage, us (impl=kernel)", "",
             "Device time of each stage, in run order; the sum differs from the step (timed whole) by "
