@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "gbench_shim.h"
 #include "peers.h"
+#include "progress.h"
 #include "timing.h"
 
 #ifndef KVB_GIT_REV
@@ -72,9 +73,21 @@ static int bench_fail(bench_ctx *b, const char *what, const char *detail)
     return kvb_fail(KVB_EINVAL, "%s", b->error);
 }
 
+static int prepare_case(bench_ctx *b);
+
+/* set-up and validation are most of a large case's wall time: the progress line covers them and is
+ * gone before Google Benchmark prints the case's line */
 static int bench_prepare(void *p)
 {
     bench_ctx *b = p;
+    kvb_progress("bench", (int)(b - b->all) + 1, b->n_all, b->c->id);
+    int rc = prepare_case(b);
+    kvb_progress_clear();
+    return rc;
+}
+
+static int prepare_case(bench_ctx *b)
+{
     kvb_nvtx_push(b->c->id);
     kvb_outcome out;
     kvb_status st = kvb_case_prepare(&b->run, b->c, b->ceil, &out);

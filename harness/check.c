@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "progress.h"
 
 #if KVB_HAVE_CUDA
 #include <cuda_profiler_api.h>
@@ -40,9 +41,11 @@ int kvb_cmd_check(const kvb_options *o)
         const kvb_case *c = &cases.v[i];
         kvb_run r;
         kvb_outcome out;
+        kvb_progress("check", i + 1, cases.n, c->id);
         kvb_nvtx_push(c->id);
         kvb_status st = o->fault_zeros ? kvb_case_validate_zeros(&r, c, &out) : kvb_case_prepare(&r, c, NULL, &out);
         kvb_nvtx_pop();
+        kvb_progress_clear();
         char repro[KVB_ID_MAX + 96];
         kvb_case_repro(c, repro, sizeof repro);
         if (o->fault_zeros) { /* the fault must be caught: a failed validation is this mode's pass */

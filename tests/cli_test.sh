@@ -144,4 +144,14 @@ expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compar
 expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$tmp/c.json"
 expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- compare "$tmp/base.json" "$tmp/same.json" --frobnicate 1
 
+# the progress line: "check i/n, elapsed: id" on stderr when asked (a terminal, or KVB_PROGRESS=1);
+# off a terminal by default, so logs and pipes stay clean
+KVB_PROGRESS=1 expect "progress line when asked" 0 'check 1/1, [0-9]+ s: gather_copy' -- check --cases "$cases" "gather_copy B=1 M=8 ctx=1024"
+out=$("$kvbench" check --cases "$cases" "gather_copy B=1 M=8 ctx=1024" 2>&1)
+if grep -qE 'check [0-9]+/[0-9]+' <<<"$out"; then
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: no progress line off a terminal"
+else
+    passed=$((passed + 1)); echo "[       OK ] cli: no progress line off a terminal"
+fi
+
 echo "cli: $passed passed, $failed failed"
