@@ -57,10 +57,27 @@ static void resolve_impl_goal(bench_ctx *b)
 
 static void bench_reset(void *p) { kvb_run_reset(&((bench_ctx *)p)->run); }
 
+/* KVB_BENCH_REPEAT=n launches each case n times per timed iteration: a deliberate slowdown, for the
+ * regression gate's self-test (harness/gate.sh). Never set in a real round; the JSON context records it. */
+static int bench_repeat(void)
+{
+    static int n = -1;
+    if (n < 0) {
+        const char *env = getenv("KVB_BENCH_REPEAT");
+        n = env && *env ? atoi(env) : 1;
+        if (n < 1 || n > 100) {
+            fprintf(stderr, "kvbench bench: KVB_BENCH_REPEAT=%s out of range [1, 100]: using 1\n", env);
+            n = 1;
+        }
+    }
+    return n;
+}
+
 static void bench_work(void *p)
 {
     bench_ctx *b = p;
-    if (kvb_run_launch(&b->run) != KVB_OK) kvb_guard_fail(); /* kvb_last_error() names the rejection */
+    for (int i = 0; i < bench_repeat(); i++)
+        if (kvb_run_launch(&b->run) != KVB_OK) kvb_guard_fail(); /* kvb_last_error() names the rejection */
 }
 
 static int bench_fail(bench_ctx *b, const char *what, const char *detail)
@@ -378,6 +395,7 @@ int kvb_cmd_bench(const kvb_options *o)
     context_num("ceiling_read_GBps", "%.1f", ceil.read_GBps);
     context_num("ceiling_bf16_mma_TFLOPs", "%.1f", ceil.bf16_mma_TFLOPs);
     context_num("timing_floor_us", "%.2f", ceil.launch_floor_us);
+    if (bench_repeat() > 1) context_num("bench_repeat_launch", "%.0f", bench_repeat()); /* a slowed self-test */
     if (peers.n) kvb_gbench_context("peers", peers.source);
 
     kvb_reserve_host_pool(&cases);

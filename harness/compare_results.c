@@ -125,6 +125,12 @@ static void json_number(FILE *o, double v)
 int kvb_compare_files(const char *base_path, const char *cur_path, double threshold, const char *json_out,
                       FILE *report)
 {
+    return kvb_compare_files_subset(base_path, cur_path, threshold, 0, json_out, report);
+}
+
+int kvb_compare_files_subset(const char *base_path, const char *cur_path, double threshold, int subset,
+                             const char *json_out, FILE *report)
+{
     bench_file base, cur;
     memset(&cur, 0, sizeof cur);
     int rc = load(base_path, &base);
@@ -139,7 +145,7 @@ int kvb_compare_files(const char *base_path, const char *cur_path, double thresh
         return 2;
     }
     static const char *names[] = KVB_VERDICT_NAMES;
-    int count[8] = {0};
+    int count[8] = {0}, not_run = 0;
     if (js) fprintf(js, "{\"threshold\": %.6g, \"z\": %.1f, \"cases\": [", threshold, KVB_COMPARE_Z);
     fprintf(report, "%-8s %11s %11s %8s %6s %6s  %s\n", "verdict", "base us", "new us", "change", "noise", "z", "case");
     /* every case of BASE in its order, then the cases only NEW has */
@@ -149,6 +155,10 @@ int kvb_compare_files(const char *base_path, const char *cur_path, double thresh
             const entry *b = pass ? find(&base, f->e[i].id) : &f->e[i];
             const entry *c = pass ? &f->e[i] : find(&cur, f->e[i].id);
             if (pass && b) continue;
+            if (!pass && !c && subset) { /* NEW ran a chosen subset of BASE: the rest was not run */
+                not_run++;
+                continue;
+            }
             static const kvb_case_timing absent = {0};
             double change, z;
             kvb_gate_verdict v = kvb_compare_case(b ? &b->t : &absent, c ? &c->t : &absent, threshold, &change, &z);
@@ -180,6 +190,7 @@ int kvb_compare_files(const char *base_path, const char *cur_path, double thresh
         }
     }
     const int fail = count[KVB_V_SLOWER] + count[KVB_V_MISSING] + count[KVB_V_FAILED];
+    if (subset) fprintf(report, "compare --subset: %d cases of BASE not in NEW, left out\n", not_run);
     fprintf(report,
             "compare: %d slower, %d faster, %d same, %d noisy, %d missing, %d failed, %d new, %d fixed "
             "(threshold %.1f%%, z > %.0f): %s\n",
@@ -194,16 +205,19 @@ int kvb_compare_files(const char *base_path, const char *cur_path, double thresh
     return fail ? 1 : 0;
 }
 
-/* Options may come before, between or after the two files: --threshold PCT, --json FILE (or =). */
+/* Options may come before, between or after the two files: --threshold PCT, --json FILE (or =),
+ * --subset (no value). */
 int kvb_compare_main(int argc, char **argv)
 {
     const char *files[2] = {NULL, NULL}, *json_out = NULL;
     double threshold_pct = 5.0;
-    int nf = 0;
+    int nf = 0, subset = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         size_t len = strcspn(a, "=");
-        if (!strncmp(a, "--", 2)) {
+        if (!strcmp(a, "--subset")) {
+            subset = 1;
+        } else if (!strncmp(a, "--", 2)) {
             if (a[len]) val = a + len + 1;
             else if (i + 1 < argc) val = argv[++i];
             else {
@@ -220,7 +234,7 @@ int kvb_compare_main(int argc, char **argv)
             } else if (len == 6 && !strncmp(a, "--json", len)) {
                 json_out = val;
             } else {
-                fprintf(stderr, "kvbench compare: unknown option %.*s (options: --threshold PCT, --json FILE)\n",
+                fprintf(stderr, "kvbench compare: unknown option %.*s (options: --threshold PCT, --json FILE, --subset)\n",
                         (int)len, a);
                 return 2;
             }
@@ -232,8 +246,8 @@ int kvb_compare_main(int argc, char **argv)
         }
     }
     if (nf != 2) {
-        fprintf(stderr, "usage: kvbench compare BASE.json NEW.json [--threshold PCT] [--json FILE]\n");
+        fprintf(stderr, "usage: kvbench compare BASE.json NEW.json [--threshold PCT] [--json FILE] [--subset]\n");
         return 2;
     }
-    return kvb_compare_files(files[0], files[1], threshold_pct / 100.0, json_out, stdout);
+    return kvb_compare_files_subset(files[0], files[1], threshold_pct / 100.0, subset, json_out, stdout);
 }

@@ -42,6 +42,10 @@ kvb_gate_verdict kvb_compare_case(const kvb_case_timing *base, const kvb_case_ti
 /* Whole files; threshold a fraction (0.05 = 5%); json_out NULL or a path for the verdicts; the
  * report goes to `report`. Returns the exit status above. */
 int kvb_compare_files(const char *base, const char *cur, double threshold, const char *json_out, FILE *report);
+/* the same; subset: NEW ran a chosen part of BASE (a filter), and BASE's cases absent from NEW are left
+ * out (counted) instead of failing as MISSING */
+int kvb_compare_files_subset(const char *base, const char *cur, double threshold, int subset, const char *json_out,
+                             FILE *report);
 int kvb_compare_main(int argc, char **argv); /* arguments after "compare" */
 
 #endif

@@ -7,7 +7,7 @@
  *   kvbench bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_*...]
  *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
  *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
- *   kvbench compare  BASE.json NEW.json [--threshold PCT]   the regression gate
+ *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
  *
  * FILTER is a case line (`kernel key=value ...`, run as given) or a substring of case ids.
  * Common options: --tier smoke|check|bench|all, --cases PATH (default ./cases).
@@ -35,11 +35,12 @@ static void usage(FILE *f)
             "                                            (harness/torch_peers.py)\n"
             "  ceilings [--json F]                       measure copy and read bandwidths and the bf16 matrix rate\n"
             "  profile  CASE                             one launch of CASE between cudaProfilerStart/Stop\n"
-            "  compare  BASE.json NEW.json [--threshold PCT] [--json F]\n"
+            "  compare  BASE.json NEW.json [--threshold PCT] [--json F] [--subset]\n"
             "                                            the regression gate: per case SLOWER/FASTER (beyond the\n"
             "                                            threshold, default 5%%, and 3 standard errors of the medians),\n"
             "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
-            "                                            failed case, 2 on an unusable file\n"
+            "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
+            "                                            of BASE on purpose, BASE's other cases are left out\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\") or a substring of case ids\n"
             "options: --tier smoke|check|bench|all   --cases FILE_OR_DIR (default ./cases)\n");
 }

@@ -19,7 +19,7 @@ mkdir -p "$out/bin" "$out/lib" "$out/tests"
 cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py "$out/tests/"
-cp harness/gpu_round.sh "$out/"
+cp harness/gpu_round.sh harness/gate.sh "$out/"
 cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
