@@ -7,8 +7,8 @@
 #   3. compare: `kvbench compare BASELINE.json OUT/bench.json`: a case slower beyond THRESHOLD percent
 #      (default 5) and 3 standard errors of the medians, a case missing or failed. With a FILTER the
 #      baseline may hold more cases than were run: those are left out (--subset).
-# BASELINE.json: a bench JSON of the same bench cases on the same GPU model (commit one per runner,
-# e.g. from `gate.sh` itself: OUT/bench.json). Env: KVBENCH (the binary; default bin/kvbench beside this
+# BASELINE.json: a bench JSON of the same bench cases on the same GPU model (commit one per runner:
+# `gate.sh none OUT FILTER...` runs steps 1 and 2 and leaves OUT/bench.json). Env: KVBENCH (the binary; default bin/kvbench beside this
 # script in a bundle, else build/bin/kvbench), KVB_CASES (default: the cases/ beside it), PEERS (a peers
 # JSON for bench), THRESHOLD. Writes OUT/{check,bench,compare}.{log,json} and OUT/summary.md.
 set -u
@@ -25,7 +25,7 @@ cases=${KVB_CASES:-}
 for c in "$here/cases" "$here/../cases"; do
     [ -z "$cases" ] && [ -d "$c" ] && cases=$c
 done
-[ -r "$base" ] || { echo "gate: baseline $base not readable"; exit 2; }
+[ "$base" = none ] || [ -r "$base" ] || { echo "gate: baseline $base not readable (or none: make one)"; exit 2; }
 mkdir -p "$out"
 fail() { echo "gate: FAIL at $1"; exit 1; }
 
@@ -47,6 +47,10 @@ tail -n 1 "$out/bench.log"
 [ $rc -eq 0 ] || fail "bench (exit $rc; $out/bench.log)"
 [ -s "$out/bench.json" ] || fail "bench (no bench.json: nothing was timed; is there a GPU?)"
 
+if [ "$base" = none ]; then
+    echo "gate: pass, with no baseline to compare: $out/bench.json can be committed as one"
+    exit 0
+fi
 echo "== gate 3/3: compare $base $out/bench.json"
 subset=()
 [ $# -gt 0 ] && subset=(--subset)
