@@ -130,8 +130,12 @@ def suite_impl(c):
     return c["impls"][0]
 
 
+def kind_name(kind):
+    return CEILING_NAMES[kind] if 0 <= kind < len(CEILING_NAMES) else "ceiling kind %d" % kind
+
+
 def panel_of(fam, kind):
-    name = CEILING_NAMES[kind] if 0 <= kind < len(CEILING_NAMES) else "ceiling kind %d" % kind
+    name = kind_name(kind)
     return ("%s: whole steps, %s bound" % (fam, name)) if fam in STEP_FAMILIES else name
 
 
@@ -289,8 +293,8 @@ def main(argv):
             f.write("# panel %d: %s\n" % (p, panel))
             for r in rows:
                 if r["panel"] == panel:
-                    f.write("%s %s %s %s %s %s\n" % (gp_str(r["label"]), r["fam"], gp_str(CEILING_NAMES[r["kind"]] if r["kind"] < len(CEILING_NAMES) else str(r["kind"])),
-                                                     r["run"], fmt(r["pct"]), " ".join(fmt(r["values"].get(c)) for c in cols)))
+                    f.write("%s %s %s %s %s %s\n" % (gp_str(r["label"]), r["fam"], gp_str(kind_name(r["kind"])), r["run"],
+                                                     fmt(r["pct"]), " ".join(fmt(r["values"].get(c)) for c in cols)))
 
     # the plot's text and layout; the columns a panel has data in, so its key lists only those
     with open(os.path.join(outdir, "plot_meta.gp"), "w") as f:
