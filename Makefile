@@ -4,6 +4,7 @@
 #   make check      kvbench check (CUDA vs reference; references only without a GPU)
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
 #   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/*bench.json (each file a run)
+#   make plots [PLOT_RESULTS="a.json b.json"] [PLOT_OUT=dir]  % of ceiling per case, with its peers: dir/pct_of_ceiling.png
 #   make run        the main job: deps, build, check, bench (what can run on this machine)
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
@@ -59,7 +60,7 @@ KVBENCH     := $(BUILD)/bin/kvbench
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 
-.PHONY: all test check bench step-report run bundle deps ptxas sass clean
+.PHONY: all test check bench step-report plots run bundle deps ptxas sass clean
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
@@ -128,6 +129,18 @@ GPU          ?= H200
 step-report:
 	python3 harness/step_report.py $(sort $(wildcard $(STEP_RESULTS)/*bench.json)) $(STEP_RESULTS)
 	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/step_stages.gp
+
+# ---- plots: each case's % of its ceiling beside its in-suite impls and external peers (issue 14) ----
+# No build: python3 writes PLOT_OUT/plot.dat + plot_meta.gp from the bench JSONs, gnuplot draws
+# PLOT_OUT/pct_of_ceiling.png. The default is the current H200 round of kernel families; a case in
+# several files is taken from the newest run (bench3_topk is the topk rerun after bench1/bench2).
+PLOT_ROUND   ?= results/h200/round-42db883
+PLOT_RESULTS ?= $(PLOT_ROUND)/bench1_bench.json $(PLOT_ROUND)/bench2_bench.json $(PLOT_ROUND)/bench3_topk_bench.json
+PLOT_OUT     ?= results/h200/plots
+plots:
+	python3 harness/plot_report.py $(PLOT_RESULTS) $(PLOT_OUT)
+	gnuplot -e "datadir='$(PLOT_OUT)'" harness/plots.gp
+	@echo "plots: $(PLOT_OUT)/pct_of_ceiling.png"
 
 run: deps
 	@$(MAKE) --no-print-directory all

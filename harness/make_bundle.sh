@@ -18,7 +18,9 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/tests"
 cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
-cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py "$out/tests/"
+cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_test.py "$out/tests/"
+cp -r tests/data "$out/tests/data" # plot_test.py's fixture
+cp harness/plots.gp "$out/" # beside plot_report.py (harness/*.py below), for `plot_test.py`'s gnuplot test
 cp harness/gpu_round.sh harness/gate.sh "$out/"
 cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)

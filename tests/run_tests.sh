@@ -45,5 +45,23 @@ else
     skipped=$((skipped + 3))
 fi
 
+# make plots: plot_report.py's rows and values on a committed fixture, and plots.gp where gnuplot is
+# installed (its test counts as skipped, and says so, where it is not)
+if command -v python3 >/dev/null; then
+    out=$(python3 "$(dirname "$0")/plot_test.py" 2>&1)
+    printf '%s\n' "$out"
+    line=$(grep -oE '^plot: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' <<<"$out")
+    if [ -n "$line" ]; then
+        read -r p f s < <(grep -oE '[0-9]+' <<<"$line" | tr '\n' ' ')
+    else
+        p=0 f=1 s=0
+        echo "plot tests did not report"
+    fi
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+else
+    echo "plot tests: no python3, 6 skipped"
+    skipped=$((skipped + 6))
+fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
