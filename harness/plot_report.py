@@ -14,8 +14,12 @@ The suite row of a case is its impl=kernel, else its row without impl=, else the
 An in-suite impl is plotted at its own pct_of_ceiling (its work against its ceiling, as the bench
 summary states it); most share the suite's ceiling, and a comment line lists those that do not (int2's
 dense_bf16 reads bf16 bytes, selective_attn's fwd_only and colsum_only do part of the work).
-An external peer has no byte count of its own: it is put on the suite's yardstick, ceiling_us of the
-suite row / the peer's median_us * 100 (the same task against the same ceiling).
+An external peer is stated against the case's ceiling at its own rate where the peers JSON of its run
+gives one (X_peers.json beside X_bench.json, peers.json beside bench.json; torch_peers.py writes the
+peer's TFLOPs for its own FLOPs): its TFLOPs / the run's bf16 matrix rate, or its GBps / the run's
+rate for the case's ceiling. Without one it is put on the suite's yardstick, ceiling_us of the suite
+row / the peer's median_us * 100 (the assumption that it does the same work), and a comment line
+says so.
 Values above 100% are kept and flagged in a comment: the ceiling (or, for a peer, the assumption that
 it does the same work) is wrong.
 A case in several files is taken whole from the last file that has it (later files are newer runs);
@@ -86,6 +90,42 @@ def fmt(x):
     return "NaN" if x is None or not math.isfinite(x) else "%.2f" % x
 
 
+def peers_path(path):
+    """run1_bench.json -> run1_peers.json, bench.json -> peers.json (the run's external peers)."""
+    d, base = os.path.split(path)
+    return os.path.join(d, base[:-len("bench.json")] + "peers.json") if base.endswith("bench.json") else None
+
+
+def load_peers(path):
+    p = peers_path(path)
+    if not p or not os.path.exists(p):
+        return []
+    with open(p) as f:
+        return json.load(f).get("peers", [])
+
+
+# the context key of each ceiling kind's rate, and the peer entry's field in the same unit
+PEER_RATE = {1: ("ceiling_h2d_memcpy_GBps", "GBps"), 2: ("ceiling_d2d_memcpy_GBps", "GBps"),
+             3: ("ceiling_bf16_mma_TFLOPs", "TFLOPs"), 4: ("ceiling_read_GBps", "GBps")}
+
+
+def peer_own_pct(c, fam, keys, name, kind):
+    """The peer's own rate as % of the run's rate for this ceiling kind, or None."""
+    if kind not in PEER_RATE:
+        return None
+    ctx_key, field = PEER_RATE[kind]
+    try:
+        ceiling = float(c["ctx"][ctx_key])
+    except (KeyError, ValueError):
+        return None
+    kv = dict(keys)
+    for e in c.get("peers", []):
+        if (e.get("kernel") == fam and e.get("peer") == name and field in e
+                and all(str(v) == kv.get(k) for k, v in e.get("match", {}).items())):
+            return 100.0 * e[field] / ceiling if ceiling > 0 else None
+    return None
+
+
 def load(paths):
     """Cases keyed by (family, keys): {'run', 'ctx', 'rows': {impl: benchmark}, 'impls': [impl, ...]}.
     A case in several files comes whole from the newest run (the context's date; the later file on a
@@ -96,6 +136,7 @@ def load(paths):
             doc = json.load(f)
         ctx = doc.get("context", {})
         run = run_name(path)
+        peers = load_peers(path)
         contexts.append((run, ctx))
         here = {}
         for b in doc.get("benchmarks", []):
@@ -103,7 +144,7 @@ def load(paths):
                 continue
             fam, keys, impl = parse_name(b["name"])
             c = here.setdefault((fam, tuple(keys)), {"run": run, "ctx": ctx, "rows": {}, "impls": [],
-                                                     "date": str(ctx.get("date", ""))})
+                                                     "date": str(ctx.get("date", "")), "peers": peers})
             c["rows"][impl] = b
             c["impls"].append(impl)
         for key, c in here.items():
@@ -141,7 +182,7 @@ def panel_of(fam, kind):
 
 def build(cases):
     """Rows per panel, the other-impl and peer columns, and the comment lines."""
-    skipped, over, own_ceiling = [], [], []
+    skipped, over, own_ceiling, same_work = [], [], [], []
     rows = []
     for key, c in cases.items():
         fam, keys = key
@@ -170,14 +211,19 @@ def build(cases):
                     case_text(key), impl, values["impl=" + impl], on_suite))
         for k, v in s.items():
             if k.startswith(PEER_PREFIX) and isinstance(v, (int, float)) and v > 0:
-                values[k[len(PEER_PREFIX):]] = 100.0 * ceiling_us / v
+                name = k[len(PEER_PREFIX):]
+                own = peer_own_pct(c, fam, keys, name, kind)
+                values[name] = own if own is not None else 100.0 * ceiling_us / v
+                if own is None:
+                    same_work.append("%s: %s on the suite's work (no rate of its own in the run's peers JSON)" % (
+                        case_text(key), name))
         rows.append({"key": key, "fam": fam, "keys": keys, "run": c["run"], "kind": kind,
                      "panel": panel_of(fam, kind), "pct": s["pct_of_ceiling"], "values": values,
                      "suite": s_impl or "-"})
         for name, v in [("suite impl=%s" % (s_impl or "-"), s["pct_of_ceiling"])] + sorted(values.items()):
             if v > 100.0:
                 over.append("%s: %s at %.1f%%" % (case_text(key), name, v))
-    return rows, skipped, over, own_ceiling
+    return rows, skipped, over, own_ceiling, same_work
 
 
 def labels(rows):
@@ -242,7 +288,7 @@ def main(argv):
         return 2
     paths, outdir = argv[1:-1], argv[-1]
     cases, contexts, replaced = load(paths)
-    rows, skipped, over, own_ceiling = build(cases)
+    rows, skipped, over, own_ceiling, same_work = build(cases)
     if not rows:
         sys.stderr.write("plot_report: no usable case in %s (none has a pct_of_ceiling without an error_message;"
                          " a bench run without a GPU times nothing)\n" % " ".join(paths))
@@ -277,12 +323,14 @@ def main(argv):
     with open(os.path.join(outdir, "plot.dat"), "w") as f:
         f.write("# %% of ceiling per case, written by harness/plot_report.py from: %s\n" % " ".join(paths))
         f.write("# GPU: %s; runs (file, revision, date): %s\n" % (gpus[0], "; ".join(runs)))
-        f.write("# suite = the case's impl=kernel (else its only impl); impl=x: that impl's own pct_of_ceiling; external peers: the suite's ceiling_us / the peer's median_us * 100\n")
+        f.write("# suite = the case's impl=kernel (else its only impl); impl=x: that impl's own pct_of_ceiling; external peers: their own rate (the run's peers JSON) / the run's ceiling rate, else the suite's ceiling_us / the peer's median_us * 100 (listed below)\n")
         f.write("# one block per panel (gnuplot index 0, 1, ...); columns: label family ceiling run suite %s\n" % " ".join(cols))
         for s in over:
             f.write("# ABOVE 100%% (kept, not clipped: the ceiling, or a peer's same-work assumption, is wrong): %s\n" % s)
         for s in own_ceiling:
             f.write("# own ceiling differs: %s\n" % s)
+        for s in same_work:
+            f.write("# peer on the suite's yardstick: %s\n" % s)
         for s in replaced:
             f.write("# superseded by a newer run: %s\n" % s)
         for s in skipped:

@@ -40,7 +40,7 @@ open_pt = "4 6 8 10 12 14"
 filled_pt = "5 7 9 11 13 15"
 mark_pt(c) = col_inside[c] ? int(word(open_pt, 1 + (c - 1) % 6)) : int(word(filled_pt, 1 + (c - 1) % 6))
 mark_lc(c) = word(colours, 1 + (c - 1) % words(colours))
-mark_title(c) = col_inside[c] ? col_name[c].' (in-suite, own ceiling)' : col_name[c].' (external, same work)'
+mark_title(c) = col_inside[c] ? col_name[c].' (in-suite, own ceiling)' : col_name[c].' (external, same run)'
 # a dashed rule above the first row of each family (column 2) after the panel's first
 fam_prev = ""
 new_family(f) = (fam_changed = (f ne fam_prev && fam_prev ne ""), fam_prev = f, fam_changed)
@@ -53,7 +53,7 @@ do for [i = 1:|run_lines|] { runs_text = runs_text."\n".small((i == 1 ? "runs (f
 title_lines = sprintf("%s: each case as %% of the ceiling it is stated against (%d cases)", esc(gpu), n_cases) \
     .runs_text \
     ."\n".small("bars: kvbench (impl=kernel, else the case's only impl), its value beside its label; open marks: the case's other impls, each on its own ceiling;") \
-    ."\n".small("filled marks: external peers timed in the same run, on the kernel's ceiling (the kernel's ceiling time over the peer's time)") \
+    ."\n".small("filled marks: external peers timed in the same run, at their own rate where their peers file gives it, else on the kernel's work (plot.dat lists which)") \
     .(n_over > 0 ? "\n".small(sprintf("%d value(s) above 100%%, drawn as measured: the ceiling, or a peer's same-work assumption, is wrong (plot.dat lists them)", n_over)) : "") \
     .(n_skipped > 0 ? "\n".small(sprintf("%d case(s) skipped with an error (plot.dat lists them)", n_skipped)) : "")
 set multiplot title title_lines font ",12"

@@ -111,6 +111,28 @@ def test_own_ceiling_and_above_100_kept(tmp):
     assert len(flagged) == 1 and "torch_sdpa_cudnn_fwd" in flagged[0], flagged
 
 
+def test_peer_at_its_own_rate_from_the_runs_peers_file(tmp):
+    # the same fixture as a run's X_bench.json with an X_peers.json beside it: the cuDNN forward peer
+    # gives its own TFLOPs, so it is stated as those over the run's GEMM rate, no longer above 100%
+    doc = fixture()
+    k = bench(doc, "selective_attn ", "kernel")
+    keys = dict(w.split("=", 1) for w in k["name"].split("/", 1)[0].split()[1:] if "=" in w and not w.startswith("impl="))
+    tflops = 0.5 * float(doc["context"]["ceiling_bf16_mma_TFLOPs"])
+    bench_path, peers_path = os.path.join(tmp, "r1_bench.json"), os.path.join(tmp, "r1_peers.json")
+    shutil.copy(FIXTURE, bench_path)
+    with open(peers_path, "w") as f:
+        json.dump({"peers": [{"kernel": "selective_attn", "match": {"L": int(keys["L"]), "D": int(keys["D"])},
+                              "peer": "torch_sdpa_cudnn_fwd", "median_us": 1.0, "TFLOPs": tflops}]}, f)
+    out = os.path.join(tmp, "out")
+    assert run([bench_path], out).returncode == 0
+    comments, rows, cols = read_dat(out)
+    row = dict(zip(["family", "ceiling", "run", "suite"] + cols, rows["selective_attn"]))
+    assert near(row["torch_sdpa_cudnn_fwd"], 50.0), row
+    assert not [l for l in comments if l.startswith("# ABOVE 100%")], comments
+    # the flash peer has no entry: on the kernel's work, and listed as such
+    assert any("yardstick" in l and "torch_sdpa_flash_fwd" in l for l in comments), comments
+
+
 def test_error_case_skipped_and_listed(tmp):
     assert run([FIXTURE], tmp).returncode == 0
     comments, rows, _ = read_dat(tmp)

@@ -4,8 +4,8 @@ runs = "bench1 9949ff6-dirty 2026-11-25 03:37; bench2 9949ff6-dirty 2026-11-25 0
 array run_lines[1]
 run_lines[1] = "bench1 9949ff6-dirty 2026-11-25 03:37; bench2 9949ff6-dirty 2026-11-25 03:45; bench3_topk 140ba2f-dirty 2026-11-25 04:05"
 n_cases = 63
-max_pct = 110.58
-n_over = 2
+max_pct = 98.67
+n_over = 0
 n_skipped = 0
 n_panels = 4
 array panel_title[4]
