@@ -151,7 +151,7 @@ bundle: all
 	@bash harness/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
 
 # ---- dependencies ----
-DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf
+DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PKGS))"; \
