@@ -85,9 +85,11 @@ size_t smem_bytes(int B)
     return smem_bytes_fixed<D>() + sizeof(int64_t) * (size_t)(B + 1);
 }
 
-// Sparse, one step in flight: held to 3 blocks per SM (170 registers; it would take 182 and fit 2).
+// One step in flight: held to 3 blocks per SM. Sparse: 168-170 registers (it would take 182 and fit 2).
+// Dense: 168 registers and no spills, as at 9949ff6 (258.0 us at B=8 32K); left free it took 223 and
+// fit 2 blocks, and the regression gate found B=8 32K 5.8% slower (results/h200/gate-a0d8705).
 template <int D, int S, int SRC>
-__global__ void __launch_bounds__(THREADS, (SRC != SRC_DENSE && S == 1) ? 3 : 1) decode_attn_kernel(DecodeParams p)
+__global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
