@@ -193,7 +193,7 @@ fuzz: $(FUZZ_BIN)
 	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ $(FUZZ_DIR)/corpus/$$t tests/fuzz/corpus/$$t >$(FUZZ_DIR)/$$t.log 2>&1 & \
 	  pids="$$pids $$!"; done; \
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
-	for t in $(FUZZ_TARGETS); do echo "== $$t"; grep -E '^(Done|stat::|==[0-9]+==|SUMMARY|artifact_prefix)' $(FUZZ_DIR)/$$t.log | tail -n 12; done; \
+	for t in $(FUZZ_TARGETS); do echo "== $$t"; grep -E '^(#[0-9]+[[:space:]]+DONE|Done|stat::|==[0-9]+==|SUMMARY|artifact_prefix)' $(FUZZ_DIR)/$$t.log | tail -n 12; done; \
 	exit $$rc
 
 # the toolchain probe decides between running and skipping (said so): never a silent no-op
