@@ -10,12 +10,12 @@ for t in "$@"; do
     scratch=$(mktemp -d)
     log="$dir/$t.smoke.log"
     # shellcheck disable=SC2086 # args is a list of options
-    "$dir/$t" $args -seed=1 -runs=20000 -max_total_time=10 -print_final_stats=1 \
+    "$dir/$t" $args -seed=1 -runs=100000 -max_total_time=10 -print_final_stats=1 \
         -artifact_prefix="$dir/$t.smoke-" "$scratch" "tests/fuzz/corpus/$t" >"$log" 2>&1
     rc=$?
     rm -rf "$scratch"
     stats=$(grep -oE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb): *[0-9]+' "$log" |
-        sed -E 's/^stat::([a-z_]+): */\1=/' | tr '\n' ' ')
+        sed -E 's/^stat::([a-z_]+): */\1=/' | paste -sd " ")
     if [ "$rc" -eq 0 ] && grep -q '^Done ' "$log"; then
         passed=$((passed + 1))
         echo "[       OK ] fuzz: $t ($stats)"
