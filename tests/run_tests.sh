@@ -49,7 +49,8 @@ fi
 # clang's libFuzzer); a bundle has no sources to build them from
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ -f "$root/Makefile" ] && [ -d "$root/tests/fuzz" ]; then
-    out=$(make -C "$root" --no-print-directory fuzz-smoke 2>&1)
+    # a make of its own (run from `make test`, the parent's jobserver is not passed down to this script)
+    out=$(env -u MAKEFLAGS -u MFLAGS make -j"$(nproc 2>/dev/null || echo 2)" -C "$root" --no-print-directory fuzz-smoke 2>&1)
     printf '%s\n' "$out"
     line=$(grep -E '^fuzz: ' <<<"$out" | tail -n 1)
     p=$(grep -oE '^fuzz: [0-9]+ passed' <<<"$line" | grep -oE '[0-9]+')
