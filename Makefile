@@ -10,6 +10,7 @@
 #   make deps       install the Debian packages the build needs (or print the command)
 #   make ptxas      the compiler's resource report for every kernel (registers, smem, spills)
 #   make sass       SASS of the kernels into build/sass/
+#   make fuzz       libFuzzer over the case parser and the options (FUZZ_SECONDS=600); make fuzz-smoke: a short run
 #   make clean
 # Variables: NVCC (path or empty to build without CUDA), GENCODE (target architectures),
 #            FILTER (case filter for check/bench), TIER.
@@ -168,6 +169,55 @@ sass: $(KERNEL_OBJ)
 	@mkdir -p $(BUILD)/sass
 	@for o in $(KERNEL_OBJ); do cuobjdump --dump-sass $$o > $(BUILD)/sass/$$(basename $$o .o).sass; done
 	@echo "SASS in $(BUILD)/sass/"
+
+# ---- fuzzing (issue 14): libFuzzer targets over the case parser, the ops' shape checks and the options ----
+#   make fuzz [FUZZ_SECONDS=600]  every target for FUZZ_SECONDS, in parallel; new inputs go to build/fuzz/corpus/,
+#                                 crashes to build/fuzz/artifacts/ (not the repo); usage in tests/fuzz/RUN.md
+#   make fuzz-smoke               every target from tests/fuzz/corpus/<target>/, a bounded run each; ends with
+#                                 "fuzz: N passed, N failed", or "fuzz: ... N skipped" without clang's libFuzzer
+# CPU-only objects (no CUDA, no OpenMP: its pragmas are ignored) under ASan and UBSan, in an archive so that a
+# target links only what it reaches.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 600
+FUZZ_DIR     := $(BUILD)/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -fsanitize=fuzzer-no-link \
+                $(FUZZ_SAN) -DKVB_HAVE_CUDA=0 -DKVB_GIT_REV=\"$(GIT_REV)\"
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/%)
+FUZZ_ARGS    := -max_len=8192 -timeout=10 -close_fd_mask=3 -dict=tests/fuzz/kvb.dict
+
+$(FUZZ_DIR)/obj/%.o: %.c $(wildcard reference/*.h harness/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/libkvb.a: $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(REF_SRC) $(HARNESS_SRC))
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DIR)/libkvb.a
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ -llapacke -lm
+
+.PHONY: fuzz fuzz-smoke
+fuzz: $(FUZZ_BIN)
+	@pids=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t $(FUZZ_DIR)/artifacts/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s, log in $(FUZZ_DIR)/$$t.log"; \
+	  $(FUZZ_DIR)/$$t $(FUZZ_ARGS) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ $(FUZZ_DIR)/corpus/$$t tests/fuzz/corpus/$$t >$(FUZZ_DIR)/$$t.log 2>&1 & \
+	  pids="$$pids $$!"; done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for t in $(FUZZ_TARGETS); do echo "== $$t"; grep -E '^(#[0-9]+[[:space:]]+DONE|Done|stat::|==[0-9]+==|SUMMARY|artifact_prefix)' $(FUZZ_DIR)/$$t.log | tail -n 12; done; \
+	exit $$rc
+
+# the toolchain probe decides between running and skipping (said so): never a silent no-op
+fuzz-smoke:
+	@mkdir -p $(FUZZ_DIR)
+	@if echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -x c - -o $(FUZZ_DIR)/probe >/dev/null 2>&1; then \
+	  if ! $(MAKE) --no-print-directory $(FUZZ_BIN) >$(FUZZ_DIR)/build.log 2>&1; then \
+	    tail -n 20 $(FUZZ_DIR)/build.log; echo "fuzz: 0 passed, $(words $(FUZZ_TARGETS)) failed (build)"; exit 1; fi; \
+	  bash tests/fuzz/smoke.sh $(FUZZ_DIR) "$(FUZZ_ARGS)" $(FUZZ_TARGETS); \
+	else echo "fuzz: no $(FUZZ_CC) with libFuzzer (Debian: clang libclang-rt-14-dev), $(words $(FUZZ_TARGETS)) skipped"; fi
 
 clean:
 	rm -rf $(BUILD) bundle

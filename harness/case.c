@@ -157,9 +157,14 @@ static void make_id(kvb_case *c)
 
 int kvb_case_parse(const char *line, const char *where, kvb_case *out)
 {
+    /* the line ends at a comment or a line break; the text before it must fit, never cut short
+     * (a cut token would parse as another value) */
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s", line);
-    buf[strcspn(buf, "#\r\n")] = '\0';
+    const size_t len = strcspn(line, "#\r\n");
+    if (len >= sizeof buf)
+        return kvb_fail(KVB_EINVAL, "%s: case line of %zu characters out of range [0, %zu]", where, len, sizeof buf - 1);
+    memcpy(buf, line, len);
+    buf[len] = '\0';
     char *save = NULL, *tok = strtok_r(buf, " \t", &save);
     if (!tok) return KVB_CASE_BLANK;
 
@@ -295,28 +300,57 @@ void kvb_cases_free(kvb_case_list *list)
     memset(list, 0, sizeof *list);
 }
 
-static int load_file(kvb_case_list *list, const char *path)
+int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return kvb_fail(KVB_EIO, "cannot open case file %s", path);
-    char line[4096];
-    int lineno = 0, rc = KVB_OK;
-    while (fgets(line, sizeof line, f)) {
+    int lineno = 0;
+    for (const char *line = text, *next; *line; line = *next ? next + 1 : next) {
+        next = line + strcspn(line, "\n");
         lineno++;
         char where[160];
-        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        snprintf(where, sizeof where, "%s:%d", name, lineno);
         kvb_case c;
-        int r = kvb_case_parse(line, where, &c);
+        int r = kvb_case_parse(line, where, &c); /* reads up to the line's end only */
         if (r == KVB_CASE_BLANK) continue;
-        for (int i = 0; r == KVB_OK && i < list->n; i++)
+        if (r != KVB_OK) return r;
+        for (int i = 0; i < list->n; i++)
             if (!strcmp(list->v[i].id, c.id))
-                r = kvb_fail(KVB_EINVAL, "%s: duplicate case (same id as %s)", where, list->v[i].where);
-        if (r != KVB_OK || (rc = kvb_cases_add(list, &c)) != KVB_OK) {
-            rc = r ? r : rc;
-            break;
-        }
+                return kvb_fail(KVB_EINVAL, "%s: duplicate case (same id as %s)", where, list->v[i].where);
+        if ((r = kvb_cases_add(list, &c)) != KVB_OK) return r;
     }
+    return KVB_OK;
+}
+
+/* The whole file into memory, then parsed as text: one parser for files and for text. */
+static int load_file(kvb_case_list *list, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvb_fail(KVB_EIO, "cannot open case file %s", path);
+    size_t len = 0, cap = 0;
+    char *text = NULL;
+    int rc = KVB_OK;
+    for (;;) {
+        if (cap - len < 4096) {
+            char *t = realloc(text, cap = cap ? 2 * cap : 65536);
+            if (!t) {
+                rc = kvb_fail(KVB_ENOMEM, "out of memory reading case file %s", path);
+                break;
+            }
+            text = t;
+        }
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (rc == KVB_OK && ferror(f)) rc = kvb_fail(KVB_EIO, "cannot read case file %s", path);
     fclose(f);
+    if (rc == KVB_OK) {
+        text[len] = '\0';
+        if (strlen(text) != len) /* a NUL would end the text early and silently drop the rest */
+            rc = kvb_fail(KVB_EINVAL, "%s: a NUL byte at offset %zu: not a text file", path, strlen(text));
+        else
+            rc = kvb_cases_parse_text(list, text, path);
+    }
+    free(text);
     return rc;
 }
 

@@ -59,6 +59,9 @@ typedef struct kvb_case_list {
 /* Load every `*.cases` file of a directory (sorted by name), or a single file. Any error stops
  * the load and returns KVB_EINVAL: a suite with a malformed case line runs nothing. */
 int kvb_cases_load(kvb_case_list *list, const char *path);
+/* Parse text holding case lines, one a line (the contents of a case file; `name` names it in
+ * messages as name:line). Errors as kvb_cases_load. */
+int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name);
 int kvb_cases_add(kvb_case_list *list, const kvb_case *c);
 void kvb_cases_free(kvb_case_list *list);
 

@@ -1,8 +1,56 @@
-/* cli.c: what the subcommands share from the command line: case selection and the host pool. */
+/* cli.c: what the subcommands share from the command line: options, case selection and the host pool. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+
+/* ---- options ---- */
+
+int kvb_parse_options(int argc, char **argv, kvb_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cases_path = "cases";
+    o->gb_argv[o->gb_argc++] = argv[0];
+    size_t len = 0;
+    for (int i = 0; i < argc && len < sizeof o->cmdline; i++)
+        len += (size_t)snprintf(o->cmdline + len, sizeof o->cmdline - len, i ? " '%s'" : "%s", argv[i]);
+    if (argc < 2) return -1;
+    o->cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strncmp(a, "--benchmark_", 12)) {
+            if (o->gb_argc < 60) o->gb_argv[o->gb_argc++] = argv[i];
+        } else if (!strcmp(a, "--tier") && next) {
+            i++;
+            if (!strcmp(next, "all")) o->tier = KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH;
+            else if (!(o->tier = kvb_tier_parse(next))) {
+                fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|all\n", next);
+                return 2;
+            }
+        } else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
+        else if (!strcmp(a, "--json") && next) o->json = argv[++i];
+        else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
+        else if (!strcmp(a, "--summary") && next) o->summary = argv[++i];
+        else if (!strcmp(a, "--peers") && next) o->peers = argv[++i];
+        else if (!strcmp(a, "--fault") && next) {
+            if (strcmp(argv[++i], "zeros")) {
+                fprintf(stderr, "kvbench: --fault %s is not one of: zeros\n", argv[i]);
+                return 2;
+            }
+            o->fault_zeros = 1;
+        }
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "kvbench: unknown option %s (or it lacks its value)\n", a);
+            return 2;
+        } else if (o->n_filters < 64) o->filters[o->n_filters++] = a;
+        else {
+            fprintf(stderr, "kvbench: more than 64 filters\n");
+            return 2;
+        }
+    }
+    return 0;
+}
 
 /* ---- case selection: load every case file first, so a malformed line stops everything ---- */
 
@@ -29,6 +77,7 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
     if (o->n_filters == 0 || from_files) {
         if (kvb_cases_load(&all, o->cases_path)) {
             fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+            kvb_cases_free(&all); /* the cases before the bad line */
             return 2;
         }
     }

@@ -1,8 +1,8 @@
 /* cli.h: what the kvbench subcommands share: parsed options, case selection, and the one path that
  * sets up and validates a case (check, bench and profile all go through kvb_case_prepare).
  *
- *   main.c     options, list, ceilings, dispatch
- *   cli.c      case selection, the host pool
+ *   main.c     usage, list, ceilings, dispatch
+ *   cli.c      options, case selection, the host pool
  *   prepare.c  kvb_case_prepare: the one setup-and-validate path
  *   check.c    check and profile
  *   bench.c    bench (Google Benchmark through gbench_shim.h), peers
@@ -30,6 +30,9 @@ typedef struct kvb_options {
     char cmdline[2048];
 } kvb_options;
 
+/* The options of argv (argv[1] the command); pointers into argv are kept. 0, -1 without a command
+ * (usage), or 2 after a message on stderr. Parses only: nothing is loaded or run. */
+int kvb_parse_options(int argc, char **argv, kvb_options *o);
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out);
 int kvb_is_case_line(const char *arg);
 void kvb_reserve_host_pool(const kvb_case_list *cases);

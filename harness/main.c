@@ -45,52 +45,6 @@ static void usage(FILE *f)
             "options: --tier smoke|check|bench|all   --cases FILE_OR_DIR (default ./cases)\n");
 }
 
-static int parse_options(int argc, char **argv, kvb_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->cases_path = "cases";
-    o->gb_argv[o->gb_argc++] = argv[0];
-    size_t len = 0;
-    for (int i = 0; i < argc && len < sizeof o->cmdline; i++)
-        len += (size_t)snprintf(o->cmdline + len, sizeof o->cmdline - len, i ? " '%s'" : "%s", argv[i]);
-    if (argc < 2) return -1;
-    o->cmd = argv[1];
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strncmp(a, "--benchmark_", 12)) {
-            if (o->gb_argc < 60) o->gb_argv[o->gb_argc++] = argv[i];
-        } else if (!strcmp(a, "--tier") && next) {
-            i++;
-            if (!strcmp(next, "all")) o->tier = KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH;
-            else if (!(o->tier = kvb_tier_parse(next))) {
-                fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|all\n", next);
-                return 2;
-            }
-        } else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
-        else if (!strcmp(a, "--json") && next) o->json = argv[++i];
-        else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
-        else if (!strcmp(a, "--summary") && next) o->summary = argv[++i];
-        else if (!strcmp(a, "--peers") && next) o->peers = argv[++i];
-        else if (!strcmp(a, "--fault") && next) {
-            if (strcmp(argv[++i], "zeros")) {
-                fprintf(stderr, "kvbench: --fault %s is not one of: zeros\n", argv[i]);
-                return 2;
-            }
-            o->fault_zeros = 1;
-        }
-        else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "kvbench: unknown option %s (or it lacks its value)\n", a);
-            return 2;
-        } else if (o->n_filters < 64) o->filters[o->n_filters++] = a;
-        else {
-            fprintf(stderr, "kvbench: more than 64 filters\n");
-            return 2;
-        }
-    }
-    return 0;
-}
-
 static int cmd_ceilings(const kvb_options *o)
 {
     if (!kvb_gpu_available()) {
@@ -148,7 +102,7 @@ int main(int argc, char **argv)
     /* compare has options of its own: it parses its arguments itself */
     if (argc >= 2 && !strcmp(argv[1], "compare")) return kvb_compare_main(argc - 2, argv + 2);
     kvb_options o;
-    int rc = parse_options(argc, argv, &o);
+    int rc = kvb_parse_options(argc, argv, &o);
     if (rc < 0 || !o.cmd || !strcmp(o.cmd, "help") || !strcmp(o.cmd, "--help") || !strcmp(o.cmd, "-h")) {
         usage(rc < 0 ? stderr : stdout);
         return rc < 0 ? 2 : 0;

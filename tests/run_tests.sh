@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test program in BIN (default build/bin) and the CLI tests, and sums their results into
+# Runs every test program in BIN (default build/bin), the CLI tests and the fuzz smoke run, and sums their results into
 # one closing line: "N passed, N failed, N skipped". Exits non-zero when anything failed.
 set -u
 bin=${1:-build/bin}
@@ -59,8 +59,32 @@ if command -v python3 >/dev/null; then
     fi
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 else
-    echo "plot tests: no python3, 6 skipped"
-    skipped=$((skipped + 6))
+    echo "plot tests: no python3, 7 skipped"
+    skipped=$((skipped + 7))
+fi
+
+# the fuzz targets' smoke run (make fuzz-smoke: one verdict a target, or skipped, and said so, without
+# clang's libFuzzer); a bundle has no sources to build them from
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ -f "$root/Makefile" ] && [ -d "$root/tests/fuzz" ]; then
+    # a make of its own (run from `make test`, the parent's jobserver is not passed down to this script)
+    out=$(env -u MAKEFLAGS -u MFLAGS make -j"$(nproc 2>/dev/null || echo 2)" -C "$root" --no-print-directory fuzz-smoke 2>&1)
+    printf '%s\n' "$out"
+    line=$(grep -E '^fuzz: ' <<<"$out" | tail -n 1)
+    p=$(grep -oE '^fuzz: [0-9]+ passed' <<<"$line" | grep -oE '[0-9]+')
+    f=$(grep -oE '^fuzz: [0-9]+ passed, [0-9]+ failed' <<<"$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+    s=$(grep -oE '[0-9]+ skipped$' <<<"$line" | grep -oE '[0-9]+')
+    if [ -n "$p" ]; then
+        passed=$((passed + p)) failed=$((failed + ${f:-1}))
+    elif [ -n "$s" ]; then
+        skipped=$((skipped + s))
+    else
+        echo "fuzz tests did not report"
+        failed=$((failed + 1))
+    fi
+else
+    echo "fuzz: no sources here (a bundle), 1 skipped"
+    skipped=$((skipped + 1))
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

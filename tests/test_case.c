@@ -1,6 +1,7 @@
 /* test_case.c: the case parser: canonical ids, defaults, and every kind of bad input. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "../harness/case.h"
@@ -192,6 +193,38 @@ static void test_case_files(void **state)
     remove("build/test_cases/b.cases");
 }
 
+static void test_case_text_and_long_lines(void **state)
+{
+    (void)state;
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_parse_text(&list, "# c\r\nindex_scan M=7\r\n\ntopk k=1 # x\n", "t"), KVB_OK);
+    assert_int_equal(list.n, 2);
+    assert_string_equal(list.v[1].where, "t:4");
+    kvb_cases_free(&list);
+    /* a line past the parser's buffer is refused whole, never cut into another value or line */
+    char line[5000];
+    snprintf(line, sizeof line, "topk k=1%*s n=100", 4100, "");
+    assert_int_equal(parse(line), KVB_EINVAL);
+    assert_error_mentions("case line of 4114 characters out of range [0, 4095]");
+    memset(line, '#', sizeof line - 1); /* a long comment is still a comment */
+    line[sizeof line - 1] = '\0';
+    assert_int_equal(parse(line), KVB_CASE_BLANK);
+    mkdir("build", 0755);
+    FILE *f = fopen("build/test_long.cases", "w");
+    fprintf(f, "topk k=1%*s n=100\n", 4100, "");
+    fclose(f);
+    assert_int_equal(kvb_cases_load(&list, "build/test_long.cases"), KVB_EINVAL);
+    assert_error_mentions("build/test_long.cases:1: case line of 4114 characters");
+    kvb_cases_free(&list);
+    f = fopen("build/test_long.cases", "w");
+    fprintf(f, "topk k=1\n%c\ntopk k=2\n", '\0');
+    fclose(f);
+    assert_int_equal(kvb_cases_load(&list, "build/test_long.cases"), KVB_EINVAL);
+    assert_error_mentions("a NUL byte at offset 9");
+    kvb_cases_free(&list);
+    remove("build/test_long.cases");
+}
+
 static void test_shipped_case_files_parse(void **state)
 {
     (void)state;
@@ -216,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_out_of_range_sizes),
         cmocka_unit_test(test_integer_overflow),
         cmocka_unit_test(test_case_files),
+        cmocka_unit_test(test_case_text_and_long_lines),
         cmocka_unit_test(test_shipped_case_files_parse),
     };
     return cmocka_run_group_tests_name("case parser", tests, NULL, NULL);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The CI's fuzz run: each target from its seeds in tests/fuzz/corpus/<target>/, a bounded run with a
+# fixed seed (new inputs go to a scratch directory, never the repo). One verdict a target; ends with
+# "fuzz: N passed, N failed". Usage: smoke.sh FUZZ_DIR "LIBFUZZER ARGS" TARGET...
+set -u
+dir=$1 args=$2
+shift 2
+passed=0 failed=0
+for t in "$@"; do
+    scratch=$(mktemp -d)
+    log="$dir/$t.smoke.log"
+    # shellcheck disable=SC2086 # args is a list of options
+    "$dir/$t" $args -seed=1 -runs=100000 -max_total_time=10 -print_final_stats=1 \
+        -artifact_prefix="$dir/$t.smoke-" "$scratch" "tests/fuzz/corpus/$t" >"$log" 2>&1
+    rc=$?
+    rm -rf "$scratch"
+    stats=$(grep -oE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb): *[0-9]+' "$log" |
+        sed -E 's/^stat::([a-z_]+): */\1=/' | paste -sd " ")
+    if [ "$rc" -eq 0 ] && grep -q '^Done ' "$log"; then
+        passed=$((passed + 1))
+        echo "[       OK ] fuzz: $t ($stats)"
+    else
+        failed=$((failed + 1))
+        echo "[  FAILED  ] fuzz: $t (exit $rc; log $log)"
+        grep -E '^(==[0-9]+==|SUMMARY|artifact_prefix|fuzz_)|runtime error' "$log" | head -n 20 | sed 's/^/    /'
+    fi
+done
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
