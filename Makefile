@@ -5,6 +5,7 @@
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
 #   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/*bench.json (each file a run)
 #   make plots [PLOT_RESULTS="a.json b.json"] [PLOT_OUT=dir]  % of ceiling per case, with its peers: dir/pct_of_ceiling.png
+#   make sanitize [SANITIZE_OUT=dir] [FILTER=..]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over the sanitize tier (GPU)
 #   make run        the main job: deps, build, check, bench (what can run on this machine)
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
@@ -61,7 +62,7 @@ KVBENCH     := $(BUILD)/bin/kvbench
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 
-.PHONY: all test check bench step-report plots run bundle deps ptxas sass clean
+.PHONY: all test check bench step-report plots sanitize run bundle deps ptxas sass clean
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
@@ -130,6 +131,11 @@ GPU          ?= H200
 step-report:
 	python3 harness/step_report.py $(sort $(wildcard $(STEP_RESULTS)/*bench.json)) $(STEP_RESULTS)
 	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/step_stages.gp
+
+# ---- sanitize: compute-sanitizer's four tools over the sanitize tier (every kernel and impl) ----
+SANITIZE_OUT ?= results/local
+sanitize: $(KVBENCH)
+	bash profiles/sanitize.sh $(SANITIZE_OUT) $(FILTER)
 
 # ---- plots: each case's % of its ceiling beside its in-suite impls and external peers (issue 14) ----
 # No build: python3 writes PLOT_OUT/plot.dat + plot_meta.gp from the bench JSONs, gnuplot draws

@@ -20,6 +20,7 @@ const char *kvb_tier_name(int tier)
     case KVB_TIER_SMOKE: return "smoke";
     case KVB_TIER_CHECK: return "check";
     case KVB_TIER_BENCH: return "bench";
+    case KVB_TIER_SANITIZE: return "sanitize";
     }
     return "none";
 }
@@ -29,6 +30,7 @@ int kvb_tier_parse(const char *s)
     if (!strcmp(s, "smoke")) return KVB_TIER_SMOKE;
     if (!strcmp(s, "check")) return KVB_TIER_CHECK;
     if (!strcmp(s, "bench")) return KVB_TIER_BENCH;
+    if (!strcmp(s, "sanitize")) return KVB_TIER_SANITIZE;
     return 0;
 }
 
@@ -189,7 +191,7 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
         const char *val = eq + 1;
         if (klen == 4 && !strncmp(tok, "tier", 4)) {
             if (set_tier++) FAIL("%s: key 'tier' given twice", op->name);
-            if (!(c.tier = kvb_tier_parse(val))) FAIL("%s: tier=%s is not one of smoke|check|bench", op->name, val);
+            if (!(c.tier = kvb_tier_parse(val))) FAIL("%s: tier=%s is not one of smoke|check|bench|sanitize", op->name, val);
             continue;
         }
         static const char *tol_keys[3] = {"atol", "rtol", "l2"};

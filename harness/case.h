@@ -25,7 +25,9 @@ typedef struct kvb_param {
     const char *help;
 } kvb_param;
 
-typedef enum { KVB_TIER_SMOKE = 1, KVB_TIER_CHECK = 2, KVB_TIER_BENCH = 4 } kvb_tier;
+/* sanitize: small cases, one or more per kernel and impl, for compute-sanitizer (make sanitize) */
+typedef enum { KVB_TIER_SMOKE = 1, KVB_TIER_CHECK = 2, KVB_TIER_BENCH = 4, KVB_TIER_SANITIZE = 8 } kvb_tier;
+#define KVB_TIER_ALL (KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH | KVB_TIER_SANITIZE)
 
 struct kvb_op;
 

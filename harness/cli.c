@@ -23,9 +23,9 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
             if (o->gb_argc < 60) o->gb_argv[o->gb_argc++] = argv[i];
         } else if (!strcmp(a, "--tier") && next) {
             i++;
-            if (!strcmp(next, "all")) o->tier = KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH;
+            if (!strcmp(next, "all")) o->tier = KVB_TIER_ALL;
             else if (!(o->tier = kvb_tier_parse(next))) {
-                fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|all\n", next);
+                fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|sanitize|all\n", next);
                 return 2;
             }
         } else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];

@@ -10,7 +10,7 @@
  *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
  *
  * FILTER is a case line (`kernel key=value ...`, run as given) or a substring of case ids.
- * Common options: --tier smoke|check|bench|all, --cases PATH (default ./cases).
+ * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
             "                                            of BASE on purpose, BASE's other cases are left out\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\") or a substring of case ids\n"
-            "options: --tier smoke|check|bench|all   --cases FILE_OR_DIR (default ./cases)\n");
+            "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n");
 }
 
 static int cmd_ceilings(const kvb_options *o)
@@ -72,7 +72,7 @@ static int cmd_ceilings(const kvb_options *o)
 static int cmd_list(const kvb_options *o)
 {
     kvb_case_list cases;
-    int rc = kvb_select_cases(o, KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH, &cases);
+    int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
     if (rc) return rc;
     for (int i = 0; i < cases.n; i++) { /* the id, and the tolerance overrides a case line gave */
         char repro[KVB_ID_MAX + 128];

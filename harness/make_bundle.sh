@@ -22,7 +22,7 @@ cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_tes
 cp -r tests/data "$out/tests/data" # plot_test.py's fixture
 cp harness/plots.gp "$out/" # beside plot_report.py (harness/*.py below), for `plot_test.py`'s gnuplot test
 cp harness/gpu_round.sh harness/gate.sh "$out/"
-cp profiles/*_round.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
+cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
 if [ -n "${BUNDLE_FROM_HOST:-}" ]; then skip="$skip|^(${BUNDLE_FROM_HOST})"; fi

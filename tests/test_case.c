@@ -232,9 +232,38 @@ static void test_shipped_case_files_parse(void **state)
     assert_int_equal(kvb_cases_load(&list, kvb_test_cases_dir()), KVB_OK);
     int tiers = 0;
     for (int i = 0; i < list.n; i++) tiers |= list.v[i].tier;
-    assert_int_equal(tiers, KVB_TIER_SMOKE | KVB_TIER_CHECK | KVB_TIER_BENCH);
+    assert_int_equal(tiers, KVB_TIER_ALL);
     for (int i = 0; i < list.n; i++) assert_true(list.v[i].tier != 0); /* every shipped case has a tier */
     kvb_cases_free(&list);
+}
+
+/* The sanitizer tier covers every kernel and every one of its impls (make sanitize runs the tier): a
+ * kernel or impl added without a sanitize case fails here, naming it. */
+static void test_sanitize_tier_covers_every_kernel_and_impl(void **state)
+{
+    (void)state;
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_load(&list, kvb_test_cases_dir()), KVB_OK);
+    int missing = 0;
+    for (int k = 0; k < kvb_op_count(); k++) {
+        const kvb_op *op = kvb_op_at(k);
+        const int n_impls = op->impls ? op->n_impls : 1;
+        for (int j = 0; j < n_impls; j++) {
+            const char *impl = op->impls ? op->impls[j].name : NULL;
+            int found = 0;
+            for (int i = 0; i < list.n && !found; i++) {
+                const kvb_case *c = &list.v[i];
+                if (c->tier != KVB_TIER_SANITIZE || c->op != op) continue;
+                found = !impl || !strcmp(kvb_case_enum(c, "impl"), impl);
+            }
+            if (!found) {
+                print_error("no tier=sanitize case for %s%s%s\n", op->name, impl ? " impl=" : "", impl ? impl : "");
+                missing++;
+            }
+        }
+    }
+    kvb_cases_free(&list);
+    assert_int_equal(missing, 0);
 }
 
 int main(void)
@@ -251,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_case_files),
         cmocka_unit_test(test_case_text_and_long_lines),
         cmocka_unit_test(test_shipped_case_files_parse),
+        cmocka_unit_test(test_sanitize_tier_covers_every_kernel_and_impl),
     };
     return cmocka_run_group_tests_name("case parser", tests, NULL, NULL);
 }
