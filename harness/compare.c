@@ -58,6 +58,7 @@ void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n,
         if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(out, t, i)) &&
             isfinite(kvb_load_as_double(ref, t, i)))
             r->n_nonfinite++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(ref, t, i))) r->n_ref_nonfinite++;
         if (memcmp(o + (size_t)i * es, f + (size_t)i * es, es) != 0) {
             double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
             note_bad(r, i, a, b);
@@ -84,6 +85,7 @@ static void compare_float(const void *out, const void *ref, kvb_dtype t, int64_t
             /* a non-finite reference must be matched exactly (same inf, or NaN for NaN) */
             int same = (isnan(a) && isnan(b)) || a == b;
             if (!isfinite(a) && isfinite(b)) r->n_nonfinite++;
+            if (!isfinite(b)) r->n_ref_nonfinite++;
             if (!same) note_bad(r, i, a, b);
             continue;
         }

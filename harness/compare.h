@@ -41,6 +41,8 @@ typedef struct kvb_mismatch {
 typedef struct kvb_cmp_result {
     kvb_cmp_kind kind;
     int64_t n_checked, n_bad, n_nonfinite;
+    int64_t n_ref_nonfinite; /* inf or NaN in the reference (NaN inputs, or masked scores): matched
+                              * exactly, and reported, so that they never pass unseen */
     int64_t n_screened; /* elements of slices a sampled reference skipped: checked finite and not poison */
     double max_abs, tol_used, rel_l2; /* tol_used: max over elements of |err| / (atol + rtol|ref|) */
     int n_first;

@@ -68,6 +68,7 @@ static void test_float_nonfinite(void **state)
     out[0] = 1.0f;
     kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r);
     assert_true(r.pass); /* matching inf and NaN where the reference has them */
+    assert_int_equal(r.n_ref_nonfinite, 2); /* and counted, for the verdict line and the JSON */
     out[1] = -INFINITY;
     kvb_compare_float(out, ref, KVB_FP32, 3, tol, 3, NULL, &r);
     assert_false(r.pass);
