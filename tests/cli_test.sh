@@ -146,6 +146,11 @@ expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compar
 expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$tmp/c.json"
 expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- compare "$tmp/base.json" "$tmp/same.json" --frobnicate 1
 
+# GQA groups a kernel does not support are refused before anything runs, naming the allowed set
+expect "omnikv_select G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8"
+expect "hybrid_score G=7 refused" 2 'G = Hq/Hkv = 56/8 = 7 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=56 Hkv=8"
+expect "quest_score G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "quest_score Hq=40 Hkv=8"
+
 # the progress line: "check i/n, elapsed: id" on stderr when asked (a terminal, or KVB_PROGRESS=1);
 # off a terminal by default, so logs and pipes stay clean
 KVB_PROGRESS=1 expect "progress line when asked" 0 'check 1/1, [0-9]+ s: gather_copy' -- check --cases "$cases" "gather_copy B=1 M=8 ctx=1024"
