@@ -57,7 +57,25 @@ int kvb_cmd_check(const kvb_options *o)
             kvb_run_teardown(&r);
             continue;
         }
+        /* --determinism: a validated case launched again must give the same bits (a kernel that may not,
+         * e.g. one with float atomics, fails here until it is documented as such) */
+        char det[KVB_ID_MAX + 160] = "";
+        int det_checked = 0, det_same = 0;
+        if (o->determinism && st == KVB_PASS && r.on_gpu) {
+            char name[64] = "";
+            const int64_t d = kvb_run_repeat_differs(&r, name, sizeof name);
+            det_checked = 1, det_same = d == 0;
+            if (d < 0) snprintf(det, sizeof det, "the second launch failed: %s", kvb_last_error());
+            else if (d) snprintf(det, sizeof det, "%s differs in %lld elements between two launches", name, (long long)d);
+            else snprintf(det, sizeof det, "two launches bitwise equal");
+            if (!det_same) {
+                st = KVB_FAIL;
+                out.why = "not deterministic";
+                snprintf(out.msg, sizeof out.msg, "%s", det);
+            }
+        }
         printf("%-4s  %s\n", status_name(st), c->id);
+        if (det_checked && det_same) printf("      determinism: %s\n", det);
         if (st != KVB_PASS && *out.why) printf("      %s%s%s\n", out.why, *out.msg ? ": " : "", out.msg);
         if (r.note[0]) printf("      note: %s\n", r.note);
         kvb_print_verdict(&r, &out.v);
@@ -72,6 +90,7 @@ int kvb_cmd_check(const kvb_options *o)
             kvb_json_str(&j, "status", status_name(st));
             kvb_json_str(&j, "reason", *out.msg ? out.msg : out.why);
             kvb_json_str(&j, "note", r.note);
+            if (det_checked) kvb_json_bool(&j, "deterministic", det_same);
             kvb_tolerance_json(&j, c);
             kvb_verdict_json(&j, &r, &out.v);
             kvb_json_close(&j);

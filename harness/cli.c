@@ -28,7 +28,8 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
                 fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|sanitize|all\n", next);
                 return 2;
             }
-        } else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
+        } else if (!strcmp(a, "--determinism")) o->determinism = 1;
+        else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
         else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
         else if (!strcmp(a, "--summary") && next) o->summary = argv[++i];

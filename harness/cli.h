@@ -23,6 +23,7 @@ typedef struct kvb_options {
     int tier; /* bitmask of kvb_tier; 0 = the command's default */
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
+    int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
     const char *filters[64];
     int n_filters;
     char *gb_argv[64];

@@ -171,6 +171,10 @@ kvb_tensor *kvb_run_find(kvb_run *r, const char *name);
 void *kvb_run_alloc(kvb_run *r, size_t bytes, const char *what);
 int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil);
 int kvb_run_gpu_setup(kvb_run *r);  /* allocate, upload, op gpu_setup */
+/* After a validation: launch again from the same inputs and compare every output bitwise with the
+ * first launch's. Returns the number of differing elements (0: deterministic), naming the first
+ * tensor that differs in `name`; -1 when the launch failed (kvb_last_error()). */
+int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n);
 int kvb_run_reset(kvb_run *r);      /* restore INOUT, poison OUT (async on r->stream) */
 int kvb_run_launch(kvb_run *r);     /* op launch + launch-error check */
 int kvb_run_download(kvb_run *r);   /* sync, then copy OUT/INOUT tensors into t->out */

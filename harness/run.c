@@ -217,6 +217,35 @@ int kvb_run_validate(kvb_run *r, kvb_verdict *v)
     return KVB_OK;
 }
 
+int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n)
+{
+    void *first[KVB_MAX_TENSORS] = {0};
+    for (int i = 0; i < r->nt; i++) {
+        kvb_tensor *t = &r->t[i];
+        if (!t->out || (t->role != KVB_OUT && t->role != KVB_INOUT)) continue;
+        first[i] = xmalloc(tensor_bytes(t), t->name);
+        memcpy(first[i], t->out, tensor_bytes(t));
+    }
+    int64_t differ = 0;
+    kvb_run_reset(r);
+    int rc = kvb_run_launch(r);
+    if (!rc) {
+        kvb_run_download(r);
+        for (int i = 0; i < r->nt; i++) {
+            kvb_tensor *t = &r->t[i];
+            if (!first[i]) continue;
+            const size_t es = kvb_dtype_size(t->dtype);
+            int64_t here = 0;
+            for (int64_t e = 0; e < t->n; e++)
+                here += memcmp((const char *)first[i] + (size_t)e * es, (const char *)t->out + (size_t)e * es, es) != 0;
+            if (here && !differ) snprintf(name, name_n, "%s", t->name);
+            differ += here;
+        }
+    }
+    for (int i = 0; i < r->nt; i++) free(first[i]);
+    return rc ? -1 : differ;
+}
+
 void kvb_run_teardown(kvb_run *r)
 {
     /* after a sticky CUDA error every call fails: leak the device memory rather than exit */

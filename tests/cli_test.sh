@@ -151,6 +151,9 @@ expect "omnikv_select G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2
 expect "hybrid_score G=7 refused" 2 'G = Hq/Hkv = 56/8 = 7 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=56 Hkv=8"
 expect "quest_score G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "quest_score Hq=40 Hkv=8"
 
+# --determinism is an option of check (without a GPU the case is skipped, and nothing is compared)
+expect "check --determinism accepted" 0 '0 failed, 1 skipped' -- check --determinism --cases "$cases" "topk rows=1 n=1 k=1"
+
 # the progress line: "check i/n, elapsed: id" on stderr when asked (a terminal, or KVB_PROGRESS=1);
 # off a terminal by default, so logs and pipes stay clean
 KVB_PROGRESS=1 expect "progress line when asked" 0 'check 1/1, [0-9]+ s: gather_copy' -- check --cases "$cases" "gather_copy B=1 M=8 ctx=1024"
