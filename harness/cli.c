@@ -55,8 +55,9 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
 
 /* ---- case selection: load every case file first, so a malformed line stops everything ---- */
 
-/* A case line starts with a kernel name followed by key=value tokens ("gather_copy B=8"); anything
- * else ("impl=tma", "gather_copy", "B=8 Hkv") filters case ids by substring. A first word that is
+/* A case line starts with a kernel name followed by key=value tokens ("gather_copy B=8"); a kernel's
+ * name alone ("gather_copy") selects that kernel's cases; anything else ("impl=tma", "B=8 Hkv",
+ * "gather_copy_") filters case ids by substring. A first word that is
  * not a kernel but is followed by key=value tokens is a mistyped case line, reported as such. */
 int kvb_is_case_line(const char *arg)
 {
@@ -98,8 +99,13 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
         const kvb_case *c = &all.v[i];
         if (!(c->tier & tier)) continue;
         int match = o->n_filters == 0;
-        for (int f = 0; f < o->n_filters && !match; f++)
-            match = !kvb_is_case_line(o->filters[f]) && strstr(c->id, o->filters[f]) != NULL;
+        for (int f = 0; f < o->n_filters && !match; f++) {
+            const char *flt = o->filters[f];
+            if (kvb_is_case_line(flt)) continue;
+            /* a kernel's own name selects that kernel's cases only: "decode_attn" is not int2_decode_attn */
+            const kvb_op *named = kvb_op_find(flt);
+            match = named ? c->op == named : strstr(c->id, flt) != NULL;
+        }
         if (match) kvb_cases_add(out, c);
     }
     kvb_cases_free(&all);

@@ -9,7 +9,8 @@
  *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
  *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
  *
- * FILTER is a case line (`kernel key=value ...`, run as given) or a substring of case ids.
+ * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
+ * or a substring of case ids.
  * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases).
  */
 #include <stdio.h>
@@ -43,7 +44,8 @@ static void usage(FILE *f)
             "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
             "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
             "                                            of BASE on purpose, BASE's other cases are left out\n"
-            "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\") or a substring of case ids\n"
+            "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
+            "        or a substring of case ids\n"
             "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n");
 }
 

@@ -19,14 +19,34 @@ if ! command -v compute-sanitizer >/dev/null; then
     exit 2
 fi
 mkdir -p "$out"
-rc=0 verdicts=()
-for tool in memcheck racecheck initcheck synccheck; do
-    extra=()
+# SANITIZE_PARALLEL=1 runs the four tools side by side (nothing is timed; the GPU has room for four
+# small processes), else one after the other. SANITIZE_TIMEOUT=S stops each tool after S seconds
+# (a pass cut short fails: exit 124).
+run_tool() {
+    local tool=$1 extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)
+    # racecheck leaves out cuBLAS's own kernels (SANITIZE_RACECHECK_EXCLUDE, a compute-sanitizer
+    # --kernel-name-exclude filter; empty: none left out). On an H200 (CUDA 13) it reports 16 shared-memory
+    # hazards inside cuBLAS's sm90_xmma_syr2k kernel, which cuSOLVER's syevd/syevdx run for the
+    # shadowkv_lowrank SVD: NVIDIA's code, not the suite's, and no other tool finds anything there.
+    # The unfiltered log is kept in results/h200/sanitize-*/ (racecheck_unfiltered.log).
+    excl=${SANITIZE_RACECHECK_EXCLUDE-kns=_cublas}
+    [ "$tool" = racecheck ] && [ -n "$excl" ] && extra=(--kernel-name-exclude "$excl")
+    ${SANITIZE_TIMEOUT:+timeout "$SANITIZE_TIMEOUT"} compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 100 \
+        "$kvbench" check --tier sanitize --cases "$cases" "${filter[@]}" >"$out/sanitize_$tool.log" 2>&1
+    echo $? >"$out/sanitize_$tool.rc"
+}
+filter=("$@")
+read -r -a tools <<<"${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}" # a subset: SANITIZE_TOOLS="racecheck"
+for tool in "${tools[@]}"; do
+    if [ "${SANITIZE_PARALLEL:-0}" = 1 ]; then run_tool "$tool" & else run_tool "$tool"; fi
+done
+wait
+rc=0 verdicts=()
+for tool in "${tools[@]}"; do
     log="$out/sanitize_$tool.log"
-    compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 100 \
-        "$kvbench" check --tier sanitize --cases "$cases" "$@" >"$log" 2>&1
-    t=$?
+    t=$(cat "$out/sanitize_$tool.rc")
+    rm -f "$out/sanitize_$tool.rc"
     summary=$(grep -E 'ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)
     cases_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     # a pass in which no case ran on a GPU checked nothing: it fails, and says why
@@ -35,7 +55,7 @@ for tool in memcheck racecheck initcheck synccheck; do
         cases_line="$cases_line (no case ran on a GPU)"
     fi
     verdicts+=("$tool: exit $t; ${cases_line:-no case summary}; ${summary:-no sanitizer summary}")
-    [ $t -eq 0 ] || rc=1
+    [ "$t" -eq 0 ] || rc=1
 done
 printf 'sanitize %s\n' "${verdicts[@]}"
 exit $rc

@@ -122,6 +122,14 @@ else
 fi
 expect "list shows the decode and int2 cases" 0 '^bench +int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64' -- list --cases "$cases" int2_decode_attn
 expect "help" 0 'usage: kvbench' -- help
+# a kernel's name selects its own cases only (decode_attn, not int2_decode_attn); other words are substrings
+out=$("$kvbench" list --cases "$cases" decode_attn 2>&1)
+if grep -qE '^[a-z]+ +decode_attn ' <<<"$out" && ! grep -q 'int2_decode_attn' <<<"$out" &&
+   "$kvbench" list --cases "$cases" _decode_attn 2>&1 | grep -q 'int2_decode_attn'; then
+    passed=$((passed + 1)); echo "[       OK ] cli: a kernel name filter selects that kernel only"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: a kernel name filter selects that kernel only"
+fi
 
 # fault injection: outputs of zeros must fail validation for every smoke case (references only, no GPU)
 expect "zeros caught on every smoke case" 0 'fault injection \(outputs of zeros\): [0-9]+ caught, 0 missed' -- check --cases "$cases" --tier smoke --fault zeros
