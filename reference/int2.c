@@ -348,3 +348,105 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
     }
     return KVB_OK;
 }
+
+/* ---- the kernel-native layout (int2.h) ---- */
+
+static int native_check(const int2_layout *l, const char *who)
+{
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    if (l->Tcap % 64)
+        return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of 64 (the native layout's step)", who,
+                        (long long)l->Tcap);
+    return KVB_OK;
+}
+
+static unsigned code_get(const uint32_t *w, int64_t word, int pos) { return (w[word] >> (2 * pos)) & 3u; }
+
+static void code_put(uint32_t *w, int64_t word, int pos, unsigned code)
+{
+    w[word] = (w[word] & ~(3u << (2 * pos))) | (code << (2 * pos));
+}
+
+/* Position of a native code: word index and 2-bit position (16 hb + 2 (2 i + h)). */
+static int64_t kc_word(const int2_layout *l, int64_t bh, int d, int64_t tok, int *pos)
+{
+    const int64_t s = tok / 64;
+    const int i = (int)(tok % 64) / 16, r = (int)(tok % 16), g = r % 8, h = r / 8;
+    const int j = d / 16, t = (d % 16) / 4, p = (d % 4) / 2, hb = d % 2;
+    *pos = 8 * hb + 2 * i + h;
+    return ((bh * (l->Tcap / 64) + s) * (l->D / 16) + j) * 64 + 2 * (4 * g + t) + p;
+}
+
+static int64_t vc_word(const int2_layout *l, int64_t bh, int64_t tok, int d, int *pos)
+{
+    const int64_t s = tok / 64;
+    const int i = (int)(tok % 64) / 16, k = (int)(tok % 16), p = k / 8, t = (k % 8) / 2, hb = k % 2;
+    const int mv = d / 16, mh = mv / 4, m = mv % 4, g = (d % 16) / 2, h = d % 2;
+    *pos = 8 * hb + 2 * m + h;
+    return ((bh * (l->Tcap / 64) + s) * 4 + i) * (l->D) + (4 * g + t) * (l->D / 32) + 2 * mh + p;
+}
+
+static int64_t kmeta_native(const int2_layout *l, int64_t bh, int d, int64_t grp)
+{
+    const int ngs = l->gs >= 64 ? 1 : 64 / l->gs, nq = l->D / 4;
+    const int rot = (int)(grp % ngs);
+    return (bh * (l->Tcap / l->gs) + grp) * l->D + 4 * ((d / 4 + 4 * rot) % nq) + d % 4;
+}
+
+static int64_t vmeta_native(const int2_layout *l, int64_t bh, int64_t tok, int gv)
+{
+    const int tau = (int)(tok % 16);
+    const int pos = 4 * ((tau & 7) >> 1) + 2 * (tau >> 3) + (tau & 1);
+    return ((bh * (l->Tcap / 16) + tok / 16) * (l->D / l->gs) + gv) * 16 + pos;
+}
+
+/* One routine for both directions: to_native copies c into n, else n into c. */
+static int native_convert(int2_cache *c, int2_native *n, const int2_layout *l, int to_native, const char *who)
+{
+    int rc = native_check(l, who);
+    if (rc) return rc;
+    const int64_t heads = (int64_t)l->B * l->Hkv, Tcap = l->Tcap;
+    const int D = l->D, gs = l->gs;
+    for (int64_t bh = 0; bh < heads; bh++) {
+        for (int d = 0; d < D; d++)
+            for (int64_t tok = 0; tok < Tcap; tok++) {
+                int pos;
+                const int64_t wn = kc_word(l, bh, d, tok, &pos);
+                const int64_t wi = (bh * D + d) * (Tcap / 16) + tok / 16;
+                if (to_native) code_put(n->Kc, wn, pos, code_get(c->Kq, wi, (int)(tok % 16)));
+                else code_put(c->Kq, wi, (int)(tok % 16), code_get(n->Kc, wn, pos));
+            }
+        for (int d = 0; d < D; d++)
+            for (int64_t grp = 0; grp < Tcap / gs; grp++) {
+                const int64_t a = (bh * D + d) * (Tcap / gs) + grp, b = kmeta_native(l, bh, d, grp);
+                if (to_native) n->Kst[b] = c->Ks[a], n->Kzt[b] = c->Kz[a];
+                else c->Ks[a] = n->Kst[b], c->Kz[a] = n->Kzt[b];
+            }
+        for (int64_t tok = 0; tok < Tcap; tok++) {
+            for (int d = 0; d < D; d++) {
+                int pos;
+                const int64_t wn = vc_word(l, bh, tok, d, &pos);
+                const int64_t wi = (bh * Tcap + tok) * (D / 16) + d / 16;
+                if (to_native) code_put(n->Vc, wn, pos, code_get(c->Vq, wi, d % 16));
+                else code_put(c->Vq, wi, d % 16, code_get(n->Vc, wn, pos));
+            }
+            for (int gv = 0; gv < D / gs; gv++) {
+                const int64_t a = (bh * Tcap + tok) * (D / gs) + gv, b = vmeta_native(l, bh, tok, gv);
+                if (to_native) n->Vsp[b] = c->Vs[a], n->Vzp[b] = c->Vz[a];
+                else c->Vs[a] = n->Vsp[b], c->Vz[a] = n->Vzp[b];
+            }
+        }
+    }
+    return KVB_OK;
+}
+
+int ref_int2_to_native(const int2_cache *c, int2_native *n, const int2_layout *l)
+{
+    return native_convert((int2_cache *)c, n, l, 1, "ref_int2_to_native");
+}
+
+int ref_int2_from_native(const int2_native *n, int2_cache *c, const int2_layout *l)
+{
+    return native_convert(c, (int2_native *)n, l, 0, "ref_int2_from_native");
+}

@@ -136,6 +136,38 @@ int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, co
 int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                          const uint8_t *slices);
 
+/* ---- the kernel-native layout of int2_decode_attn v3 (int2.md: a layout of the decode kernel's own,
+ * with a bit-exact converter in both directions) ----
+ * The same codes and metadata, ordered so that each 64-token step of one (b, kv head) is six
+ * contiguous runs the kernel bulk-copies into shared memory, and every tensor-core fragment is one
+ * shared load and one AND per register (no shuffles, no transposition pass). Tcap: a multiple of 64.
+ * With s = a 64-token step, lane = 4g + t (g < 8, t < 4) of the kernel's warp, M = 0x00030003:
+ *   Kc [B, Hkv, Tcap/64, D/16, 32, 2] uint32: word (s, j, lane, p), 16-bit half hb, bits 2(2i + h):
+ *        the code of key channel 16j + 4t + 2p + hb at token 64s + 16i + g + 8h (i < 4, h < 2): the A
+ *        fragment registers of the QK product (rows = tokens) are word & (M << 2(2i + h)).
+ *   Vc [B, Hkv, Tcap/64, 4, 32, D/32] uint32: word (s, i, lane, 2mh + p), half hb, bits 2(2m + h):
+ *        the code of value channel 16(4mh + m) + 2g + h at token 64s + 16i + 2t + 8p + hb (m < 4).
+ *   Kst, Kzt [B, Hkv, Tcap/gs, D] fp16: the key scales and zeros transposed (group-major); row n holds
+ *        channel c at (4 ((c/4 + 4 (n % NGS)) % (D/4)) + c % 4), NGS = max(1, 64/gs): the rows of one
+ *        step rotated by 32 bytes against each other, so that lanes reading one per row hit
+ *        different banks.
+ *   Vsp, Vzp [B, Hkv, Tcap/16, D/gs, 16] fp16: the value scales and zeros of each 16-token block,
+ *        group-major, token tau of the block at 4((tau & 7) >> 1) + 2(tau >> 3) + (tau & 1) (the four
+ *        tokens 2t, 2t+1, 2t+8, 2t+9 of a B fragment side by side).
+ * Sizes: the same as the interchange arrays. */
+typedef struct int2_native {
+    uint32_t *Kc;
+    kvb_fp16 *Kst, *Kzt;
+    uint32_t *Vc;
+    kvb_fp16 *Vsp, *Vzp;
+} int2_native;
+
+/* Interchange cache c -> native n over the whole capacity (every token of Tcap, so that the kernel's
+ * copies of a partial last step read initialized memory), and back. Both need Tcap a multiple of 64 and
+ * return KVB_EINVAL otherwise (naming Tcap). Bit-exact: from_native(to_native(c)) == c. */
+int ref_int2_to_native(const int2_cache *c, int2_native *n, const int2_layout *l);
+int ref_int2_from_native(const int2_native *n, int2_cache *c, const int2_layout *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
  * dequant-matmuls against direct sums, and every kind of bad input. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../reference/decode.h"
 #include "../reference/int2.h"
@@ -283,6 +284,65 @@ static void test_attention_exact_data_matches_dense(void **state)
     free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
 }
 
+/* The kernel-native layout (int2.h): every code and metadata value lands once (the round trip through
+ * to_native and from_native restores random caches bit for bit, for every D and gs), one documented
+ * position is checked by hand, and a capacity that is not a multiple of 64 is refused by name. */
+static void test_native_layout_round_trip(void **state)
+{
+    (void)state;
+    const int Ds[2] = {64, 128}, gss[4] = {16, 32, 64, 128};
+    uint32_t x = 12345u;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++) {
+            if (gss[b] > Ds[a]) continue;
+            int2_layout l = {.B = 2, .Hkv = 3, .Hq = 6, .D = Ds[a], .gs = gss[b], .Tcap = 256, .T = 256, .Rcap = 0, .R = 0};
+            const int64_t nkq = int2_kq_elems(&l), nkm = int2_kmeta_elems(&l), nvq = int2_vq_elems(&l),
+                          nvm = int2_vmeta_elems(&l);
+            int2_cache c = {0}, back = {0};
+            int2_native n = {0};
+            c.Kq = malloc(4 * nkq), c.Vq = malloc(4 * nvq), back.Kq = calloc(nkq, 4), back.Vq = calloc(nvq, 4);
+            n.Kc = calloc(nkq, 4), n.Vc = calloc(nvq, 4);
+            c.Ks = malloc(2 * nkm), c.Kz = malloc(2 * nkm), c.Vs = malloc(2 * nvm), c.Vz = malloc(2 * nvm);
+            back.Ks = calloc(nkm, 2), back.Kz = calloc(nkm, 2), back.Vs = calloc(nvm, 2), back.Vz = calloc(nvm, 2);
+            n.Kst = calloc(nkm, 2), n.Kzt = calloc(nkm, 2), n.Vsp = calloc(nvm, 2), n.Vzp = calloc(nvm, 2);
+            for (int64_t i = 0; i < nkq; i++) c.Kq[i] = (x = x * 1664525u + 1013904223u);
+            for (int64_t i = 0; i < nvq; i++) c.Vq[i] = (x = x * 1664525u + 1013904223u);
+            for (int64_t i = 0; i < nkm; i++) c.Ks[i] = (kvb_fp16)(x = x * 1664525u + 1013904223u), c.Kz[i] = (kvb_fp16)(x >> 16);
+            for (int64_t i = 0; i < nvm; i++) c.Vs[i] = (kvb_fp16)(x = x * 1664525u + 1013904223u), c.Vz[i] = (kvb_fp16)(x >> 16);
+            assert_int_equal(ref_int2_to_native(&c, &n, &l), KVB_OK);
+            assert_int_equal(ref_int2_from_native(&n, &back, &l), KVB_OK);
+            assert_memory_equal(c.Kq, back.Kq, 4 * nkq);
+            assert_memory_equal(c.Vq, back.Vq, 4 * nvq);
+            assert_memory_equal(c.Ks, back.Ks, 2 * nkm);
+            assert_memory_equal(c.Kz, back.Kz, 2 * nkm);
+            assert_memory_equal(c.Vs, back.Vs, 2 * nvm);
+            assert_memory_equal(c.Vz, back.Vz, 2 * nvm);
+            if (l.D == 128 && l.gs == 16) {
+                /* key channel 5 = 16j + 4t + 2p + hb with j=0, t=1, p=0, hb=1; token 64 + 43 of head 1:
+                 * step 1, i = 2, token 16i + g + 8h with g = 3, h = 1: lane 13, bits 16 + 2(2i + h) = 26 */
+                const int64_t bh = 1, d = 5, tok = 64 + 43;
+                const unsigned want = (c.Kq[(bh * 128 + d) * (256 / 16) + tok / 16] >> (2 * (tok % 16))) & 3u;
+                const int64_t word = ((bh * 4 + 1) * 8 + 0) * 64 + 2 * 13 + 0;
+                assert_int_equal((n.Kc[word] >> 26) & 3u, want);
+                /* value channel 37 = 16(4mh + m) + 2g + h with mh=0, m=2, g=2, h=1; token 64 + 16 + 11 =
+                 * 64s + 16i + 2t + 8p + hb with s=1, i=1, t=1, p=1, hb=1: lane 9, word 2mh + p = 1,
+                 * bits 16 + 2(2m + h) = 26 */
+                const int64_t vt = 64 + 16 + 11, vd = 37;
+                const unsigned vwant = (c.Vq[(bh * 256 + vt) * 8 + vd / 16] >> (2 * (vd % 16))) & 3u;
+                const int64_t vword = ((bh * 4 + 1) * 4 + 1) * 128 + 9 * 4 + 1;
+                assert_int_equal((n.Vc[vword] >> 26) & 3u, vwant);
+            }
+            free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz);
+            free(back.Kq), free(back.Vq), free(back.Ks), free(back.Kz), free(back.Vs), free(back.Vz);
+            free(n.Kc), free(n.Vc), free(n.Kst), free(n.Kzt), free(n.Vsp), free(n.Vzp);
+        }
+    int2_layout bad = {.B = 1, .Hkv = 1, .Hq = 1, .D = 64, .gs = 16, .Tcap = 96, .T = 96};
+    int2_cache c = {0};
+    int2_native n = {0};
+    assert_int_equal(ref_int2_to_native(&c, &n, &bad), KVB_EINVAL);
+    assert_non_null(strstr(kvb_last_error(), "Tcap=96"));
+}
+
 /* The CUDA quantizers compute (x - zero) / scale without a division: r = RN(1/s), q0 = RN(a r),
  * rem = fma(-q0, s, a), q1 = RN(q0 + rem r) is the IEEE quotient (Markstein). Checked here over random,
  * tie-heavy (halves in [0, 3]) and narrow-range groups in the supported input range. */
@@ -339,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_matmuls_against_direct_sums),
         cmocka_unit_test(test_attention_exact_data_matches_dense),
         cmocka_unit_test(test_division_free_quotient_is_ieee),
+        cmocka_unit_test(test_native_layout_round_trip),
     };
     return cmocka_run_group_tests_name("int2 reference", tests, NULL, NULL);
 }
