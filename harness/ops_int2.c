@@ -74,7 +74,7 @@ static const kvb_param attn_params[] = {
 enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFINITE };
 
 /* int2_decode_attn's implementations, in the order of its impl table (attn_impls): impl= is the index. */
-enum { IMPL_KERNEL, IMPL_KERNEL_V1, IMPL_DEQUANT_DENSE, IMPL_DENSE_BF16 };
+enum { IMPL_KERNEL, IMPL_KERNEL_V1, IMPL_DEQUANT_DENSE, IMPL_DENSE_BF16, IMPL_KERNEL_V3 };
 
 static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
 
@@ -605,6 +605,20 @@ static int setup_attn(kvb_run *r)
             fill_residual(&c, l, Ksrc, Vsrc, n_src, r->seed);
             rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
         }
+        if (!rc && impl == IMPL_KERNEL_V3) { /* the same cache in the kernel-native layout (bit-exact converter) */
+            int64_t s1[1] = {int2_kq_elems(l)};
+            int2_native n;
+            n.Kc = kvb_run_tensor(r, "Kc", KVB_U32, 1, s1, KVB_IN)->h;
+            n.Vc = kvb_run_tensor(r, "Vc", KVB_U32, 1, s1, KVB_IN)->h;
+            s1[0] = int2_kmeta_elems(l);
+            n.Kst = kvb_run_tensor(r, "Kst", KVB_FP16, 1, s1, KVB_IN)->h;
+            n.Kzt = kvb_run_tensor(r, "Kzt", KVB_FP16, 1, s1, KVB_IN)->h;
+            s1[0] = int2_vmeta_elems(l);
+            n.Vsp = kvb_run_tensor(r, "Vsp", KVB_FP16, 1, s1, KVB_IN)->h;
+            n.Vzp = kvb_run_tensor(r, "Vzp", KVB_FP16, 1, s1, KVB_IN)->h;
+            c = cache_of(r, 0, 0); /* the tensor table may have moved */
+            rc = ref_int2_to_native(&c, &n, l);
+        }
         free(Ksrc), free(Vsrc);
     }
     return rc;
@@ -626,6 +640,14 @@ static int launch_attn_v1(kvb_run *r)
     int2_priv *p = r->priv;
     int2_cache c = cache_of(r, 1, 0);
     return int2_decode_attn_v1(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
+}
+
+static int launch_attn_v3(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    int2_native n = {dev_of(r, "Kc"), dev_of(r, "Kst"), dev_of(r, "Kzt"), dev_of(r, "Vc"), dev_of(r, "Vsp"), dev_of(r, "Vzp")};
+    return int2_decode_attn_v3(dev_of(r, "q"), &c, &n, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
 }
 
 static int launch_dequant_dense(kvb_run *r)
@@ -655,6 +677,7 @@ static int no_device(kvb_run *r)
 }
 #define launch_attn_v2 no_device
 #define launch_attn_v1 no_device
+#define launch_attn_v3 no_device
 #define launch_dequant_dense no_device
 #define launch_dense_bf16 no_device
 #endif
@@ -672,7 +695,7 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
     else c->bytes_dev = int2_cache_bytes(l) + qo;
     c->flops = 4.0 * l->B * l->Hq * (double)(l->T + l->R) * l->D;
     c->ceiling = KVB_CEIL_READ;
-    if ((impl == IMPL_KERNEL || impl == IMPL_KERNEL_V1) && l->T >= 8192 && r->ceil && r->ceil->measured) {
+    if ((impl == IMPL_KERNEL || impl == IMPL_KERNEL_V1 || impl == IMPL_KERNEL_V3) && l->T >= 8192 && r->ceil && r->ceil->measured) {
         c->goal_us = kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6 / 0.8;
         c->goal_text = "80% of the device read rate";
     }
@@ -754,6 +777,8 @@ static const kvb_impl attn_impls[] = {
                             "peer: dequantize into bf16 K, V (int2_dequantize), then dense decode attention"},
     [IMPL_DENSE_BF16] = {"dense_bf16", launch_dense_bf16, 0,
                          "peer: dense decode attention over the same tokens unquantized (dense reference)"},
+    [IMPL_KERNEL_V3] = {"kernel_v3", launch_attn_v3, 0,
+                        "v3: the kernel-native layout, warp-owned bulk-copy rings, no block barrier per step"},
 };
 
 const kvb_op op_int2_decode_attn = {

@@ -1344,6 +1344,397 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 
 } // namespace v2
 
+// ================================================================================================
+// int2_decode_attn v3: the kernel-native layout (reference/int2.h) and warp-owned bulk-copy pipelines.
+//
+// Budget (per 64-token warp step of one KV head, D=128, gs=16, G=4; counted from the code below):
+//   bytes: key codes 2 KB + value codes 2 KB + key scales/zeros 2 KB + value scales/zeros 2 KB = 8 KB,
+//     at 80% of ~4.5 TB/s over 132 SMs one SM retires a step every ~590 cycles: with 4 schedulers,
+//     ~2370 issue cycles of one scheduler per warp step.
+//   v2 spent ~1457 instructions per step (ncu), ~1050 by its count: 4 LDS.128 + 8 PRMT + 16 LOP3 per
+//     k-step to build fragments (codes in the interchange order), 16 cp.async per thread and a metadata
+//     transposition pass per tile, two block barriers per tile.
+//   v3 reads codes already in fragment order: per key k-step one LDS.64 and 16 LOP3 (one AND per A
+//     register, the 2-bit code at bits 2(2i + h) of each half, an exact fp16 c * 2^(2(2i+h) - 24)); per
+//     value k-step one LDS.128 and 32 LOP3; metadata group-major (no pass). Count: keys 8 x (2 LDS +
+//     16 LOP3 + 4 x (LDS + 4 HMUL/HFMA + 2 MMA) + LDS + MMA) ~ 400; scores and softmax ~100; values
+//     4 x (LDS + 32 LOP3 + 8 x (LDS + 2 HMUL2 + MMA) + LDS + MMA) ~ 270; state adds ~36; the copy: one
+//     lane issues 6 bulk copies, every lane waits on one mbarrier: ~10. About 820 per step (v2: ~1050).
+//   Structure: each warp owns a ring of STAGES step records in shared memory and its own mbarriers; its
+//     lane 0 bulk-copies (cp.async.bulk, complete_tx on the stage's mbarrier) the six contiguous runs of
+//     a step STAGES - 1 steps ahead. No block barrier inside the token loop: warps drift freely, and a
+//     block barrier only brackets a segment (staging q, the merge). The residual (bf16) steps and the
+//     stream-K split and merge are v2's.
+// ================================================================================================
+namespace v3 {
+
+using v2::State;
+
+struct NativePtrs {
+    const uint32_t *Kc, *Vc;
+    const __half *Kst, *Kzt, *Vsp, *Vzp;
+};
+
+struct Params {
+    AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
+    NativePtrs n;
+};
+
+// One step record (64 tokens of one KV head) as the bulk copies lay it down, byte offsets.
+template <int D, int GS>
+struct Rec {
+    static constexpr int NGS = GS >= 64 ? 1 : 64 / GS; // key groups of a step
+    static constexpr int NGV = D / GS;                  // value groups of a token
+    static constexpr int KC = 0, CODES = 4 * D * 4;     // 64 tokens x D channels x 2 bits
+    static constexpr int VC = KC + CODES;
+    static constexpr int KM = NGS * D * 2; // one of Kst, Kzt: NGS group rows
+    static constexpr int KS = VC + CODES, KZ = KS + KM;
+    static constexpr int VM = 4 * NGV * 32; // one of Vsp, Vzp: four 16-token blocks
+    static constexpr int VS = KZ + KM, VZ = VS + VM;
+    static constexpr int BYTES = VZ + VM;
+    static_assert(KM % 16 == 0 && VM % 16 == 0 && BYTES % 16 == 0, "bulk copies: 16-byte multiples");
+};
+
+// ---- mbarrier and bulk-copy PTX (sm_90) ----
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    const uint32_t b = smem_u32(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+// Lane 0: the six runs of step `step` of head `head` into `rec`, completing on `bar`. The fence orders
+// this warp's earlier generic accesses to the record (its reads, the tail zeroing) before the copy.
+template <int D, int GS>
+__device__ __forceinline__ void issue_step(unsigned char *rec, uint64_t *bar, const NativePtrs &n, int64_t head,
+                                           int64_t step, int64_t Tcap)
+{
+    using R = Rec<D, GS>;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect_tx(bar, R::BYTES);
+    const int64_t s_idx = head * (Tcap / 64) + step;
+    bulk_copy(rec + R::KC, n.Kc + s_idx * (4 * D), R::CODES, bar);
+    bulk_copy(rec + R::VC, n.Vc + s_idx * (4 * D), R::CODES, bar);
+    const int64_t krow = head * (Tcap / GS) + (step * 64) / GS;
+    bulk_copy(rec + R::KS, n.Kst + krow * D, R::KM, bar);
+    bulk_copy(rec + R::KZ, n.Kzt + krow * D, R::KM, bar);
+    const int64_t vblk = (head * (Tcap / 16) + step * 4) * R::NGV * 16;
+    bulk_copy(rec + R::VS, n.Vsp + vblk, R::VM, bar);
+    bulk_copy(rec + R::VZ, n.Vzp + vblk, R::VM, bar);
+}
+
+constexpr uint32_t CODE_MASK = 0x00030003u;
+
+// One 64-token step from its record: S^T = codes^T . (q s_g) (hi and lo halves, as v2) + q . z_g, the
+// softmax update, O^T += codes^T . (p s_g) per value group, Z += zeros^T . p. Rows of the QK m-tile i:
+// token 16i + g (row g) and 16i + g + 8 (row g + 8), code scale 2^(4i - 24) and 2^(4i + 2 - 24). Rows of
+// the AV m-tile mv: channel 16 mv + 2g (+1), code scale 2^(4(mv % 4) - 24) (+2 in the exponent).
+template <int D, int GS>
+__device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec, const uint2 *qf_s, const float (&uf)[2],
+                                     int lane, int64_t tok, int64_t T)
+{
+    using R = Rec<D, GS>;
+    constexpr int MT = D / 16, NGS = R::NGS, NGV = R::NGV;
+    const int g = lane >> 2, t = lane & 3;
+
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float bacc[4] = {0.f, 0.f, 0.f, 0.f}; // rows g < NGS: the step's key group g
+    const uint2 *kc = reinterpret_cast<const uint2 *>(rec + R::KC) + lane;
+    // Kst/Kzt row r: channel chunk (c/4) at (c/4 + 4r) % (D/4) (the rotation of int2.h)
+    const unsigned char *ks = rec + R::KS + 8 * t;
+    const unsigned char *kz = rec + R::KZ + 2 * D * (g < NGS ? g : 0) + 8 * t;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        const uint2 qj = qf_s[32 * j + lane];
+        const uint2 w = kc[32 * j];
+        uint2 zk = make_uint2(0u, 0u);
+        if (g < NGS) zk = *reinterpret_cast<const uint2 *>(kz + 32 * ((j + (NGS > 1 ? g : 0)) % MT));
+        mma_f16(bacc, zk.x, 0u, zk.y, 0u, qj.x, qj.y);
+        uint32_t bh[2], bl[2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (i == 0 || (GS < 64 && (16 * i) % GS == 0)) { // q s_g of this m-tile's group, hi and lo
+                const int r = GS >= 64 ? 0 : (16 * i) / GS;
+                const uint2 sk = *reinterpret_cast<const uint2 *>(ks + 2 * D * r + 32 * ((j + r) % MT));
+                bh[0] = v2::hmul2u(qj.x, sk.x), bh[1] = v2::hmul2u(qj.y, sk.y);
+                bl[0] = v2::hfms2u(qj.x, sk.x, bh[0]), bl[1] = v2::hfms2u(qj.y, sk.y, bh[1]);
+            }
+            const uint32_t m0 = CODE_MASK << (4 * i), m1 = CODE_MASK << (4 * i + 2);
+            const uint32_t a0 = w.x & m0, a1 = w.x & m1, a2 = w.y & m0, a3 = w.y & m1;
+            mma_f16(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
+            mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+        }
+    }
+
+    // ---- scores (log2 domain) ----
+    float bz[NGS][2];
+#pragma unroll
+    for (int r = 0; r < NGS; r++) {
+        bz[r][0] = __shfl_sync(0xffffffffu, bacc[0], 4 * r + t) * uf[0];
+        bz[r][1] = __shfl_sync(0xffffffffu, bacc[1], 4 * r + t) * uf[1];
+    }
+    float s[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = GS >= 64 ? 0 : (16 * i) / GS;
+        const float f0 = exp2f((float)(24 - 4 * i)), f1 = exp2f((float)(22 - 4 * i)); // constants
+        s[i][0] = fmaf(acc[i][0], f0 * uf[0], bz[r][0]);
+        s[i][1] = fmaf(acc[i][1], f0 * uf[1], bz[r][1]);
+        s[i][2] = fmaf(acc[i][2], f1 * uf[0], bz[r][0]);
+        s[i][3] = fmaf(acc[i][3], f1 * uf[1], bz[r][1]);
+    }
+    if (tok + 64 > T) // T is a multiple of 16: whole m-tiles are masked
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (tok + 16 * i >= T) s[i][0] = s[i][1] = s[i][2] = s[i][3] = -INFINITY;
+    uint32_t pb[4][2];
+    v2::softmax<4, MT, true, false>(st, s, pb);
+
+    // ---- values ----
+    const uint32_t one8 = g == 0 ? 0x3C003C00u : 0u; // A row 8: fp16 1.0 (the sum of p)
+    float zs[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint2 zv = make_uint2(0u, 0u);
+        if (g < NGV) zv = *reinterpret_cast<const uint2 *>(rec + R::VZ + (i * NGV + g) * 32 + 8 * t);
+        mma_f16(zs, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) st.z[e] += zs[e];
+    const unsigned char *vc = rec + R::VC + lane * (D / 8); // D/32 words per lane and k-step
+#pragma unroll
+    for (int mh = 0; mh < D / 64; mh++) { // m-tiles 4mh .. 4mh + 3 (channels 64mh ..)
+        float os[4][4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) os[m][0] = os[m][1] = os[m][2] = os[m][3] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(vc + i * (32 * D / 8) + 8 * mh);
+            uint32_t pp0 = 0, pp1 = 0;
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int mv = 4 * mh + m, gv = (16 * mv) / GS;
+                if (m == 0 || (16 * mv) % GS == 0) { // p s_g of this m-tile's value group
+                    const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VS + (i * NGV + gv) * 32 + 8 * t);
+                    pp0 = v2::hmul2u(pb[i][0], sv.x), pp1 = v2::hmul2u(pb[i][1], sv.y);
+                }
+                const uint32_t m0 = CODE_MASK << (4 * m), m1 = CODE_MASK << (4 * m + 2);
+                mma_f16(os[m], w.x & m0, w.x & m1, w.y & m0, w.y & m1, pp0, pp1);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st.o[4 * mh + m][e] += os[m][e];
+    }
+}
+
+// The bf16 residual as v2's, with v3's row units: V rows of m-tile mv scaled by 2^(4(mv % 4) - 24) and
+// 2^(4(mv % 4) - 22) (exact: powers of two) so that they share the O^T units of the quantized tokens.
+template <int D>
+__device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&qb)[D / 16][2], const v2::Dense<D> &r,
+                                           int nvalid, float scale, int lane)
+{
+    constexpr int MT = D / 16;
+    const int g = lane >> 2;
+    float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
+    s[0][0] = g < nvalid ? s[0][0] * scale : -INFINITY;
+    s[0][1] = g < nvalid ? s[0][1] * scale : -INFINITY;
+    s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
+    s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
+    uint32_t pb[1][2];
+    v2::softmax<1, MT, false, true>(st, s, pb);
+#pragma unroll
+    for (int mv = 0; mv < MT; mv++) {
+        const __nv_bfloat162 f0 = __float2bfloat162_rn(exp2f((float)(4 * (mv % 4) - 24)));
+        const __nv_bfloat162 f1 = __float2bfloat162_rn(exp2f((float)(4 * (mv % 4) - 22)));
+        const uint32_t a0 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x5410)), f0));
+        const uint32_t a1 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x7632)), f1));
+        const uint32_t a2 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x5410)), f0));
+        const uint32_t a3 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x7632)), f1));
+        mma_bf16(st.o[mv], a0, a1, a2, a3, pb[0][0], pb[0][1]);
+    }
+}
+
+template <int D>
+__device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, const __nv_bfloat16 *Kr,
+                                                     const __nv_bfloat16 *Vr, int64_t s0, int64_t r_end, int R,
+                                                     float scale, int warp, int lane)
+{
+    State<D / 16> st;
+    st.init();
+    uint32_t qb[D / 16][2];
+    q_frags_bf16<D>(qb, q_s, G, lane);
+    for (int64_t s = s0 + warp; s < r_end; s += WARPS) {
+        v2::Dense<D> r;
+        const int nv = (int)min((int64_t)16, R - s * 16);
+        v2::dense_load_v2<D>(r, Kr, Vr, s * 16, nv, lane);
+        dense_step<D>(st, qb, r, nv, scale, lane);
+    }
+    return st;
+}
+
+// Every warp deposits its state: O^T rows back to channels and true units, plus Z (as v2, v3's units).
+template <int D, int GS>
+__device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &st, int warp, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f);
+    warp_sum<4, 16>(l0, l1);
+    if (g == 0) {
+        ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
+        ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
+    }
+#pragma unroll
+    for (int mv = 0; mv < D / 16; mv++) {
+        const int c = 16 * mv + 2 * g;
+        const float r0 = exp2f((float)(24 - 4 * (mv % 4))), r1 = exp2f((float)(22 - 4 * (mv % 4)));
+        ms.o[warp][2 * t][c] = st.o[mv][0] * r0;
+        ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0;
+        ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1;
+        ms.o[warp][2 * t + 1][c + 1] = st.o[mv][3] * r1;
+    }
+    __syncwarp();
+    if (g < D / GS)
+        for (int c = g * GS; c < g * GS + GS; c++) ms.o[warp][2 * t][c] += st.z[0], ms.o[warp][2 * t + 1][c] += st.z[1];
+}
+
+// Stages per warp: as many records as fit in 64 KB per block (4 warps), 2 to 4, so that 3 blocks of
+// 168 registers (no spills) fit an SM's shared memory: 12 warps with 1-3 steps (8-24 KB at gs=16... 5 KB
+// at gs=128) in flight each. (4 blocks per SM need 128 registers: 120 bytes of spills at D=128.)
+template <int D, int GS>
+__host__ __device__ constexpr int stages()
+{
+    return 65536 / (WARPS * Rec<D, GS>::BYTES) >= 4 ? 4 : 65536 / (WARPS * Rec<D, GS>::BYTES) >= 2 ? 65536 / (WARPS * Rec<D, GS>::BYTES) : 2;
+}
+constexpr int MIN_BLOCKS = 3;
+
+template <int D, int GS>
+__host__ __device__ constexpr size_t ring_bytes()
+{
+    const size_t ring = (size_t)stages<D, GS>() * WARPS * Rec<D, GS>::BYTES;
+    return ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
+}
+
+template <int D, int GS>
+constexpr size_t smem_bytes()
+{
+    return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+}
+
+template <int D, int GS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
+{
+    constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
+    const AttnParams &p = P.a;
+    extern __shared__ __align__(128) unsigned char smem[];
+    MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the rings once drained
+    float *q_s = reinterpret_cast<float *>(smem + ring_bytes<D, GS>());
+    float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
+    __shared__ int flag_s;
+    __shared__ __align__(8) uint64_t bars[WARPS * S];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3;
+    const int G = p.G;
+    unsigned char *ring = smem + (size_t)warp * S * BYTES;
+    uint64_t *bar = bars + warp * S;
+    if (lane == 0)
+        for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+    uint32_t issued = 0, used = 0; // this warp's step records so far (every lane keeps the count)
+
+    const int64_t per_head = p.nr + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
+    int64_t u = part_begin(kb, N, grid);
+    const int64_t u1 = part_begin(kb + 1, N, grid);
+    while (u < u1) {
+        const int64_t head = u / per_head, hoff = head * per_head;
+        const int64_t s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
+        const int64_t b = head / p.Hkv;
+        const int kvh = (int)(head % p.Hkv);
+        __syncthreads(); // the previous segment is done with shared memory
+        stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
+        State<MT> st;
+        st.init();
+        const int64_t r_end = min(s1, p.nr);
+        if (s0 < r_end)
+            st = residual_steps<D>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, s0, r_end, p.R,
+                                   p.scale, warp, lane);
+        const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
+        if (qa < qe) { // block-uniform
+            uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
+            if (warp == 0) v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
+            __syncthreads();
+            const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
+            // this warp's steps: qa + warp, qa + warp + WARPS, ...
+            const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
+            for (int k = 0; k < S - 1 && k < mine; k++, issued++)
+                if (lane == 0)
+                    issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head, qa + warp + (int64_t)k * WARPS,
+                                      p.Tcap);
+            for (int k = 0; k < mine; k++, used++) {
+                if (k + S - 1 < mine) {
+                    if (lane == 0)
+                        issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head,
+                                          qa + warp + (int64_t)(k + S - 1) * WARPS, p.Tcap);
+                    issued++;
+                }
+                unsigned char *rec = ring + (used % S) * BYTES;
+                mbar_wait(bar + used % S, (used / S) & 1);
+                const int64_t tok = (int64_t)(qa + warp + k * WARPS) * 64;
+                if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
+                    constexpr int VMW = Rec<D, GS>::VM / 4, BLKW = Rec<D, GS>::NGV * 8; // words: run, 16-token block
+                    for (int o = lane; o < VMW; o += 32)
+                        if (tok + 16 * (o / BLKW) >= p.T) {
+                            reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VS)[o] = 0u;
+                            reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VZ)[o] = 0u;
+                        }
+                    __syncwarp();
+                }
+                step<D, GS>(st, rec, qf_s, uf, lane, tok, p.T);
+                __syncwarp(); // every lane is done with the record before it is refilled
+            }
+        }
+        __syncthreads(); // the merge buffer aliases the rings
+        deposit<D, GS>(ms, st, warp, lane);
+        __syncthreads();
+        const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
+        v2::finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
+                      &flag_s, tid);
+        u = hoff + s1;
+    }
+}
+
+} // namespace v3
+
 // ---- int2_qk: one block per (256-token tile, head) ----
 
 struct QKParams {
@@ -1562,8 +1953,8 @@ int av_splits(const int2_layout *l)
     return (int)(want > 0 ? want : 1);
 }
 
-// The fused decode kernel of a version: v2 (the default) or v1.
-enum { ATTN_V2 = 0, ATTN_V1 = 1 };
+// The fused decode kernel of a version: v2 (the default), v1, or v3 (the native layout).
+enum { ATTN_V2 = 0, ATTN_V1 = 1, ATTN_V3 = 2 };
 
 template <int D, int GS>
 void attn_kernel_of(int version, void (**kernel)(AttnParams), size_t *smem)
@@ -1577,11 +1968,18 @@ int attn_capacity_of(const int2_layout *l, int version, int *cap)
 {
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        int per_sm = 0;
+        if (version == ATTN_V3) {
+            constexpr size_t smem = v3::smem_bytes<D, GS>();
+            CUDA_TRY(cudaFuncSetAttribute(v3::attn_kernel<D, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v3::attn_kernel<D, GS>, THREADS, smem));
+            *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
+            return KVB_OK;
+        }
         void (*kernel)(AttnParams);
         size_t smem;
         attn_kernel_of<D, GS>(version, &kernel, &smem);
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        int per_sm = 0;
         CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, smem));
         *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
         return KVB_OK;
@@ -1874,7 +2272,7 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 {
     if (int2_attn_check(l, "int2_decode_attn_workspace_bytes")) return 0;
     int cap = 0;
-    for (int v : {ATTN_V2, ATTN_V1}) {
+    for (int v : {ATTN_V2, ATTN_V1, ATTN_V3}) {
         int c = 0;
         if (attn_capacity_of(l, v, &c)) return 0;
         cap = c > cap ? c : cap;
@@ -1884,11 +2282,18 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 }
 
 static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o,
-                              const int2_layout *l, void *workspace, int version, cudaStream_t stream)
+                              const int2_layout *l, void *workspace, int version, cudaStream_t stream,
+                              const int2_native *nat = nullptr)
 {
     int rc = check_fused(l, who);
     if (rc) return rc;
-    if (l->T > 0 && ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who)))) return rc;
+    if (version == ATTN_V3) {
+        if (!c) return kvb_fail(KVB_EINVAL, "%s: the cache (for its residual Kr, Vr) is NULL", who);
+        if (l->T > 0 && (!nat || !nat->Kc || !nat->Kst || !nat->Kzt || !nat->Vc || !nat->Vsp || !nat->Vzp))
+            return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Kc, Kst, Kzt, Vc, Vsp, Vzp) is NULL", who);
+    } else if (l->T > 0 && ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who)))) {
+        return rc;
+    }
     if (l->R > 0 && (!c->Kr || !c->Vr)) return kvb_fail(KVB_EINVAL, "%s: Kr or Vr is NULL with R=%d", who, l->R);
     if (!q || !o) return kvb_fail(KVB_EINVAL, "%s: q or o is NULL", who);
     if (!workspace)
@@ -1912,6 +2317,20 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
     const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
+        if (version == ATTN_V3) {
+            v3::Params P;
+            P.a = p;
+            if (nat) {
+                P.n.Kc = nat->Kc, P.n.Vc = nat->Vc;
+                P.n.Kst = reinterpret_cast<const __half *>(nat->Kst), P.n.Kzt = reinterpret_cast<const __half *>(nat->Kzt);
+                P.n.Vsp = reinterpret_cast<const __half *>(nat->Vsp), P.n.Vzp = reinterpret_cast<const __half *>(nat->Vzp);
+            } else {
+                P.n = v3::NativePtrs{};
+            }
+            v3::attn_kernel<D, GS><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        }
         void (*kernel)(AttnParams);
         size_t smem;
         attn_kernel_of<D, GS>(version, &kernel, &smem);
@@ -1931,6 +2350,12 @@ extern "C" int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_b
                                    void *workspace, cudaStream_t stream)
 {
     return decode_attn_launch("int2_decode_attn_v1", q, c, o, l, workspace, ATTN_V1, stream);
+}
+
+extern "C" int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *n, kvb_bf16 *o,
+                                   const int2_layout *l, void *workspace, cudaStream_t stream)
+{
+    return decode_attn_launch("int2_decode_attn_v3", q, c, o, l, workspace, ATTN_V3, stream, n);
 }
 
 // Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).

@@ -61,6 +61,12 @@ int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const 
                      cudaStream_t stream);
 int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
                         cudaStream_t stream);
+/* v3: the same step over the kernel-native layout (reference/int2.h: int2_native, written from the
+ * interchange cache by ref_int2_to_native), each warp bulk-copying its own 64-token steps into a ring
+ * of shared-memory records (cp.async.bulk + mbarrier), no block barrier in the token loop. c supplies
+ * the residual (Kr, Vr) only; n the quantized tokens. Same workspace. */
+int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *n, kvb_bf16 *o,
+                        const int2_layout *l, void *workspace, cudaStream_t stream);
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */

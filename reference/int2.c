@@ -408,6 +408,7 @@ static int native_convert(int2_cache *c, int2_native *n, const int2_layout *l, i
     if (rc) return rc;
     const int64_t heads = (int64_t)l->B * l->Hkv, Tcap = l->Tcap;
     const int D = l->D, gs = l->gs;
+#pragma omp parallel for schedule(dynamic) /* heads own disjoint words */
     for (int64_t bh = 0; bh < heads; bh++) {
         for (int d = 0; d < D; d++)
             for (int64_t tok = 0; tok < Tcap; tok++) {
