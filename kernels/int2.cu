@@ -1354,9 +1354,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //   v2 spent ~1457 instructions per step (ncu), ~1050 by its count: 4 LDS.128 + 8 PRMT + 16 LOP3 per
 //     k-step to build fragments (codes in the interchange order), 16 cp.async per thread and a metadata
 //     transposition pass per tile, two block barriers per tile.
-//   v3 reads codes already in fragment order: per key k-step one LDS.64 and 16 LOP3 (one AND per A
-//     register, the 2-bit code at bits 2(2i + h) of each half, an exact fp16 c * 2^(2(2i+h) - 24)); per
-//     value k-step one LDS.128 and 32 LOP3; metadata group-major (no pass). Count: keys 8 x (2 LDS +
+//   v3 reads codes already in fragment order: per key k-step one LDS.64, 2 SHF and 16 LOP3 (one AND per A
+//     register: the 2-bit code at bits 2(2i + h) of each half, or of the word shifted right by 8 where
+//     that position is above 8, an exact fp16 subnormal; see code_reg); per value k-step one LDS.128,
+//     4 SHF and 32 LOP3; metadata group-major (no pass). Count: keys 8 x (2 LDS +
 //     16 LOP3 + 4 x (LDS + 4 HMUL/HFMA + 2 MMA) + LDS + MMA) ~ 400; scores and softmax ~100; values
 //     4 x (LDS + 32 LOP3 + 8 x (LDS + 2 HMUL2 + MMA) + LDS + MMA) ~ 270; state adds ~36; the copy: one
 //     lane issues 6 bulk copies, every lane waits on one mbarrier: ~10. About 820 per step (v2: ~1050).
@@ -1448,10 +1449,21 @@ __device__ __forceinline__ void issue_step(unsigned char *rec, uint64_t *bar, co
 
 constexpr uint32_t CODE_MASK = 0x00030003u;
 
+// The code at bit position pos (= 2(2x + h), 0..14) of each 16-bit half as an A-fragment register. The
+// fp16 with bits c << s is the exact c * 2^(s - 24) only while c << s < 1024 (a subnormal: s <= 8), so
+// the codes at 10..14 are taken from the word shifted right by 8 (w8), at 2..6: one AND either way, one
+// shift per word. code_sh(pos): the s the register ends up with (its row is scaled by 2^(s - 24)).
+__host__ __device__ constexpr int code_sh(int pos) { return pos <= 8 ? pos : pos - 8; }
+__device__ __forceinline__ uint32_t code_reg(uint32_t w, uint32_t w8, int pos)
+{
+    return pos <= 8 ? w & (CODE_MASK << pos) : w8 & (CODE_MASK << (pos - 8));
+}
+
 // One 64-token step from its record: S^T = codes^T . (q s_g) (hi and lo halves, as v2) + q . z_g, the
 // softmax update, O^T += codes^T . (p s_g) per value group, Z += zeros^T . p. Rows of the QK m-tile i:
-// token 16i + g (row g) and 16i + g + 8 (row g + 8), code scale 2^(4i - 24) and 2^(4i + 2 - 24). Rows of
-// the AV m-tile mv: channel 16 mv + 2g (+1), code scale 2^(4(mv % 4) - 24) (+2 in the exponent).
+// token 16i + g (row g) and 16i + g + 8 (row g + 8), code scale 2^(code_sh(4i) - 24) and
+// 2^(code_sh(4i + 2) - 24). Rows of the AV m-tile mv: channel 16 mv + 2g (+1), code scale
+// 2^(code_sh(4(mv % 4)) - 24) (+2 in the position).
 template <int D, int GS>
 __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec, const uint2 *qf_s, const float (&uf)[2],
                                      int lane, int64_t tok, int64_t T)
@@ -1472,6 +1484,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
     for (int j = 0; j < MT; j++) {
         const uint2 qj = qf_s[32 * j + lane];
         const uint2 w = kc[32 * j];
+        const uint32_t w8x = w.x >> 8, w8y = w.y >> 8;
         uint2 zk = make_uint2(0u, 0u);
         if (g < NGS) zk = *reinterpret_cast<const uint2 *>(kz + 32 * ((j + (NGS > 1 ? g : 0)) % MT));
         mma_f16(bacc, zk.x, 0u, zk.y, 0u, qj.x, qj.y);
@@ -1484,8 +1497,8 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
                 bh[0] = v2::hmul2u(qj.x, sk.x), bh[1] = v2::hmul2u(qj.y, sk.y);
                 bl[0] = v2::hfms2u(qj.x, sk.x, bh[0]), bl[1] = v2::hfms2u(qj.y, sk.y, bh[1]);
             }
-            const uint32_t m0 = CODE_MASK << (4 * i), m1 = CODE_MASK << (4 * i + 2);
-            const uint32_t a0 = w.x & m0, a1 = w.x & m1, a2 = w.y & m0, a3 = w.y & m1;
+            const uint32_t a0 = code_reg(w.x, w8x, 4 * i), a1 = code_reg(w.x, w8x, 4 * i + 2);
+            const uint32_t a2 = code_reg(w.y, w8y, 4 * i), a3 = code_reg(w.y, w8y, 4 * i + 2);
             mma_f16(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
             mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
         }
@@ -1502,7 +1515,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = GS >= 64 ? 0 : (16 * i) / GS;
-        const float f0 = exp2f((float)(24 - 4 * i)), f1 = exp2f((float)(22 - 4 * i)); // constants
+        const float f0 = exp2f((float)(24 - code_sh(4 * i))), f1 = exp2f((float)(24 - code_sh(4 * i + 2))); // constants
         s[i][0] = fmaf(acc[i][0], f0 * uf[0], bz[r][0]);
         s[i][1] = fmaf(acc[i][1], f0 * uf[1], bz[r][1]);
         s[i][2] = fmaf(acc[i][2], f1 * uf[0], bz[r][0]);
@@ -1535,6 +1548,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint2 w = *reinterpret_cast<const uint2 *>(vc + i * (32 * D / 8) + 8 * mh);
+            const uint32_t w8x = w.x >> 8, w8y = w.y >> 8;
             uint32_t pp0 = 0, pp1 = 0;
 #pragma unroll
             for (int m = 0; m < 4; m++) {
@@ -1543,8 +1557,8 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
                     const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VS + (i * NGV + gv) * 32 + 8 * t);
                     pp0 = v2::hmul2u(pb[i][0], sv.x), pp1 = v2::hmul2u(pb[i][1], sv.y);
                 }
-                const uint32_t m0 = CODE_MASK << (4 * m), m1 = CODE_MASK << (4 * m + 2);
-                mma_f16(os[m], w.x & m0, w.x & m1, w.y & m0, w.y & m1, pp0, pp1);
+                mma_f16(os[m], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
+                        code_reg(w.y, w8y, 4 * m + 2), pp0, pp1);
             }
         }
 #pragma unroll
@@ -1554,8 +1568,8 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
     }
 }
 
-// The bf16 residual as v2's, with v3's row units: V rows of m-tile mv scaled by 2^(4(mv % 4) - 24) and
-// 2^(4(mv % 4) - 22) (exact: powers of two) so that they share the O^T units of the quantized tokens.
+// The bf16 residual as v2's, with v3's row units: V rows of m-tile mv scaled by 2^(code_sh(4(mv % 4)) - 24)
+// and 2^(code_sh(4(mv % 4) + 2) - 24) (exact: powers of two), the O^T units of the quantized tokens.
 template <int D>
 __device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&qb)[D / 16][2], const v2::Dense<D> &r,
                                            int nvalid, float scale, int lane)
@@ -1574,8 +1588,8 @@ __device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&q
     v2::softmax<1, MT, false, true>(st, s, pb);
 #pragma unroll
     for (int mv = 0; mv < MT; mv++) {
-        const __nv_bfloat162 f0 = __float2bfloat162_rn(exp2f((float)(4 * (mv % 4) - 24)));
-        const __nv_bfloat162 f1 = __float2bfloat162_rn(exp2f((float)(4 * (mv % 4) - 22)));
+        const __nv_bfloat162 f0 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4)) - 24)));
+        const __nv_bfloat162 f1 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4) + 2) - 24)));
         const uint32_t a0 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x5410)), f0));
         const uint32_t a1 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x7632)), f1));
         const uint32_t a2 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x5410)), f0));
@@ -1616,7 +1630,7 @@ __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &s
 #pragma unroll
     for (int mv = 0; mv < D / 16; mv++) {
         const int c = 16 * mv + 2 * g;
-        const float r0 = exp2f((float)(24 - 4 * (mv % 4))), r1 = exp2f((float)(22 - 4 * (mv % 4)));
+        const float r0 = exp2f((float)(24 - code_sh(4 * (mv % 4)))), r1 = exp2f((float)(24 - code_sh(4 * (mv % 4) + 2)));
         ms.o[warp][2 * t][c] = st.o[mv][0] * r0;
         ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0;
         ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1;

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# int2_v3_round.sh OUT [PHASE...]: int2_decode_attn v3 against v2 on the GPU, from a bundle (make bundle).
+#   check     every int2 check case (v1, v2, v3 and the peers) -> check.log, check.json
+#   sanitize  the v3 sanitize case under memcheck, racecheck, initcheck, synccheck -> sanitize/
+#   bench     the int2_decode_attn bench cases (v1, v2, v3, the peers), one run per T in BENCH_T (default
+#             8192 32768 131072) -> bench_T<T>.json, summary_T<T>.md, bench_T<T>.log
+#   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
+#             MemoryWorkloadAnalysis) on v2 and v3 at NCU_SHAPE (default B=8 T=32K gs=16) -> ncu_v2.txt, ncu_v3.txt
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: int2_v3_round.sh OUT [check|sanitize|bench|ncu...]}
+shift
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(check sanitize bench ncu)
+kv=$here/bin/kvbench
+cases=${KVB_CASES:-$here/cases}
+PATH=$PATH:/usr/local/cuda/bin
+mkdir -p "$out"
+for ph in "${phases[@]}"; do
+    t0=$(date +%s)
+    case $ph in
+    check)
+        "$kv" check --cases "$cases" int2_decode_attn --json "$out/check.json" >"$out/check.log" 2>&1
+        echo "check: exit $? ($(grep -E '^[0-9]+ passed' "$out/check.log" | tail -n 1))"
+        grep -E '^FAIL' -A3 "$out/check.log" | head -n 24 ;;
+    sanitize)
+        SANITIZE_PARALLEL=1 bash "$here/sanitize.sh" "$out/sanitize" kernel_v3 2>&1 | tail -n 4 ;;
+    bench)
+        # one run and one JSON per context length (a long round cut short keeps the finished ones)
+        for T in ${BENCH_T:-8192 32768 131072}; do
+            grep -E '^int2_decode_attn .*tier=bench' "$cases/int2.cases" | grep -E " T=$T " >"$out/cases_T$T.cases"
+            "$kv" bench --cases "$out/cases_T$T.cases" --json "$out/bench_T$T.json" --summary "$out/summary_T$T.md" \
+                >"$out/bench_T$T.log" 2>&1
+            echo "bench T=$T: exit $? ($(tail -n 1 "$out/bench_T$T.log"))"
+        done ;;
+    ncu)
+        shape=${NCU_SHAPE:-int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1}
+        for v in kernel:v2 kernel_v3:v3; do
+            timeout 200 ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
+                --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+                --metrics smsp__inst_executed.sum "$kv" profile "$shape impl=${v%%:*}" >"$out/ncu_${v##*:}.txt" 2>&1
+            echo "ncu ${v##*:}: exit $?"
+        done ;;
+    esac
+    echo "$ph: $(( $(date +%s) - t0 )) s"
+done
