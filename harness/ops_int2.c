@@ -606,16 +606,11 @@ static int setup_attn(kvb_run *r)
             rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
         }
         if (!rc && impl == IMPL_KERNEL_V3) { /* the same cache in the kernel-native layout (bit-exact converter) */
-            int64_t s1[1] = {int2_kq_elems(l)};
+            int64_t s1[1] = {int2_native_rec_elems(l)};
             int2_native n;
-            n.Kc = kvb_run_tensor(r, "Kc", KVB_U32, 1, s1, KVB_IN)->h;
-            n.Vc = kvb_run_tensor(r, "Vc", KVB_U32, 1, s1, KVB_IN)->h;
-            s1[0] = int2_kmeta_elems(l);
-            n.Kst = kvb_run_tensor(r, "Kst", KVB_FP16, 1, s1, KVB_IN)->h;
-            n.Kzt = kvb_run_tensor(r, "Kzt", KVB_FP16, 1, s1, KVB_IN)->h;
-            s1[0] = int2_vmeta_elems(l);
-            n.Vsp = kvb_run_tensor(r, "Vsp", KVB_FP16, 1, s1, KVB_IN)->h;
-            n.Vzp = kvb_run_tensor(r, "Vzp", KVB_FP16, 1, s1, KVB_IN)->h;
+            n.Rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_IN)->h;
+            s1[0] = int2_native_km_elems(l);
+            n.Km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_IN)->h;
             c = cache_of(r, 0, 0); /* the tensor table may have moved */
             rc = ref_int2_to_native(&c, &n, l);
         }
@@ -646,7 +641,7 @@ static int launch_attn_v3(kvb_run *r)
 {
     int2_priv *p = r->priv;
     int2_cache c = cache_of(r, 1, 0);
-    int2_native n = {dev_of(r, "Kc"), dev_of(r, "Kst"), dev_of(r, "Kzt"), dev_of(r, "Vc"), dev_of(r, "Vsp"), dev_of(r, "Vzp")};
+    int2_native n = {dev_of(r, "Rec"), dev_of(r, "Km")};
     return int2_decode_attn_v3(dev_of(r, "q"), &c, &n, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
 }
 

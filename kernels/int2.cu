@@ -1348,7 +1348,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 // int2_decode_attn v3: the kernel-native layout (reference/int2.h) and warp-owned bulk-copy pipelines.
 //
 // Budget (per 64-token warp step of one KV head, D=128, gs=16, G=4; counted from the code below):
-//   bytes: key codes 2 KB + value codes 2 KB + key scales/zeros 2 KB + value scales/zeros 2 KB = 8 KB,
+//   bytes: key codes 2 KB + value codes 2 KB + key scales/zeros 2 KB + value scales/zeros 2 KB = 8 KB;
 //     at 80% of ~4.5 TB/s over 132 SMs one SM retires a step every ~590 cycles: with 4 schedulers,
 //     ~2370 issue cycles of one scheduler per warp step.
 //   v2 spent ~1457 instructions per step (ncu), ~1050 by its count: 4 LDS.128 + 8 PRMT + 16 LOP3 per
@@ -1360,9 +1360,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     4 SHF and 32 LOP3; metadata group-major (no pass). Count: keys 8 x (2 LDS +
 //     16 LOP3 + 4 x (LDS + 4 HMUL/HFMA + 2 MMA) + LDS + MMA) ~ 400; scores and softmax ~100; values
 //     4 x (LDS + 32 LOP3 + 8 x (LDS + 2 HMUL2 + MMA) + LDS + MMA) ~ 270; state adds ~36; the copy: one
-//     lane issues 6 bulk copies, every lane waits on one mbarrier: ~10. About 820 per step (v2: ~1050).
+//     lane issues the bulk copies, every lane waits on one mbarrier: ~10. About 820 per step (v2: ~1050).
+//   Measured (results/h200/int2-v3-8f26078, ncu, T=32K): 1381 per step with six copies per step. The
+//     SASS wraps each cp.async.bulk in an elect loop with uniform-register moves (~25 instructions per
+//     copy, paid by the whole warp), so the layout now packs a step into two runs: its Rec run (codes
+//     and value metadata) and its key-metadata rows (shared by two steps at gs=128, hence apart).
 //   Structure: each warp owns a ring of STAGES step records in shared memory and its own mbarriers; its
-//     lane 0 bulk-copies (cp.async.bulk, complete_tx on the stage's mbarrier) the six contiguous runs of
+//     lane 0 bulk-copies (cp.async.bulk, complete_tx on the stage's mbarrier) the two contiguous runs of
 //     a step STAGES - 1 steps ahead. No block barrier inside the token loop: warps drift freely, and a
 //     block barrier only brackets a segment (staging q, the merge). The residual (bf16) steps and the
 //     stream-K split and merge are v2's.
@@ -1372,8 +1376,8 @@ namespace v3 {
 using v2::State;
 
 struct NativePtrs {
-    const uint32_t *Kc, *Vc;
-    const __half *Kst, *Kzt, *Vsp, *Vzp;
+    const uint32_t *Rec; // per 64-token step: key codes, value codes, value scales and zeros
+    const __half *Km;    // per key group: scales then zeros, group-major
 };
 
 struct Params {
@@ -1381,19 +1385,19 @@ struct Params {
     NativePtrs n;
 };
 
-// One step record (64 tokens of one KV head) as the bulk copies lay it down, byte offsets.
+// One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
+// step's run of Rec (key codes, value codes, value metadata), then its NGS key-metadata rows of Km.
 template <int D, int GS>
 struct Rec {
     static constexpr int NGS = GS >= 64 ? 1 : 64 / GS; // key groups of a step
     static constexpr int NGV = D / GS;                  // value groups of a token
-    static constexpr int KC = 0, CODES = 4 * D * 4;     // 64 tokens x D channels x 2 bits
-    static constexpr int VC = KC + CODES;
-    static constexpr int KM = NGS * D * 2; // one of Kst, Kzt: NGS group rows
-    static constexpr int KS = VC + CODES, KZ = KS + KM;
-    static constexpr int VM = 4 * NGV * 32; // one of Vsp, Vzp: four 16-token blocks
-    static constexpr int VS = KZ + KM, VZ = VS + VM;
-    static constexpr int BYTES = VZ + VM;
-    static_assert(KM % 16 == 0 && VM % 16 == 0 && BYTES % 16 == 0, "bulk copies: 16-byte multiples");
+    static constexpr int KC = 0, VC = 16 * D;           // codes: 64 tokens x D channels x 2 bits each
+    static constexpr int VM = 32 * D;                   // value scales/zeros of block i: VM + 2i NGV 32 (+ NGV 32)
+    static constexpr int REC = VM + 4 * 2 * NGV * 32;   // the Rec run
+    static constexpr int KM = REC;                      // key row r: scales at KM + r 4D, zeros + 2D
+    static constexpr int KMB = NGS * 4 * D;
+    static constexpr int BYTES = KM + KMB;
+    static_assert(REC % 16 == 0 && KMB % 16 == 0, "bulk copies: 16-byte multiples");
 };
 
 // ---- mbarrier and bulk-copy PTX (sm_90) ----
@@ -1427,7 +1431,7 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                  : "memory");
 }
 
-// Lane 0: the six runs of step `step` of head `head` into `rec`, completing on `bar`. The fence orders
+// Lane 0: the two runs of step `step` of head `head` into `rec`, completing on `bar`. The fence orders
 // this warp's earlier generic accesses to the record (its reads, the tail zeroing) before the copy.
 template <int D, int GS>
 __device__ __forceinline__ void issue_step(unsigned char *rec, uint64_t *bar, const NativePtrs &n, int64_t head,
@@ -1436,15 +1440,8 @@ __device__ __forceinline__ void issue_step(unsigned char *rec, uint64_t *bar, co
     using R = Rec<D, GS>;
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     mbar_expect_tx(bar, R::BYTES);
-    const int64_t s_idx = head * (Tcap / 64) + step;
-    bulk_copy(rec + R::KC, n.Kc + s_idx * (4 * D), R::CODES, bar);
-    bulk_copy(rec + R::VC, n.Vc + s_idx * (4 * D), R::CODES, bar);
-    const int64_t krow = head * (Tcap / GS) + (step * 64) / GS;
-    bulk_copy(rec + R::KS, n.Kst + krow * D, R::KM, bar);
-    bulk_copy(rec + R::KZ, n.Kzt + krow * D, R::KM, bar);
-    const int64_t vblk = (head * (Tcap / 16) + step * 4) * R::NGV * 16;
-    bulk_copy(rec + R::VS, n.Vsp + vblk, R::VM, bar);
-    bulk_copy(rec + R::VZ, n.Vzp + vblk, R::VM, bar);
+    bulk_copy(rec, n.Rec + (head * (Tcap / 64) + step) * (R::REC / 4), R::REC, bar);
+    bulk_copy(rec + R::KM, n.Km + (head * (Tcap / GS) + (step * 64) / GS) * (2 * D), R::KMB, bar);
 }
 
 constexpr uint32_t CODE_MASK = 0x00030003u;
@@ -1477,9 +1474,9 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float bacc[4] = {0.f, 0.f, 0.f, 0.f}; // rows g < NGS: the step's key group g
     const uint2 *kc = reinterpret_cast<const uint2 *>(rec + R::KC) + lane;
-    // Kst/Kzt row r: channel chunk (c/4) at (c/4 + 4r) % (D/4) (the rotation of int2.h)
-    const unsigned char *ks = rec + R::KS + 8 * t;
-    const unsigned char *kz = rec + R::KZ + 2 * D * (g < NGS ? g : 0) + 8 * t;
+    // Km row r: channel chunk (c/4) at (c/4 + 4r) % (D/4) (the rotation of int2.h)
+    const unsigned char *ks = rec + R::KM + 8 * t;
+    const unsigned char *kz = rec + R::KM + 2 * D + 4 * D * (g < NGS ? g : 0) + 8 * t;
 #pragma unroll
     for (int j = 0; j < MT; j++) {
         const uint2 qj = qf_s[32 * j + lane];
@@ -1493,7 +1490,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
         for (int i = 0; i < 4; i++) {
             if (i == 0 || (GS < 64 && (16 * i) % GS == 0)) { // q s_g of this m-tile's group, hi and lo
                 const int r = GS >= 64 ? 0 : (16 * i) / GS;
-                const uint2 sk = *reinterpret_cast<const uint2 *>(ks + 2 * D * r + 32 * ((j + r) % MT));
+                const uint2 sk = *reinterpret_cast<const uint2 *>(ks + 4 * D * r + 32 * ((j + r) % MT));
                 bh[0] = v2::hmul2u(qj.x, sk.x), bh[1] = v2::hmul2u(qj.y, sk.y);
                 bl[0] = v2::hfms2u(qj.x, sk.x, bh[0]), bl[1] = v2::hfms2u(qj.y, sk.y, bh[1]);
             }
@@ -1534,7 +1531,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint2 zv = make_uint2(0u, 0u);
-        if (g < NGV) zv = *reinterpret_cast<const uint2 *>(rec + R::VZ + (i * NGV + g) * 32 + 8 * t);
+        if (g < NGV) zv = *reinterpret_cast<const uint2 *>(rec + R::VM + ((2 * i + 1) * NGV + g) * 32 + 8 * t);
         mma_f16(zs, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
     }
 #pragma unroll
@@ -1554,7 +1551,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
             for (int m = 0; m < 4; m++) {
                 const int mv = 4 * mh + m, gv = (16 * mv) / GS;
                 if (m == 0 || (16 * mv) % GS == 0) { // p s_g of this m-tile's value group
-                    const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VS + (i * NGV + gv) * 32 + 8 * t);
+                    const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VM + (2 * i * NGV + gv) * 32 + 8 * t);
                     pp0 = v2::hmul2u(pb[i][0], sv.x), pp1 = v2::hmul2u(pb[i][1], sv.y);
                 }
                 mma_f16(os[m], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
@@ -1725,12 +1722,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                 mbar_wait(bar + used % S, (used / S) & 1);
                 const int64_t tok = (int64_t)(qa + warp + k * WARPS) * 64;
                 if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
-                    constexpr int VMW = Rec<D, GS>::VM / 4, BLKW = Rec<D, GS>::NGV * 8; // words: run, 16-token block
-                    for (int o = lane; o < VMW; o += 32)
-                        if (tok + 16 * (o / BLKW) >= p.T) {
-                            reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VS)[o] = 0u;
-                            reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VZ)[o] = 0u;
-                        }
+                    constexpr int BLKW = Rec<D, GS>::NGV * 16;   // words of one 16-token block's scales and zeros
+                    uint32_t *vm = reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VM);
+                    for (int o = lane; o < 4 * BLKW; o += 32)
+                        if (tok + 16 * (o / BLKW) >= p.T) vm[o] = 0u;
                     __syncwarp();
                 }
                 step<D, GS>(st, rec, qf_s, uf, lane, tok, p.T);
@@ -2303,8 +2298,8 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
     if (rc) return rc;
     if (version == ATTN_V3) {
         if (!c) return kvb_fail(KVB_EINVAL, "%s: the cache (for its residual Kr, Vr) is NULL", who);
-        if (l->T > 0 && (!nat || !nat->Kc || !nat->Kst || !nat->Kzt || !nat->Vc || !nat->Vsp || !nat->Vzp))
-            return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Kc, Kst, Kzt, Vc, Vsp, Vzp) is NULL", who);
+        if (l->T > 0 && (!nat || !nat->Rec || !nat->Km))
+            return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
     } else if (l->T > 0 && ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who)))) {
         return rc;
     }
@@ -2335,9 +2330,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             v3::Params P;
             P.a = p;
             if (nat) {
-                P.n.Kc = nat->Kc, P.n.Vc = nat->Vc;
-                P.n.Kst = reinterpret_cast<const __half *>(nat->Kst), P.n.Kzt = reinterpret_cast<const __half *>(nat->Kzt);
-                P.n.Vsp = reinterpret_cast<const __half *>(nat->Vsp), P.n.Vzp = reinterpret_cast<const __half *>(nat->Vzp);
+                P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
                 P.n = v3::NativePtrs{};
             }

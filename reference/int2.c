@@ -368,37 +368,43 @@ static void code_put(uint32_t *w, int64_t word, int pos, unsigned code)
     w[word] = (w[word] & ~(3u << (2 * pos))) | (code << (2 * pos));
 }
 
-/* Position of a native code: word index and 2-bit position (16 hb + 2 (2 i + h)). */
+/* Positions in the native arrays (int2.h). Codes: word index into Rec and 2-bit position (16 hb + 2(2i + h),
+ * in units of 2 bits: 8 hb + 2i + h). */
+static int64_t rec_base(const int2_layout *l, int64_t bh, int64_t tok)
+{
+    return (bh * (l->Tcap / 64) + tok / 64) * int2_native_rec_words(l);
+}
+
 static int64_t kc_word(const int2_layout *l, int64_t bh, int d, int64_t tok, int *pos)
 {
-    const int64_t s = tok / 64;
     const int i = (int)(tok % 64) / 16, r = (int)(tok % 16), g = r % 8, h = r / 8;
     const int j = d / 16, t = (d % 16) / 4, p = (d % 4) / 2, hb = d % 2;
     *pos = 8 * hb + 2 * i + h;
-    return ((bh * (l->Tcap / 64) + s) * (l->D / 16) + j) * 64 + 2 * (4 * g + t) + p;
+    return rec_base(l, bh, tok) + 64 * j + 2 * (4 * g + t) + p;
 }
 
 static int64_t vc_word(const int2_layout *l, int64_t bh, int64_t tok, int d, int *pos)
 {
-    const int64_t s = tok / 64;
     const int i = (int)(tok % 64) / 16, k = (int)(tok % 16), p = k / 8, t = (k % 8) / 2, hb = k % 2;
     const int mv = d / 16, mh = mv / 4, m = mv % 4, g = (d % 16) / 2, h = d % 2;
     *pos = 8 * hb + 2 * m + h;
-    return ((bh * (l->Tcap / 64) + s) * 4 + i) * (l->D) + (4 * g + t) * (l->D / 32) + 2 * mh + p;
+    return rec_base(l, bh, tok) + 4 * l->D + (int64_t)i * l->D + (4 * g + t) * (l->D / 32) + 2 * mh + p;
 }
 
-static int64_t kmeta_native(const int2_layout *l, int64_t bh, int d, int64_t grp)
+/* value metadata (a = 0: scale, 1: zero) of token tok, group gv: an fp16 index into Rec seen as halves */
+static int64_t vmeta_native(const int2_layout *l, int64_t bh, int64_t tok, int gv, int a)
+{
+    const int ngv = l->D / l->gs, i = (int)(tok % 64) / 16, tau = (int)(tok % 16);
+    const int pos = 4 * ((tau & 7) >> 1) + 2 * (tau >> 3) + (tau & 1);
+    return 2 * (rec_base(l, bh, tok) + 8 * l->D) + ((2 * i + a) * ngv + gv) * 16 + pos;
+}
+
+/* key metadata (a = 0: scale, 1: zero) of channel d, group grp: an index into Km */
+static int64_t kmeta_native(const int2_layout *l, int64_t bh, int d, int64_t grp, int a)
 {
     const int ngs = l->gs >= 64 ? 1 : 64 / l->gs, nq = l->D / 4;
     const int rot = (int)(grp % ngs);
-    return (bh * (l->Tcap / l->gs) + grp) * l->D + 4 * ((d / 4 + 4 * rot) % nq) + d % 4;
-}
-
-static int64_t vmeta_native(const int2_layout *l, int64_t bh, int64_t tok, int gv)
-{
-    const int tau = (int)(tok % 16);
-    const int pos = 4 * ((tau & 7) >> 1) + 2 * (tau >> 3) + (tau & 1);
-    return ((bh * (l->Tcap / 16) + tok / 16) * (l->D / l->gs) + gv) * 16 + pos;
+    return ((bh * (l->Tcap / l->gs) + grp) * 2 + a) * l->D + 4 * ((d / 4 + 4 * rot) % nq) + d % 4;
 }
 
 /* One routine for both directions: to_native copies c into n, else n into c. */
@@ -408,6 +414,7 @@ static int native_convert(int2_cache *c, int2_native *n, const int2_layout *l, i
     if (rc) return rc;
     const int64_t heads = (int64_t)l->B * l->Hkv, Tcap = l->Tcap;
     const int D = l->D, gs = l->gs;
+    kvb_fp16 *vm = (kvb_fp16 *)n->Rec;
 #pragma omp parallel for schedule(dynamic) /* heads own disjoint words */
     for (int64_t bh = 0; bh < heads; bh++) {
         for (int d = 0; d < D; d++)
@@ -415,27 +422,29 @@ static int native_convert(int2_cache *c, int2_native *n, const int2_layout *l, i
                 int pos;
                 const int64_t wn = kc_word(l, bh, d, tok, &pos);
                 const int64_t wi = (bh * D + d) * (Tcap / 16) + tok / 16;
-                if (to_native) code_put(n->Kc, wn, pos, code_get(c->Kq, wi, (int)(tok % 16)));
-                else code_put(c->Kq, wi, (int)(tok % 16), code_get(n->Kc, wn, pos));
+                if (to_native) code_put(n->Rec, wn, pos, code_get(c->Kq, wi, (int)(tok % 16)));
+                else code_put(c->Kq, wi, (int)(tok % 16), code_get(n->Rec, wn, pos));
             }
         for (int d = 0; d < D; d++)
             for (int64_t grp = 0; grp < Tcap / gs; grp++) {
-                const int64_t a = (bh * D + d) * (Tcap / gs) + grp, b = kmeta_native(l, bh, d, grp);
-                if (to_native) n->Kst[b] = c->Ks[a], n->Kzt[b] = c->Kz[a];
-                else c->Ks[a] = n->Kst[b], c->Kz[a] = n->Kzt[b];
+                const int64_t a = (bh * D + d) * (Tcap / gs) + grp;
+                const int64_t bs = kmeta_native(l, bh, d, grp, 0), bz = kmeta_native(l, bh, d, grp, 1);
+                if (to_native) n->Km[bs] = c->Ks[a], n->Km[bz] = c->Kz[a];
+                else c->Ks[a] = n->Km[bs], c->Kz[a] = n->Km[bz];
             }
         for (int64_t tok = 0; tok < Tcap; tok++) {
             for (int d = 0; d < D; d++) {
                 int pos;
                 const int64_t wn = vc_word(l, bh, tok, d, &pos);
                 const int64_t wi = (bh * Tcap + tok) * (D / 16) + d / 16;
-                if (to_native) code_put(n->Vc, wn, pos, code_get(c->Vq, wi, d % 16));
-                else code_put(c->Vq, wi, d % 16, code_get(n->Vc, wn, pos));
+                if (to_native) code_put(n->Rec, wn, pos, code_get(c->Vq, wi, d % 16));
+                else code_put(c->Vq, wi, d % 16, code_get(n->Rec, wn, pos));
             }
             for (int gv = 0; gv < D / gs; gv++) {
-                const int64_t a = (bh * Tcap + tok) * (D / gs) + gv, b = vmeta_native(l, bh, tok, gv);
-                if (to_native) n->Vsp[b] = c->Vs[a], n->Vzp[b] = c->Vz[a];
-                else c->Vs[a] = n->Vsp[b], c->Vz[a] = n->Vzp[b];
+                const int64_t a = (bh * Tcap + tok) * (D / gs) + gv;
+                const int64_t bs = vmeta_native(l, bh, tok, gv, 0), bz = vmeta_native(l, bh, tok, gv, 1);
+                if (to_native) vm[bs] = c->Vs[a], vm[bz] = c->Vz[a];
+                else c->Vs[a] = vm[bs], c->Vz[a] = vm[bz];
             }
         }
     }

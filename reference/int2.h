@@ -138,29 +138,37 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
 
 /* ---- the kernel-native layout of int2_decode_attn v3 (int2.md: a layout of the decode kernel's own,
  * with a bit-exact converter in both directions) ----
- * The same codes and metadata, ordered so that each 64-token step of one (b, kv head) is six
- * contiguous runs the kernel bulk-copies into shared memory, and every tensor-core fragment is one
- * shared load and one AND per register (no shuffles, no transposition pass). Tcap: a multiple of 64.
- * With s = a 64-token step, lane = 4g + t (g < 8, t < 4) of the kernel's warp, M = 0x00030003:
- *   Kc [B, Hkv, Tcap/64, D/16, 32, 2] uint32: word (s, j, lane, p), 16-bit half hb, bits 2(2i + h):
- *        the code of key channel 16j + 4t + 2p + hb at token 64s + 16i + g + 8h (i < 4, h < 2): the A
- *        fragment registers of the QK product (rows = tokens) are word & (M << 2(2i + h)).
- *   Vc [B, Hkv, Tcap/64, 4, 32, D/32] uint32: word (s, i, lane, 2mh + p), half hb, bits 2(2m + h):
- *        the code of value channel 16(4mh + m) + 2g + h at token 64s + 16i + 2t + 8p + hb (m < 4).
- *   Kst, Kzt [B, Hkv, Tcap/gs, D] fp16: the key scales and zeros transposed (group-major); row n holds
- *        channel c at (4 ((c/4 + 4 (n % NGS)) % (D/4)) + c % 4), NGS = max(1, 64/gs): the rows of one
- *        step rotated by 32 bytes against each other, so that lanes reading one per row hit
- *        different banks.
- *   Vsp, Vzp [B, Hkv, Tcap/16, D/gs, 16] fp16: the value scales and zeros of each 16-token block,
- *        group-major, token tau of the block at 4((tau & 7) >> 1) + 2(tau >> 3) + (tau & 1) (the four
- *        tokens 2t, 2t+1, 2t+8, 2t+9 of a B fragment side by side).
- * Sizes: the same as the interchange arrays. */
+ * The same codes and metadata, ordered so that each 64-token step of one (b, kv head) is two
+ * contiguous runs the kernel bulk-copies into shared memory (its record and its key-metadata rows), and
+ * every tensor-core fragment is one shared load and one AND per register (no shuffles, no
+ * transposition pass). Tcap: a multiple of 64. NGV = D/gs, NGS = max(1, 64/gs).
+ *   Rec [B, Hkv, Tcap/64, RW] uint32, RW = 8D + 64 NGV words per step s: key codes, value codes, value
+ *   metadata. With lane = 4g + t (g < 8, t < 4) of the kernel's warp and M = 0x00030003:
+ *     words [0, 4D): key code word (j, lane, p) at 64j + 2 lane + p (j < D/16, p < 2); 16-bit half hb,
+ *        bits 2(2i + h): the code of key channel 16j + 4t + 2p + hb at token 64s + 16i + g + 8h (i < 4,
+ *        h < 2): the A-fragment registers of the QK product (rows = tokens) are word & (M << 2(2i + h)).
+ *     words [4D, 8D): value code word (i, lane, 2mh + p) at 4D + iD + lane D/32 + 2mh + p; half hb, bits
+ *        2(2m + h): the code of value channel 16(4mh + m) + 2g + h at token 64s + 16i + 2t + 8p + hb.
+ *     from word 8D, fp16: value scales (a = 0) and zeros (a = 1) of 16-token block i of the step,
+ *        group gv, at half ((2i + a) NGV + gv) 16 + pos(tau), pos(tau) = 4((tau & 7) >> 1) + 2(tau >> 3) +
+ *        (tau & 1) for token tau of the block (the four tokens 2t, 2t+1, 2t+8, 2t+9 of a B fragment
+ *        side by side).
+ *   Km [B, Hkv, Tcap/gs, 2, D] fp16: per key group n the scales (a = 0) then the zeros (a = 1) of every
+ *     channel, channel c at 4((c/4 + 4(n % NGS)) % (D/4)) + c % 4: the rows of one step rotated by 32
+ *     bytes against each other, so that lanes reading one per row hit different banks.
+ * Sizes: Rec holds both codes and the value metadata, Km the key metadata: together the bytes of the
+ * interchange arrays. */
 typedef struct int2_native {
-    uint32_t *Kc;
-    kvb_fp16 *Kst, *Kzt;
-    uint32_t *Vc;
-    kvb_fp16 *Vsp, *Vzp;
+    uint32_t *Rec;
+    kvb_fp16 *Km;
 } int2_native;
+
+static inline int64_t int2_native_rec_words(const int2_layout *l) { return 8 * (int64_t)l->D + 64 * (int64_t)(l->D / l->gs); }
+static inline int64_t int2_native_rec_elems(const int2_layout *l)
+{
+    return (int64_t)l->B * l->Hkv * (l->Tcap / 64) * int2_native_rec_words(l);
+}
+static inline int64_t int2_native_km_elems(const int2_layout *l) { return 2 * int2_kmeta_elems(l); }
 
 /* Interchange cache c -> native n over the whole capacity (every token of Tcap, so that the kernel's
  * copies of a partial last step read initialized memory), and back. Both need Tcap a multiple of 64 and

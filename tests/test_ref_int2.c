@@ -301,10 +301,11 @@ static void test_native_layout_round_trip(void **state)
             int2_cache c = {0}, back = {0};
             int2_native n = {0};
             c.Kq = malloc(4 * nkq), c.Vq = malloc(4 * nvq), back.Kq = calloc(nkq, 4), back.Vq = calloc(nvq, 4);
-            n.Kc = calloc(nkq, 4), n.Vc = calloc(nvq, 4);
+            n.Rec = calloc(int2_native_rec_elems(&l), 4), n.Km = calloc(int2_native_km_elems(&l), 2);
+            assert_int_equal(4 * int2_native_rec_elems(&l) + 2 * int2_native_km_elems(&l),
+                             4 * (nkq + nvq) + 2 * (2 * nkm + 2 * nvm)); /* the same bytes as the interchange arrays */
             c.Ks = malloc(2 * nkm), c.Kz = malloc(2 * nkm), c.Vs = malloc(2 * nvm), c.Vz = malloc(2 * nvm);
             back.Ks = calloc(nkm, 2), back.Kz = calloc(nkm, 2), back.Vs = calloc(nvm, 2), back.Vz = calloc(nvm, 2);
-            n.Kst = calloc(nkm, 2), n.Kzt = calloc(nkm, 2), n.Vsp = calloc(nvm, 2), n.Vzp = calloc(nvm, 2);
             for (int64_t i = 0; i < nkq; i++) c.Kq[i] = (x = x * 1664525u + 1013904223u);
             for (int64_t i = 0; i < nvq; i++) c.Vq[i] = (x = x * 1664525u + 1013904223u);
             for (int64_t i = 0; i < nkm; i++) c.Ks[i] = (kvb_fp16)(x = x * 1664525u + 1013904223u), c.Kz[i] = (kvb_fp16)(x >> 16);
@@ -322,19 +323,19 @@ static void test_native_layout_round_trip(void **state)
                  * step 1, i = 2, token 16i + g + 8h with g = 3, h = 1: lane 13, bits 16 + 2(2i + h) = 26 */
                 const int64_t bh = 1, d = 5, tok = 64 + 43;
                 const unsigned want = (c.Kq[(bh * 128 + d) * (256 / 16) + tok / 16] >> (2 * (tok % 16))) & 3u;
-                const int64_t word = ((bh * 4 + 1) * 8 + 0) * 64 + 2 * 13 + 0;
-                assert_int_equal((n.Kc[word] >> 26) & 3u, want);
+                const int64_t rw = 8 * 128 + 64 * 8, word = (bh * 4 + 1) * rw + 0 * 64 + 2 * 13 + 0;
+                assert_int_equal((n.Rec[word] >> 26) & 3u, want);
                 /* value channel 37 = 16(4mh + m) + 2g + h with mh=0, m=2, g=2, h=1; token 64 + 16 + 11 =
                  * 64s + 16i + 2t + 8p + hb with s=1, i=1, t=1, p=1, hb=1: lane 9, word 2mh + p = 1,
                  * bits 16 + 2(2m + h) = 26 */
                 const int64_t vt = 64 + 16 + 11, vd = 37;
                 const unsigned vwant = (c.Vq[(bh * 256 + vt) * 8 + vd / 16] >> (2 * (vd % 16))) & 3u;
-                const int64_t vword = ((bh * 4 + 1) * 4 + 1) * 128 + 9 * 4 + 1;
-                assert_int_equal((n.Vc[vword] >> 26) & 3u, vwant);
+                const int64_t vword = (bh * 4 + 1) * rw + 4 * 128 + 1 * 128 + 9 * 4 + 1;
+                assert_int_equal((n.Rec[vword] >> 26) & 3u, vwant);
             }
             free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz);
             free(back.Kq), free(back.Vq), free(back.Ks), free(back.Kz), free(back.Vs), free(back.Vz);
-            free(n.Kc), free(n.Vc), free(n.Kst), free(n.Kzt), free(n.Vsp), free(n.Vzp);
+            free(n.Rec), free(n.Km);
         }
     int2_layout bad = {.B = 1, .Hkv = 1, .Hq = 1, .D = 64, .gs = 16, .Tcap = 96, .T = 96};
     int2_cache c = {0};
