@@ -706,6 +706,45 @@ static void teardown_int2(kvb_run *r)
     r->priv = NULL;
 }
 
+/* ---- int2_native: the interchange cache written in the kernel-native layout on the device ---- */
+
+static int setup_native(kvb_run *r)
+{
+    int2_priv *p = priv_new(r);
+    int rc = setup_cache_only(r, p, 1, 1); /* keys and values, tokens past T poisoned (copied as they are) */
+    if (rc) return rc;
+    const int2_layout *l = &p->l;
+    int64_t s1[1] = {int2_native_rec_elems(l)};
+    kvb_tensor *rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_OUT);
+    s1[0] = int2_native_km_elems(l);
+    kvb_tensor *km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_OUT);
+    km->cmp = KVB_CMP_EXACT; /* fp16 metadata, NaN poison included: bit for bit */
+    int2_native n = {rec->ref, km->ref};
+    int2_cache c = cache_of(r, 0, 0);
+    return ref_int2_to_native(&c, &n, l);
+}
+
+static int launch_native(kvb_run *r)
+{
+#if KVB_HAVE_CUDA
+    const int2_layout *l = &((int2_priv *)r->priv)->l;
+    int2_cache c = cache_of(r, 1, 0);
+    int2_native n = {kvb_run_find(r, "Rec")->d, kvb_run_find(r, "Km")->d};
+    return int2_to_native(&c, &n, l, 0, l->Tcap, r->stream);
+#else
+    (void)r;
+    return KVB_EDEVICE;
+#endif
+}
+
+/* A one-time pass per quantize or flush: the interchange bytes read and the native bytes written. */
+static void cost_native(const kvb_run *r, kvb_cost *c)
+{
+    const int2_layout *l = &((const int2_priv *)r->priv)->l;
+    c->bytes_dev = 2.0 * (4.0 * int2_native_rec_elems(l) + 2.0 * int2_native_km_elems(l));
+    c->ceiling = KVB_CEIL_D2D;
+}
+
 /* ---- registry entries ---- */
 
 const kvb_op op_int2_quantize = {
@@ -718,6 +757,19 @@ const kvb_op op_int2_quantize = {
     .setup = setup_quantize,
     .launch = launch_quantize,
     .cost = cost_quantize,
+    .teardown = teardown_int2,
+};
+
+const kvb_op op_int2_native = {
+    .name = "int2_native",
+    .family = "int2",
+    .summary = "the INT2 cache in the kernel-native layout of int2_decode_attn v3, written on the device (bit-exact)",
+    .params = quantize_params,
+    .n_params = NPARAMS(quantize_params),
+    .validate = validate_quantize,
+    .setup = setup_native,
+    .launch = launch_native,
+    .cost = cost_native,
     .teardown = teardown_int2,
 };
 

@@ -1742,6 +1742,77 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     }
 }
 
+// ---- interchange -> native on the device: one block per (step, head), one thread per output word ----
+// The layout's definition is reference/int2.h (ref_int2_to_native); this gathers, for each native word,
+// its 16 codes (or two fp16) from the interchange arrays. Key-metadata rows are written by the steps
+// that hold them (at gs=128 both steps of a group write the same row).
+struct PackParams {
+    CachePtrs c;
+    uint32_t *Rec;
+    __half *Km;
+    int D, gs;
+    int64_t Tcap, s0;
+};
+
+__global__ void __launch_bounds__(256) to_native_kernel(PackParams p)
+{
+    const int D = p.D, gs = p.gs, ngv = D / gs, ngs = gs >= 64 ? 1 : 64 / gs;
+    const int64_t s = p.s0 + blockIdx.x, bh = blockIdx.y, Tcap = p.Tcap;
+    const int64_t rw = 8 * D + 64 * ngv;
+    uint32_t *rec = p.Rec + (bh * (Tcap / 64) + s) * rw;
+    const uint32_t *kq = reinterpret_cast<const uint32_t *>(p.c.Kq), *vq = reinterpret_cast<const uint32_t *>(p.c.Vq);
+    const unsigned short *vs = reinterpret_cast<const unsigned short *>(p.c.Vs),
+                         *vz = reinterpret_cast<const unsigned short *>(p.c.Vz);
+    for (int idx = threadIdx.x; idx < rw; idx += blockDim.x) {
+        uint32_t word = 0;
+        if (idx < 4 * D) { // key codes (j, lane, p)
+            const int j = idx / 64, lane = (idx % 64) / 2, pp = idx % 2, g = lane / 4, t = lane % 4;
+            for (int hb = 0; hb < 2; hb++) {
+                const int c = 16 * j + 4 * t + 2 * pp + hb;
+                for (int i = 0; i < 4; i++)
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t tok = 64 * s + 16 * i + g + 8 * h;
+                        const uint32_t code = (kq[(bh * D + c) * (Tcap / 16) + tok / 16] >> (2 * (tok % 16))) & 3u;
+                        word |= code << (16 * hb + 2 * (2 * i + h));
+                    }
+            }
+        } else if (idx < 8 * D) { // value codes (i, lane, 2mh + p)
+            const int v = idx - 4 * D, i = v / D, lane = (v % D) / (D / 32), q = (v % D) % (D / 32);
+            const int pp = q % 2, mh = q / 2, g = lane / 4, t = lane % 4;
+            for (int hb = 0; hb < 2; hb++)
+                for (int m = 0; m < 4; m++)
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t tok = 64 * s + 16 * i + 2 * t + 8 * pp + hb;
+                        const int ch = 16 * (4 * mh + m) + 2 * g + h;
+                        const uint32_t code = (vq[(bh * Tcap + tok) * (D / 16) + ch / 16] >> (2 * (ch % 16))) & 3u;
+                        word |= code << (16 * hb + 2 * (2 * m + h));
+                    }
+        } else { // value scales and zeros: halves 2e, 2e + 1 of the metadata part
+            for (int half = 0; half < 2; half++) {
+                const int e = 2 * (idx - 8 * D) + half;
+                const int pos = e % 16, gv = (e / 16) % ngv, ia = e / (16 * ngv), i = ia / 2, a = ia % 2;
+                const int tau = 2 * (pos / 4) + 8 * ((pos / 2) % 2) + pos % 2; // the inverse of pos(tau)
+                const int64_t tok = 64 * s + 16 * i + tau;
+                const unsigned short x = (a ? vz : vs)[(bh * Tcap + tok) * ngv + gv];
+                word |= (uint32_t)x << (16 * half);
+            }
+        }
+        rec[idx] = word;
+    }
+    // key metadata rows of this step's groups: scales then zeros, rotated
+    const int64_t g0 = (64 * s) / gs;
+    const unsigned short *ks = reinterpret_cast<const unsigned short *>(p.c.Ks),
+                         *kz = reinterpret_cast<const unsigned short *>(p.c.Kz);
+    unsigned short *km = reinterpret_cast<unsigned short *>(p.Km);
+    for (int idx = threadIdx.x; idx < ngs * 2 * D; idx += blockDim.x) {
+        const int r = idx / (2 * D), a = (idx / D) % 2, P = idx % D;
+        const int64_t grp = g0 + r;
+        const int rot = (int)(grp % ngs), nq = D / 4;
+        const int d = 4 * (((P / 4 - 4 * rot) % nq + nq) % nq) + P % 4; // the channel stored at P
+        km[((bh * (Tcap / gs) + grp) * 2 + a) * D + P] = (a ? kz : ks)[(bh * D + d) * (Tcap / gs) + grp];
+    }
+}
+
 } // namespace v3
 
 // ---- int2_qk: one block per (256-token tile, head) ----
@@ -2363,6 +2434,41 @@ extern "C" int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const
                                    const int2_layout *l, void *workspace, cudaStream_t stream)
 {
     return decode_attn_launch("int2_decode_attn_v3", q, c, o, l, workspace, ATTN_V3, stream, n);
+}
+
+extern "C" int int2_to_native(const int2_cache *c, const int2_native *n, const int2_layout *l, int64_t t0, int64_t t1,
+                              cudaStream_t stream)
+{
+    const char *who = "int2_to_native";
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    if (l->Tcap % 64)
+        return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of 64 (the native layout's step)", who,
+                        (long long)l->Tcap);
+    if (t0 < 0 || t1 < t0 || t1 > l->Tcap)
+        return kvb_fail(KVB_EINVAL, "%s: tokens [%lld, %lld) out of range: 0 <= t0 <= t1 <= Tcap = %lld", who,
+                        (long long)t0, (long long)t1, (long long)l->Tcap);
+    if ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who))) return rc;
+    if (!n || !n->Rec || !n->Km) return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
+    if (t1 == t0) return KVB_OK;
+    v3::PackParams p;
+    p.c = ptrs_of(c);
+    p.Rec = n->Rec, p.Km = reinterpret_cast<__half *>(n->Km);
+    p.D = l->D, p.gs = l->gs, p.Tcap = l->Tcap, p.s0 = t0 / 64;
+    const int64_t steps = (t1 + 63) / 64 - p.s0, heads = (int64_t)l->B * l->Hkv;
+    return kvb_grid_chunks(heads, [&](int64_t head0, unsigned nh) -> int {
+        // one launch per chunk of heads: offset the head through the pointers' base (heads are outermost)
+        v3::PackParams q = p;
+        const int64_t kw = l->D * (l->Tcap / 16), km = l->D * (l->Tcap / l->gs), vw = l->Tcap * (l->D / 16),
+                      vm = l->Tcap * (l->D / l->gs);
+        q.c.Kq += head0 * kw, q.c.Ks += head0 * km, q.c.Kz += head0 * km;
+        q.c.Vq += head0 * vw, q.c.Vs += head0 * vm, q.c.Vz += head0 * vm;
+        q.Rec += head0 * (l->Tcap / 64) * int2_native_rec_words(l);
+        q.Km += head0 * 2 * km;
+        v3::to_native_kernel<<<dim3((unsigned)steps, nh), 256, 0, stream>>>(q);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
 }
 
 // Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).

@@ -67,6 +67,12 @@ int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, con
  * the residual (Kr, Vr) only; n the quantized tokens. Same workspace. */
 int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *n, kvb_bf16 *o,
                         const int2_layout *l, void *workspace, cudaStream_t stream);
+/* The native layout of tokens [t0, t1) (whole 64-token steps: every step the range touches) written from
+ * the interchange cache c on the device, bit for bit as ref_int2_to_native: after a quantize (t0 = 0,
+ * t1 = T) or an append's flush (t0 = T, t1 = T + 128). Needs Tcap a multiple of 64 and 0 <= t0 <= t1 <=
+ * Tcap; tokens of those steps past T are copied as they are in c. */
+int int2_to_native(const int2_cache *c, const int2_native *n, const int2_layout *l, int64_t t0, int64_t t1,
+                   cudaStream_t stream);
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */
