@@ -87,6 +87,10 @@ static int setup_mk(kvb_run *r, step_priv *p)
     if (kvb_gpu_available()) ws = minikv_workspace_bytes(l);
 #endif
     step_tensor(r, "attn_ws", KVB_U8, 1, (int64_t)ws, 0, 0, 0, KVB_SCRATCH);
+    /* the cache in v3's native layout: written from the prefill's device cache (gpu_prefill_mk), then
+     * mirrored after each flush by the step; device-only state, read by the attention */
+    step_tensor(r, "native_rec", KVB_U32, 1, int2_native_rec_elems(l), 0, 0, 0, KVB_SCRATCH);
+    step_tensor(r, "native_km", KVB_FP16, 1, int2_native_km_elems(l), 0, 0, 0, KVB_SCRATCH);
 
     /* the prefill's result on the host: the first T kept tokens quantized, the rest in the residual */
     const int2_cache c = host_cache(r, 0);
@@ -159,6 +163,8 @@ static int gpu_prefill_mk(kvb_run *r, step_priv *p)
     if (l->T > 0 && ((rc = int2_quantize_keys(Ka->d, N, l->T, 0, &c, l, r->stream)) ||
                      (rc = int2_quantize_values(Va->d, N, l->T, 0, &c, l, r->stream))))
         return rc;
+    const int2_native n = {step_dev(r, "native_rec"), step_dev(r, "native_km")};
+    if ((rc = int2_to_native(&c, &n, l, 0, l->Tcap, r->stream))) return rc; /* every step: tokens past T as the cache holds them */
     const size_t row = sizeof(kvb_bf16) * (size_t)l->D, heads = (size_t)l->B * l->Hkv;
     if (l->R > 0) {
         kvb_d2d_2d(c.Kr, l->Rcap * row, (const kvb_bf16 *)Ka->d + l->T * l->D, N * row, l->R * row, heads, r->stream);
@@ -174,7 +180,8 @@ static int attention_mk(kvb_run *r, step_priv *p, int which, block_attention *a)
     if (!paths) p->ms = paths = calloc(2, sizeof *paths);
     const int2_cache c = device_cache(r, 0);
     *a = (block_attention){minikv_block_add_stages, &paths[which]};
-    return minikv_path_prepare(&paths[which], &p->s.mk, &c, step_dev(r, "attn_ws"));
+    const int2_native n = {step_dev(r, "native_rec"), step_dev(r, "native_km")};
+    return minikv_path_prepare(&paths[which], &p->s.mk, &c, &n, step_dev(r, "attn_ws"));
 }
 #endif
 
@@ -208,7 +215,8 @@ static void teardown_mk(step_priv *p) { free(p->ms); }
 
 const step_method step_method_minikv = {
     .name = "minikv",
-    .about = "INT2 K, V of the heavy hitters and the recent window + bf16 residual; int2_append, int2_decode_attn",
+    .about = "INT2 K, V of the heavy hitters and the recent window + bf16 residual; int2_append, int2_to_native "
+             "after a flush, int2_decode_attn v3",
     .shape = shape_mk,
     .setup = setup_mk,
     .ref_attend = ref_attend_mk,

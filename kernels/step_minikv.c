@@ -9,7 +9,7 @@ size_t minikv_workspace_bytes(const int2_layout *before)
     return int2_decode_attn_workspace_bytes(&a);
 }
 
-int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_cache *c, void *ws)
+int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_cache *c, const int2_native *n, void *ws)
 {
     const char *who = "minikv_step";
     memset(p, 0, sizeof *p);
@@ -22,6 +22,10 @@ int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_ca
         return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of %d (the fused kernels' tile)", who,
                         (long long)before->Tcap, INT2_TCAP_GRANULE);
     p->c = *c;
+    if (n) {
+        if (!n->Rec || !n->Km) return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
+        p->n = *n;
+    }
     p->ws = ws;
     return KVB_OK;
 }
@@ -32,9 +36,16 @@ static int stage_append(void *ctx, cudaStream_t s)
     return int2_append(&p->c, p->knew, p->vnew, &p->before, s);
 }
 
+static int stage_pack(void *ctx, cudaStream_t s)
+{
+    const minikv_path *p = ctx;
+    return int2_to_native(&p->c, &p->n, &p->after, p->before.T, p->after.T, s);
+}
+
 static int stage_attend(void *ctx, cudaStream_t s)
 {
     const minikv_path *p = ctx;
+    if (p->n.Rec) return int2_decode_attn_v3(p->q, &p->c, &p->n, p->o, &p->after, p->ws, s);
     return int2_decode_attn(p->q, &p->c, p->o, &p->after, p->ws, s);
 }
 
@@ -43,7 +54,9 @@ int minikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const 
 {
     minikv_path *p = ctx;
     p->q = q, p->knew = knew, p->vnew = vnew, p->o = att;
-    if (kvb_step_add(step, p->after.T > p->before.T ? "int2_append+flush" : "int2_append", 0, -1, stage_append, p) < 0 ||
+    const int flush = p->after.T > p->before.T;
+    if (kvb_step_add(step, flush ? "int2_append+flush" : "int2_append", 0, -1, stage_append, p) < 0 ||
+        (flush && p->n.Rec && kvb_step_add(step, "int2_to_native", 0, -1, stage_pack, p) < 0) ||
         kvb_step_add(step, "int2_decode_attn", 0, -1, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;
