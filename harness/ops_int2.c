@@ -8,8 +8,11 @@
  *                     bit-exact after the step
  *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
- *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: the best version, v2),
- *                     kernel_v1 (the first version, for one-run comparisons), and the in-suite
+ *   int2_native       the cache in int2_decode_attn v3's kernel-native layout, written on the device from
+ *                     the interchange cache (int2_to_native), bit-exact against ref_int2_to_native
+ *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: v2 over the interchange
+ *                     layout), kernel_v3 (v3 over the native layout, converted by the reference in
+ *                     setup), kernel_v1 (the first version, for one-run comparisons), and the in-suite
  *                     peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
  *                     attention) and dense_bf16 (dense decode attention over the same tokens unquantized,
  *                     validated against the dense reference). The summary's speedups compare these at
