@@ -1461,9 +1461,34 @@ __device__ __forceinline__ uint32_t code_reg(uint32_t w, uint32_t w8, int pos)
 // token 16i + g (row g) and 16i + g + 8 (row g + 8), code scale 2^(code_sh(4i) - 24) and
 // 2^(code_sh(4i + 2) - 24). Rows of the AV m-tile mv: channel 16 mv + 2g (+1), code scale
 // 2^(code_sh(4(mv % 4)) - 24) (+2 in the position).
-template <int D, int GS>
-__device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec, const uint2 *qf_s, const float (&uf)[2],
-                                     int lane, int64_t tok, int64_t T)
+// PAIR (G <= 4): the hi and lo halves of q s_g share one MMA as its two halves of N = 8 columns:
+// column g < 4 is the hi half of head g, column g + 4 the lo half of head g (qm_s holds -q there, 0 in
+// columns < 4: b = q s + qm s = hi or lo in two instructions per pair, as before), and the two halves
+// of the scores are added across lanes t and t ^ 2 after the k-steps: 32 MMAs fewer per step.
+__device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c)
+{
+    __half2 r = __hfma2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b), *reinterpret_cast<__half2 *>(&c));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
+template <int D>
+__device__ __forceinline__ void q_frags_store_pair(uint2 *qf_s, uint2 *qm_s, const float *q_s, const float *f_s, int G,
+                                                   int lane)
+{
+    const int g = lane >> 2, t = lane & 3, h = g & 3;
+    const bool ok = h < G;
+    const float f = ok ? f_s[h] : 0.f, fm = g >= 4 ? -f : 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) {
+        const float *r = q_s + h * D + 16 * j + 4 * t;
+        qf_s[32 * j + lane] = ok ? make_uint2(pack_f16(r[0] * f, r[1] * f), pack_f16(r[2] * f, r[3] * f)) : make_uint2(0u, 0u);
+        qm_s[32 * j + lane] = ok ? make_uint2(pack_f16(r[0] * fm, r[1] * fm), pack_f16(r[2] * fm, r[3] * fm)) : make_uint2(0u, 0u);
+    }
+}
+
+template <int D, int GS, bool PAIR>
+__device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec, const uint2 *qf_s, const uint2 *qm_s,
+                                     const float (&uf)[2], int lane, int64_t tok, int64_t T)
 {
     using R = Rec<D, GS>;
     constexpr int MT = D / 16, NGS = R::NGS, NGV = R::NGV;
@@ -1480,6 +1505,7 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
 #pragma unroll
     for (int j = 0; j < MT; j++) {
         const uint2 qj = qf_s[32 * j + lane];
+        const uint2 qm = PAIR ? qm_s[32 * j + lane] : make_uint2(0u, 0u);
         const uint2 w = kc[32 * j];
         const uint32_t w8x = w.x >> 8, w8y = w.y >> 8;
         uint2 zk = make_uint2(0u, 0u);
@@ -1491,15 +1517,24 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
             if (i == 0 || (GS < 64 && (16 * i) % GS == 0)) { // q s_g of this m-tile's group, hi and lo
                 const int r = GS >= 64 ? 0 : (16 * i) / GS;
                 const uint2 sk = *reinterpret_cast<const uint2 *>(ks + 4 * D * r + 32 * ((j + r) % MT));
-                bh[0] = v2::hmul2u(qj.x, sk.x), bh[1] = v2::hmul2u(qj.y, sk.y);
-                bl[0] = v2::hfms2u(qj.x, sk.x, bh[0]), bl[1] = v2::hfms2u(qj.y, sk.y, bh[1]);
+                if constexpr (PAIR) { // hi (qm = 0) or lo (qm = -q) of q s, by column
+                    bh[0] = hfma2u(qj.x, sk.x, v2::hmul2u(qm.x, sk.x)), bh[1] = hfma2u(qj.y, sk.y, v2::hmul2u(qm.y, sk.y));
+                } else {
+                    bh[0] = v2::hmul2u(qj.x, sk.x), bh[1] = v2::hmul2u(qj.y, sk.y);
+                    bl[0] = v2::hfms2u(qj.x, sk.x, bh[0]), bl[1] = v2::hfms2u(qj.y, sk.y, bh[1]);
+                }
             }
             const uint32_t a0 = code_reg(w.x, w8x, 4 * i), a1 = code_reg(w.x, w8x, 4 * i + 2);
             const uint32_t a2 = code_reg(w.y, w8y, 4 * i), a3 = code_reg(w.y, w8y, 4 * i + 2);
             mma_f16(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
-            mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+            if constexpr (!PAIR) mma_f16(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
         }
     }
+    if constexpr (PAIR) // lanes t < 2 hold the hi halves of heads 2t, 2t+1, lanes t ^ 2 their lo halves
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][e] += __shfl_xor_sync(0xffffffffu, acc[i][e], 2);
 
     // ---- scores (log2 domain) ----
     float bz[NGS][2];
@@ -1702,7 +1737,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
         if (qa < qe) { // block-uniform
             uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
-            if (warp == 0) v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
+            // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
+            const bool pair = G <= 4;
+            uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
+            if (warp == 0) {
+                if (pair) q_frags_store_pair<D>(qf_s, qm_s, q_s, f_s, G, lane);
+                else v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
+            }
             __syncthreads();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             // this warp's steps: qa + warp, qa + warp + WARPS, ...
@@ -1728,7 +1769,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                         if (tok + 16 * (o / BLKW) >= p.T) vm[o] = 0u;
                     __syncwarp();
                 }
-                step<D, GS>(st, rec, qf_s, uf, lane, tok, p.T);
+                if (pair) step<D, GS, true>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
+                else step<D, GS, false>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 __syncwarp(); // every lane is done with the record before it is refilled
             }
         }
