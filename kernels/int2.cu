@@ -1365,6 +1365,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     SASS wraps each cp.async.bulk in an elect loop with uniform-register moves (~25 instructions per
 //     copy, paid by the whole warp), so the layout now packs a step into two runs: its Rec run (codes
 //     and value metadata) and its key-metadata rows (shared by two steps at gs=128, hence apart).
+//   Then (G <= 4) the hi and lo halves of q s_g share one MMA as the two halves of its 8 columns (see
+//     step's PAIR): 76 MMAs per step instead of 108; T=128K, gs=16 at 85% of the read rate
+//     (results/h200/int2-v3-acdccf3).
 //   Structure: each warp owns a ring of STAGES step records in shared memory and its own mbarriers; its
 //     lane 0 bulk-copies (cp.async.bulk, complete_tx on the stage's mbarrier) the two contiguous runs of
 //     a step STAGES - 1 steps ahead. No block barrier inside the token loop: warps drift freely, and a
