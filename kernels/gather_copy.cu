@@ -29,6 +29,11 @@
 #include "gather_copy.h"
 
 using kvb_dev::smem_u32;
+using kvb_dev::bulk_copy;
+using kvb_dev::mbar_expect_tx;
+using kvb_dev::mbar_init;
+using kvb_dev::mbar_init_fence;
+using kvb_dev::mbar_wait;
 
 // ------------------------------------------------------------------------------------------------
 // index_scan
@@ -416,20 +421,12 @@ __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
     const uint32_t bytes = (uint32_t)a.chunk16 * 16;
     const int32_t *off = a.offsets + bh * a.M + first;
     uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16 + (int64_t)first * a.chunk16;
-    const uint32_t b = smem_u32(&bar);
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes * n) : "memory");
-    for (int s = 0; s < n; s++) {
-        const uint4 *src = a.host + bh * a.host_row16 + (int64_t)off[s] * a.chunk16;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "l"(src), "r"(bytes), "r"(b)
-                     : "memory");
-    }
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(b) : "memory");
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+    mbar_expect_tx(&bar, bytes * n);
+    for (int s = 0; s < n; s++)
+        bulk_copy(stage_tma + (int64_t)s * a.chunk16, a.host + bh * a.host_row16 + (int64_t)off[s] * a.chunk16, bytes, &bar);
+    mbar_wait(&bar, 0);
     for (int s = 0; s < n; s++)
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                      ::"l"(row + (int64_t)s * a.chunk16), "r"(smem_u32(stage_tma + (int64_t)s * a.chunk16)), "r"(bytes)

@@ -1403,37 +1403,6 @@ struct Rec {
     static_assert(REC % 16 == 0 && KMB % 16 == 0, "bulk copies: 16-byte multiples");
 };
 
-// ---- mbarrier and bulk-copy PTX (sm_90) ----
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    const uint32_t b = smem_u32(bar);
-    uint32_t done = 0;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
 // Lane 0: the two runs of step `step` of head `head` into `rec`, completing on `bar`. The fence orders
 // this warp's earlier generic accesses to the record (its reads, the tail zeroing) before the copy.
 template <int D, int GS>
@@ -1717,7 +1686,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     uint64_t *bar = bars + warp * S;
     if (lane == 0)
         for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
     __syncwarp();
     uint32_t issued = 0, used = 0; // this warp's step records so far (every lane keeps the count)
 
