@@ -5,6 +5,9 @@
  *                   impl=kernel (both passes), fwd_only (the suite's forward alone: O, LSE),
  *                   colsum_only (the column-sum pass alone, from an LSE the kernel computed once
  *                   before timing), cublas (materialized: Q K^T GEMM, softmax, column sums, P V GEMM).
+ *                   kernel, fwd_only and colsum_only run the Hopper (wgmma) passes on a compute
+ *                   capability 9.0 device; kernel_mma, fwd_only_mma and colsum_only_mma always the
+ *                   mma.sync ones, for A/B in the same run.
  *   heavy_hitters   MiniKV's selection from given column sums: top-k plus the recent window (pyramid
  *                   budgets over layers), per query head or per KV head, and the gather of the kept
  *                   K, V rows. The scores are inputs (seeded, with many exact ties), identical for the
@@ -116,7 +119,19 @@ static sattn_params snap_attn_of(const kvb_case *c, int W)
 }
 
 /* The implementations, in the order of the impl table (attn_impls below): impl= is its index. */
-enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS };
+enum { IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY, IMPL_CUBLAS, IMPL_KERNEL_MMA, IMPL_FWD_ONLY_MMA, IMPL_COLSUM_ONLY_MMA };
+
+/* What an implementation computes (the *_mma impls compute what their counterparts do, on the
+ * mma.sync kernels): IMPL_KERNEL, IMPL_FWD_ONLY, IMPL_COLSUM_ONLY or IMPL_CUBLAS. */
+static int pass_of(int impl)
+{
+    switch (impl) {
+    case IMPL_KERNEL_MMA: return IMPL_KERNEL;
+    case IMPL_FWD_ONLY_MMA: return IMPL_FWD_ONLY;
+    case IMPL_COLSUM_ONLY_MMA: return IMPL_COLSUM_ONLY;
+    default: return impl;
+    }
+}
 
 static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
 
@@ -125,9 +140,10 @@ static int validate_attn(const kvb_case *c)
     sattn_params p = attn_of(c);
     int rc = sattn_check(&p, "selective_attn");
     if (rc) return rc;
-    const int impl = impl_index(c);
+    const int impl = pass_of(impl_index(c));
     if (impl == IMPL_FWD_ONLY && !p.need_out)
-        return kvb_fail(KVB_EINVAL, "selective_attn: need_out=0 out of range [1, 1] for impl=fwd_only (the forward produces O)");
+        return kvb_fail(KVB_EINVAL, "selective_attn: need_out=0 out of range [1, 1] for impl=fwd_only and fwd_only_mma (the "
+                                    "forward produces O)");
     if (impl == IMPL_CUBLAS) {
         double R = p.need_out ? p.L : p.L - p.w0, G = sattn_groups(&p);
         double bytes = G * R * p.L * 6.0;
@@ -322,14 +338,15 @@ static int setup_attn(kvb_run *r)
     make_qkv(r, p, kvb_case_enum(c, "input"), q, k, v);
 
     /* outputs of this implementation; the reference fills every one (others into scratch buffers) */
-    const int has_o = p->need_out && pv->impl != IMPL_COLSUM_ONLY;
-    const int has_lse = pv->impl != IMPL_COLSUM_ONLY;
-    const int has_cs = pv->impl != IMPL_FWD_ONLY;
+    const int pass = pass_of(pv->impl);
+    const int has_o = p->need_out && pass != IMPL_COLSUM_ONLY;
+    const int has_lse = pass != IMPL_COLSUM_ONLY;
+    const int has_cs = pass != IMPL_FWD_ONLY;
     kvb_tensor *o = has_o ? add4(r, "O", KVB_BF16, B, Hq, L, D, KVB_OUT) : NULL;
     kvb_tensor *lse = has_lse ? add3(r, "LSE", KVB_FP32, B, Hq, lse_len, KVB_OUT) : NULL;
     kvb_tensor *cs = has_cs ? add3(r, "colsum", KVB_FP32, B, Hq, L, KVB_OUT) : NULL;
     kvb_tensor *csk = has_cs && p->group_sum ? add3(r, "colsum_kv", KVB_FP32, B, Hkv, L, KVB_OUT) : NULL;
-    if (pv->impl == IMPL_COLSUM_ONLY) { /* the LSE the colsum pass reads, computed by the kernel in gpu_setup */
+    if (pass == IMPL_COLSUM_ONLY) { /* the LSE the colsum pass reads, computed by the kernel in gpu_setup */
         if (p->need_out) add4(r, "O_before", KVB_BF16, B, Hq, L, D, KVB_SCRATCH);
         add3(r, "LSE_before", KVB_FP32, B, Hq, lse_len, KVB_SCRATCH);
         add3(r, "colsum_before", KVB_FP32, B, Hq, L, KVB_SCRATCH);
@@ -417,7 +434,7 @@ static int gpu_setup_attn(kvb_run *r)
         if (cublasCreate(&pv->cublas) != CUBLAS_STATUS_SUCCESS) return kvb_fail(KVB_EDEVICE, "selective_attn: cublasCreate failed");
         return KVB_OK;
     }
-    if (pv->impl != IMPL_COLSUM_ONLY) return KVB_OK;
+    if (pass_of(pv->impl) != IMPL_COLSUM_ONLY) return KVB_OK;
     int rc = selective_attn(dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O_before"), dev(r, "LSE_before"),
                             dev(r, "colsum_before"), dev(r, "colsum_kv_before"), dev(r, "workspace"), pv->ws_bytes, r->stream);
     kvb_sync(r->stream);
@@ -445,6 +462,26 @@ static int launch_colsum_only(kvb_run *r)
                                  dev(r, "colsum_kv"), r->stream);
 }
 
+static int launch_kernel_mma(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_mma(dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O"), dev(r, "LSE"), dev(r, "colsum"),
+                              dev(r, "colsum_kv"), dev(r, "workspace"), pv->ws_bytes, r->stream);
+}
+
+static int launch_fwd_only_mma(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_fwd_mma(dev(r, "Q"), dev(r, "K"), dev(r, "V"), &pv->p, dev(r, "O"), dev(r, "LSE"), r->stream);
+}
+
+static int launch_colsum_only_mma(kvb_run *r)
+{
+    sattn_priv *pv = r->priv;
+    return selective_attn_colsum_mma(dev(r, "Q"), dev(r, "K"), dev(r, "LSE_before"), &pv->p, dev(r, "colsum"),
+                                     dev(r, "colsum_kv"), r->stream);
+}
+
 static int launch_cublas(kvb_run *r)
 {
     sattn_priv *pv = r->priv;
@@ -459,6 +496,9 @@ static int no_device(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 #define launch_fwd_only no_device
 #define launch_colsum_only no_device
 #define launch_cublas no_device
+#define launch_kernel_mma no_device
+#define launch_fwd_only_mma no_device
+#define launch_colsum_only_mma no_device
 #endif
 
 static void cost_attn(const kvb_run *r, kvb_cost *c)
@@ -470,7 +510,7 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
     const double col = BH * 2 * D * sattn_pairs(p, p->w0);
     const double qkv = (BH + 2 * n_kv) * L * D * 2, o = p->need_out ? BH * L * D * 2 : 0;
     const double stats = BH * sattn_lse_len(p) * 4 + BH * L * 4 + (p->group_sum ? n_kv * L * 4 : 0);
-    switch (pv->impl) {
+    switch (pass_of(pv->impl)) {
     case IMPL_FWD_ONLY:
         c->flops = fwd;
         c->bytes_dev = qkv + o + BH * L * 4;
@@ -692,6 +732,9 @@ static const kvb_impl attn_impls[] = {
                           "the column-sum pass alone, from an LSE the kernel computed before timing"},
     [IMPL_CUBLAS] = {"cublas", launch_cublas, 0,
                      "materialized peer: Q K^T (cuBLAS GEMM), softmax, column sums, P V (GEMM), per chunk of KV heads"},
+    [IMPL_KERNEL_MMA] = {"kernel_mma", launch_kernel_mma, 0, "impl=kernel on the mma.sync kernels (A/B with the Hopper ones)"},
+    [IMPL_FWD_ONLY_MMA] = {"fwd_only_mma", launch_fwd_only_mma, 0, "the mma.sync forward alone (O, LSE)"},
+    [IMPL_COLSUM_ONLY_MMA] = {"colsum_only_mma", launch_colsum_only_mma, 0, "the mma.sync column-sum pass alone"},
 };
 
 const kvb_op op_selective_attn = {

@@ -671,43 +671,99 @@ extern "C" size_t selective_attn_workspace_bytes(const sattn_params *p)
     return part_bytes(p, plan_fwd(p));
 }
 
+namespace {
+
+// Which kernels run: the Hopper ones where the device has them and the shape is theirs (WGMMA_AUTO),
+// or always the mma.sync ones (WGMMA_NEVER).
+enum WgmmaUse { WGMMA_NEVER, WGMMA_AUTO };
+
+int attn_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+                kvb_bf16 *O, float *LSE, float *colsum, float *colsum_kv, void *workspace, size_t workspace_bytes,
+                cudaStream_t stream, WgmmaUse use)
+{
+    int rc = sattn_check(p, who);
+    if (rc) return rc;
+    if ((rc = check_ptrs(who, Q, K, V, LSE))) return rc;
+    if (!colsum || (p->need_out && !O) || (p->group_sum && !colsum_kv))
+        return kvb_fail(KVB_EINVAL, "%s: NULL output (colsum, O with need_out=1, colsum_kv with group_sum=1)", who);
+    const size_t need = part_bytes(p, plan_fwd(p));
+    if (workspace_bytes < need || (need && !workspace))
+        return kvb_fail(KVB_EINVAL, "%s: workspace_bytes=%zu out of range [%zu, inf) for this shape", who, workspace_bytes, need);
+    const bool hopper = use == WGMMA_AUTO && selective_attn_wgmma_supported();
+    if (hopper && p->need_out)
+        rc = selective_attn_fwd_wgmma(Q, K, V, p, O, LSE, stream);
+    else
+        rc = run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, workspace, stream);
+    if (rc) return rc;
+    if (hopper) return selective_attn_colsum_wgmma(Q, K, LSE, p, colsum, colsum_kv, stream);
+    return run_colsum((const bf16 *)Q, (const bf16 *)K, LSE, p, colsum, colsum_kv, stream);
+}
+
+int fwd_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+               kvb_bf16 *O, float *LSE, cudaStream_t stream, WgmmaUse use)
+{
+    int rc = sattn_check(p, who);
+    if (rc) return rc;
+    if (!p->need_out)
+        return kvb_fail(KVB_EINVAL, "%s: need_out=0 out of range [1, 1]: the forward alone exists to produce O", who);
+    if ((rc = check_ptrs(who, Q, K, V, LSE))) return rc;
+    if (!O) return kvb_fail(KVB_EINVAL, "%s: NULL O", who);
+    if (use == WGMMA_AUTO && selective_attn_wgmma_supported()) return selective_attn_fwd_wgmma(Q, K, V, p, O, LSE, stream);
+    return run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, nullptr, stream);
+}
+
+int colsum_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
+                  float *colsum, float *colsum_kv, cudaStream_t stream, WgmmaUse use)
+{
+    int rc = sattn_check(p, who);
+    if (rc) return rc;
+    if (!Q || !K || !LSE || !colsum || (p->group_sum && !colsum_kv))
+        return kvb_fail(KVB_EINVAL, "%s: NULL pointer among Q, K, LSE, colsum, colsum_kv", who);
+    if (use == WGMMA_AUTO && selective_attn_wgmma_supported())
+        return selective_attn_colsum_wgmma(Q, K, LSE, p, colsum, colsum_kv, stream);
+    return run_colsum((const bf16 *)Q, (const bf16 *)K, LSE, p, colsum, colsum_kv, stream);
+}
+
+} // namespace
+
 extern "C" int selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
                               kvb_bf16 *O, float *LSE, float *colsum, float *colsum_kv, void *workspace,
                               size_t workspace_bytes, cudaStream_t stream)
 {
-    int rc = sattn_check(p, "selective_attn");
-    if (rc) return rc;
-    if ((rc = check_ptrs("selective_attn", Q, K, V, LSE))) return rc;
-    if (!colsum || (p->need_out && !O) || (p->group_sum && !colsum_kv))
-        return kvb_fail(KVB_EINVAL, "selective_attn: NULL output (colsum, O with need_out=1, colsum_kv with group_sum=1)");
-    const size_t need = part_bytes(p, plan_fwd(p));
-    if (workspace_bytes < need || (need && !workspace))
-        return kvb_fail(KVB_EINVAL, "selective_attn: workspace_bytes=%zu out of range [%zu, inf) for this shape", workspace_bytes,
-                        need);
-    if ((rc = run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, workspace, stream))) return rc;
-    return run_colsum((const bf16 *)Q, (const bf16 *)K, LSE, p, colsum, colsum_kv, stream);
+    return attn_common("selective_attn", Q, K, V, p, O, LSE, colsum, colsum_kv, workspace, workspace_bytes, stream,
+                       WGMMA_AUTO);
+}
+
+extern "C" int selective_attn_mma(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+                                  kvb_bf16 *O, float *LSE, float *colsum, float *colsum_kv, void *workspace,
+                                  size_t workspace_bytes, cudaStream_t stream)
+{
+    return attn_common("selective_attn_mma", Q, K, V, p, O, LSE, colsum, colsum_kv, workspace, workspace_bytes, stream,
+                       WGMMA_NEVER);
 }
 
 extern "C" int selective_attn_fwd(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
                                   kvb_bf16 *O, float *LSE, cudaStream_t stream)
 {
-    int rc = sattn_check(p, "selective_attn_fwd");
-    if (rc) return rc;
-    if (!p->need_out)
-        return kvb_fail(KVB_EINVAL, "selective_attn_fwd: need_out=0 out of range [1, 1]: the forward alone exists to produce O");
-    if ((rc = check_ptrs("selective_attn_fwd", Q, K, V, LSE))) return rc;
-    if (!O) return kvb_fail(KVB_EINVAL, "selective_attn_fwd: NULL O");
-    return run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, nullptr, stream);
+    return fwd_common("selective_attn_fwd", Q, K, V, p, O, LSE, stream, WGMMA_AUTO);
+}
+
+extern "C" int selective_attn_fwd_mma(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+                                      kvb_bf16 *O, float *LSE, cudaStream_t stream)
+{
+    return fwd_common("selective_attn_fwd_mma", Q, K, V, p, O, LSE, stream, WGMMA_NEVER);
 }
 
 extern "C" int selective_attn_colsum(const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
                                      float *colsum, float *colsum_kv, cudaStream_t stream)
 {
-    int rc = sattn_check(p, "selective_attn_colsum");
-    if (rc) return rc;
-    if (!Q || !K || !LSE || !colsum || (p->group_sum && !colsum_kv))
-        return kvb_fail(KVB_EINVAL, "selective_attn_colsum: NULL pointer among Q, K, LSE, colsum, colsum_kv");
-    return run_colsum((const bf16 *)Q, (const bf16 *)K, LSE, p, colsum, colsum_kv, stream);
+    return colsum_common("selective_attn_colsum", Q, K, LSE, p, colsum, colsum_kv, stream, WGMMA_AUTO);
+}
+
+extern "C" int selective_attn_colsum_mma(const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
+                                         float *colsum, float *colsum_kv, cudaStream_t stream)
+{
+    return colsum_common("selective_attn_colsum_mma", Q, K, LSE, p, colsum, colsum_kv, stream, WGMMA_NEVER);
 }
 
 extern "C" int selective_attn_materialized_workspace_bytes(const sattn_params *p, size_t *bytes)

@@ -1,0 +1,503 @@
+// selective_attn_wgmma.cu: the Hopper (sm_90a) passes of selective flash attention, as FlashAttention-3
+// builds them: TMA tile loads by a producer warp into a ring of shared-memory stages tracked with
+// mbarriers, wgmma from shared memory (and P from registers) by two consumer warpgroups, no block-wide
+// barrier in the main loop. Semantics and API: selective_attn.h; the mma.sync passes stay in
+// selective_attn.cu for A/B (impl=*_mma).
+//
+// Napkin math (B=1, H=32, D=128, causal, L=16K; pairs = H L (L+1) / 2 = 4.3e9):
+//   forward   4 D pairs = 2.2 TFLOP; at the cuDNN forward's 646 TFLOP/s (same H200) 3.40 ms.
+//   colsum    2 D pairs = 1.1 TFLOP plus one exp2 per pair: per SM and clock the tensor cores do
+//             ~4096 bf16 FLOP = 16 pairs of D=128, the MUFU 16 exp2: the column-sum pass is as much
+//             exp-bound as MMA-bound, ~0.5 forward if the two overlap perfectly.
+//   Goal (spec): forward within 1.1x of cuDNN, O + LSE + colsum within 1.5x.
+//
+// Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
+// 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
+// the layout a wgmma SW128 descriptor names (kvb_device.cuh: wgmma_desc_sw128).
+//   forward     CTA = 128 query rows of one head (each consumer warpgroup 64), 128-key steps.
+//               S = Q K^T: m64n128k16, A = Q and B = K from shared memory (K-major).
+//               O += P V: m64n{D}k16, A = P from registers, B = V from shared memory (N-major).
+//   col sums    CTA = 128 keys of one KV head (each consumer warpgroup 64), 128-query steps over the
+//               G query heads: S^T = K Q^T (m64n128k16, both K-major), p = exp2(s log2e/sqrt(D) -
+//               LSE log2e) summed per key in registers; the producer also stages each step's
+//               log2-scaled LSE (+inf for rows that do not contribute). Each colsum and colsum_kv
+//               element is written once, by the CTA owning its key.
+#include <cstdint>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include "kvb_cuda.h"
+#include "kvb_device.cuh"
+#include "selective_attn.h"
+
+typedef __nv_bfloat16 bf16;
+using namespace kvb_dev;
+
+// The compute_90 (PTX) pass compiles the kernels' bodies away (wgmma is sm_90a only), which leaves
+// the helpers they use unreferenced there.
+#pragma nv_diag_suppress 177
+
+namespace {
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+constexpr int WG_THREADS = 128;                       // a warpgroup
+constexpr int CONSUMERS = 2;                          // consumer warpgroups
+constexpr int PRODUCER_WARP = 4 * CONSUMERS;          // the TMA warp, after the consumers
+constexpr int THREADS = CONSUMERS * WG_THREADS + 32;  // 288: 65536 / 288 leaves 224 registers per thread
+constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or keys (col sums) per CTA
+constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
+constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
+constexpr int FWD_STAGES = 2, COL_STAGES = 3;         // K, V tiles / Q tiles in flight
+constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a stage
+
+// Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
+template <int D> __host__ __device__ constexpr uint32_t tile_bytes(int rows) { return (uint32_t)rows * D * 2; }
+__host__ __device__ constexpr uint32_t chunk_off(int rows, int c) { return (uint32_t)c * rows * 128; }
+
+// Shared memory of the forward: Q | K stages | V stages | mbarriers (+1024 for the alignment of the base).
+template <int D> struct FwdSmem {
+    static constexpr uint32_t Q = 0, K = tile_bytes<D>(ROWS), V = K + FWD_STAGES * tile_bytes<D>(TILE),
+                              BAR = V + FWD_STAGES * tile_bytes<D>(TILE), BYTES = BAR + 128 + 1024;
+};
+// Shared memory of the column sums: K block | Q stages | log2 LSE stages | mbarriers.
+template <int D> struct ColSmem {
+    static constexpr uint32_t K = 0, Q = tile_bytes<D>(ROWS), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
+                              BAR = LSE + COL_STAGES * TILE * 4, BYTES = BAR + 128 + 1024;
+};
+
+struct FwdArgs {
+    float *lse; // [B * Hq, L]
+    int L, G, n_qtiles;
+    float scale, scale_log2;
+};
+
+struct ColArgs {
+    const float *lse;
+    float *colsum, *colsum_kv;
+    int L, G, w0, lse_len, lse_row0;
+    float scale_log2;
+};
+
+// The 1024-byte-aligned base of the dynamic shared memory (TMA's 128-byte swizzle needs it).
+__device__ __forceinline__ uint8_t *aligned_smem(uint8_t *raw)
+{
+    const uint32_t a = smem_u32(raw);
+    return raw + (((a + 1023u) & ~1023u) - a);
+}
+
+// ---- pass 1: forward (O, LSE) ----------------------------------------------------------------------
+
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(THREADS, 1)
+    fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const FwdArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = FwdSmem<D>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, NO = D / 2; // k-steps of S, chunks of D, O registers
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = aligned_smem(smem_raw);
+    const uint32_t base = smem_u32(smem);
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
+    uint64_t *q_full = bar, *k_full = bar + 1, *v_full = k_full + FWD_STAGES, *k_empty = v_full + FWD_STAGES,
+             *v_empty = k_empty + FWD_STAGES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int L = a.L, bh = blockIdx.x, bkv = bh / a.G;
+    const int q0 = (a.n_qtiles - 1 - (int)blockIdx.y) * ROWS; // the longest rows first
+    const int kend = CAUSAL ? min(L, q0 + ROWS) : L;
+    const int n_tiles = (kend + TILE - 1) / TILE;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < FWD_STAGES; ++s) {
+            mbar_init(&k_full[s], 1), mbar_init(&v_full[s], 1);
+            mbar_init(&k_empty[s], CONSUMER_WARPS), mbar_init(&v_empty[s], CONSUMER_WARPS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp == PRODUCER_WARP) { // one lane issues every load; a stage is refilled once all 8 consumer warps freed it
+        if (lane == 0) {
+            mbar_expect_tx(q_full, tile_bytes<D>(ROWS));
+            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::Q + chunk_off(ROWS, c), &tm_q, c * CHUNK, q0, bh, q_full);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int st = it % FWD_STAGES;
+                const uint32_t off = st * tile_bytes<D>(TILE);
+                if (it >= FWD_STAGES) mbar_wait(&k_empty[st], ((it / FWD_STAGES) + 1) & 1);
+                mbar_expect_tx(&k_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::K + off + chunk_off(TILE, c), &tm_k, c * CHUNK, it * TILE, bkv, &k_full[st]);
+                if (it >= FWD_STAGES) mbar_wait(&v_empty[st], ((it / FWD_STAGES) + 1) & 1);
+                mbar_expect_tx(&v_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::V + off + chunk_off(TILE, c), &tm_v, c * CHUNK, it * TILE, bkv, &v_full[st]);
+            }
+        }
+        return;
+    }
+
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int row_w = q0 + wg * 64 + wl * 16;                 // this warp's first row
+    const uint32_t q_s = base + S::Q + wg * 64 * 128;         // this warpgroup's 64 rows in each Q chunk
+    float o[NO], s[64];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f}; // rows g and g + 8; m in raw score units
+
+    mbar_wait(q_full, 0);
+    for (int it = 0; it < n_tiles; ++it) {
+        const int st = it % FWD_STAGES;
+        const unsigned ph = (it / FWD_STAGES) & 1;
+        const uint32_t k_s = base + S::K + st * tile_bytes<D>(TILE), v_s = base + S::V + st * tile_bytes<D>(TILE);
+        const int k0 = it * TILE;
+
+        // S = Q K^T (64 rows x 128 keys per warpgroup)
+        mbar_wait(&k_full[st], ph);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+            wgmma_m64n128k16_ss(s, wgmma_desc_sw128(q_s + chunk_off(ROWS, kk >> 2) + (kk & 3) * 32, 16, 1024),
+                                wgmma_desc_sw128(k_s + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&k_empty[st]);
+
+        if (k0 + TILE > L || (CAUSAL && k0 + TILE - 1 > row_w)) {
+#pragma unroll
+            for (int n = 0; n < 16; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = k0 + n * 8 + 2 * t + (e & 1), i = row_w + g + (e >> 1) * 8;
+                    if (j >= L || (CAUSAL && j > i)) s[4 * n + e] = -INFINITY;
+                }
+        }
+
+        // online softmax (rows g and g + 8 of the warp; a row's 128 columns are spread over its quad)
+        float mx[2] = {m_r[0], m_r[1]};
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+        }
+        float alpha[2], msc[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = warp_max<1, 2>(mx[r]);
+            alpha[r] = m_r[r] == -INFINITY ? 0.f : ex2((m_r[r] - mx[r]) * a.scale_log2);
+            msc[r] = mx[r] == -INFINITY ? 0.f : mx[r] * a.scale_log2;
+            m_r[r] = mx[r];
+            l_r[r] *= alpha[r];
+        }
+        uint32_t pa[8][4]; // P in bf16 as the A fragments of the 8 key k-steps
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            const float p0 = ex2(fmaf(s[4 * n], a.scale_log2, -msc[0])), p1 = ex2(fmaf(s[4 * n + 1], a.scale_log2, -msc[0]));
+            const float p2 = ex2(fmaf(s[4 * n + 2], a.scale_log2, -msc[1])),
+                        p3 = ex2(fmaf(s[4 * n + 3], a.scale_log2, -msc[1]));
+            l_r[0] += p0 + p1;
+            l_r[1] += p2 + p3;
+            pa[n >> 1][(n & 1) * 2] = pack_bf16(p0, p1);
+            pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int n = 0; n < NO / 4; ++n) {
+            o[4 * n] *= alpha[0], o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1], o[4 * n + 3] *= alpha[1];
+        }
+
+        // O += P V
+        mbar_wait(&v_full[st], ph);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; ++kk) {
+            const uint64_t dv = wgmma_desc_sw128(v_s + kk * 16 * 128, chunk_off(TILE, 1), 1024);
+            if constexpr (D == 128)
+                wgmma_m64n128k16_rs(o, pa[kk], dv, 1);
+            else
+                wgmma_m64n64k16_rs(o, pa[kk], dv, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_regs(o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&v_empty[st]);
+    }
+
+    // epilogue: LSE, then O through this warpgroup's (now unused) Q rows and one TMA store per chunk
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_r[r] = warp_sum<1, 2>(l_r[r]);
+    if (t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = row_w + g + 8 * r;
+            if (i < L) a.lse[(int64_t)bh * L + i] = m_r[r] * a.scale + logf(l_r[r]);
+        }
+    }
+    const float inv[2] = {1.f / l_r[0], 1.f / l_r[1]}; // l > 0: key 0 is visible to every row
+    const int r0 = wl * 16 + g;
+#pragma unroll
+    for (int n = 0; n < NO / 4; ++n) {
+        const uint32_t at = q_s + chunk_off(ROWS, n >> 3) + (((n & 7) ^ (r0 & 7)) << 4) + 4 * t; // (r0 + 8) & 7 == r0 & 7
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + r0 * 128), "r"(pack_bf16(o[4 * n] * inv[0], o[4 * n + 1] * inv[0])));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + (r0 + 8) * 128),
+                     "r"(pack_bf16(o[4 * n + 2] * inv[1], o[4 * n + 3] * inv[1])));
+    }
+    fence_proxy_async_smem();
+    named_barrier(1 + wg, WG_THREADS);
+    if (wl == 0 && lane == 0) {
+        for (int c = 0; c < NCH; ++c) tma_store_3d(&tm_o, q_s + chunk_off(ROWS, c), c * CHUNK, q0 + wg * 64, bh);
+        tma_store_wait_read();
+    }
+#endif
+}
+
+// ---- pass 2: column sums ---------------------------------------------------------------------------
+
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(THREADS, 1)
+    colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = ColSmem<D>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = aligned_smem(smem_raw);
+    const uint32_t base = smem_u32(smem);
+    float *lse_s = reinterpret_cast<float *>(smem + S::LSE); // [stage][TILE] log2-scaled
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
+    uint64_t *k_full = bar, *q_full = bar + 1, *q_empty = q_full + COL_STAGES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int L = a.L, G = a.G, w0 = a.w0;
+    const int bkv = blockIdx.x, k0 = blockIdx.y * ROWS;
+    const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
+    const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
+
+    if (tid == 0) {
+        mbar_init(k_full, 1);
+        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], CONSUMER_WARPS);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp == PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
+        if (lane == 0) {
+            mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
+            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
+        }
+        for (int it = 0; it < total; ++it) {
+            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
+            float l4[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int q = q0 + 4 * lane + j;
+                l4[j] = q >= w0 && q < L ? a.lse[(int64_t)bh * a.lse_len + (q - a.lse_row0)] * LOG2E : INFINITY;
+            }
+            if (it >= COL_STAGES) mbar_wait(&q_empty[st], ((it / COL_STAGES) + 1) & 1);
+            if (lane == 0) {
+                mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c), &tm_q, c * CHUNK, q0, bh,
+                                &q_full[st]);
+            }
+            *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
+            mbar_arrive(&q_full[st]);
+        }
+        return;
+    }
+
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int wk0 = k0 + wg * 64 + wl * 16;            // this warp's first key
+    const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
+    float s[64], acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
+
+    mbar_wait(k_full, 0);
+    for (int it = 0; it < total; ++it) {
+        const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE;
+        const uint32_t q_t = base + S::Q + st * tile_bytes<D>(TILE);
+        mbar_wait(&q_full[st], (it / COL_STAGES) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+            wgmma_m64n128k16_ss(s, wgmma_desc_sw128(k_s + chunk_off(ROWS, kk >> 2) + (kk & 3) * 32, 16, 1024),
+                                wgmma_desc_sw128(q_t + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+        wgmma_commit();
+        float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1, read while the MMAs run
+#pragma unroll
+        for (int n = 0; n < 16; ++n) l2[n] = *reinterpret_cast<const float2 *>(lse_s + st * TILE + 8 * n + 2 * t);
+        wgmma_wait<0>();
+        wgmma_fence_regs(s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&q_empty[st]);
+
+        if (CAUSAL && q0 < wk0 + 15) { // some query of the tile precedes some key of the warp
+#pragma unroll
+            for (int n = 0; n < 16; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = wk0 + g + 8 * (e >> 1), q = q0 + 8 * n + 2 * t + (e & 1);
+                    const float p = ex2(fmaf(s[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x)));
+                    acc[e >> 1] += q < key ? 0.f : p;
+                }
+        } else {
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+                acc[0] += ex2(fmaf(s[4 * n], a.scale_log2, -l2[n].x)) + ex2(fmaf(s[4 * n + 1], a.scale_log2, -l2[n].y));
+                acc[1] += ex2(fmaf(s[4 * n + 2], a.scale_log2, -l2[n].x)) + ex2(fmaf(s[4 * n + 3], a.scale_log2, -l2[n].y));
+            }
+        }
+
+        if (it % nq == nq - 1) { // head h done: reduce over the quad sharing each key, write once
+            const int64_t bh = (int64_t)bkv * G + h;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float v = warp_sum<1, 2>(acc[r]);
+                const int key = wk0 + g + 8 * r;
+                if (t == 0 && key < L) a.colsum[bh * L + key] = v;
+                kvacc[r] += v;
+                acc[r] = 0.f;
+            }
+        }
+    }
+    if (a.colsum_kv && t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = wk0 + g + 8 * r;
+            if (key < L) a.colsum_kv[(int64_t)bkv * L + key] = kvacc[r];
+        }
+    }
+#endif
+}
+
+// ---- host side -------------------------------------------------------------------------------------
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    if (!fn) {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+// A 3-D map of a [heads, L, D] bf16 tensor: boxes of 64 columns x box_rows rows of one head, 128-byte
+// swizzled; rows past L read as zeros and are not written.
+int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int box_rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc) return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled is not available from the driver");
+    const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)L, (cuuint64_t)heads};
+    const cuuint64_t strides[2] = {(cuuint64_t)D * 2, (cuuint64_t)L * D * 2};
+    const cuuint32_t box[3] = {CHUNK, (cuuint32_t)box_rows, 1}, elem[3] = {1, 1, 1};
+    const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box, elem,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled failed (%d) for D=%d L=%d heads=%lld",
+                        (int)r, D, L, (long long)heads);
+    return KVB_OK;
+}
+
+template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
+{
+    if (!*ready) { // the attribute is per kernel and device; set once
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        *ready = true;
+    }
+    return KVB_OK;
+}
+
+template <int D, bool CAUSAL>
+int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+{
+    static bool ready = false;
+    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &ready);
+    if (rc) return rc;
+    fwd_wgmma_kernel<D, CAUSAL><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+template <int D, bool CAUSAL>
+int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+{
+    static bool ready = false;
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &ready);
+    if (rc) return rc;
+    colsum_wgmma_kernel<D, CAUSAL><<<grid, THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+} // namespace
+
+extern "C" int selective_attn_wgmma_supported(void)
+{
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cached[dev]) {
+        int major = 0, minor = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cached[dev] = major == 9 && minor == 0 && encode_fn() ? 1 : 2; // sm_90a code runs on 9.0 only
+    }
+    return cached[dev] == 1;
+}
+
+extern "C" int selective_attn_fwd_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+                                        kvb_bf16 *O, float *LSE, cudaStream_t stream)
+{
+    int rc = sattn_check(p, "selective_attn_fwd_wgmma");
+    if (rc) return rc;
+    if (!p->need_out)
+        return kvb_fail(KVB_EINVAL, "selective_attn_fwd_wgmma: need_out=0 out of range [1, 1] (rows from w0 on only: the "
+                                    "mma.sync forward, which splits the keys)");
+    if (!Q || !K || !V || !O || !LSE) return kvb_fail(KVB_EINVAL, "selective_attn_fwd_wgmma: NULL pointer among Q, K, V, O, LSE");
+    if (!selective_attn_wgmma_supported())
+        return kvb_fail(KVB_EDEVICE, "selective_attn_fwd_wgmma: needs a compute capability 9.0 device (sm_90a code)");
+    const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
+    CUtensorMap m[4];
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, ROWS)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, TILE)) ||
+        (rc = make_map(&m[2], V, p->D, p->L, n_kv, TILE)) || (rc = make_map(&m[3], O, p->D, p->L, BH, 64)))
+        return rc;
+    FwdArgs a;
+    a.lse = LSE, a.L = p->L, a.G = sattn_groups(p), a.n_qtiles = (p->L + ROWS - 1) / ROWS;
+    a.scale = 1.f / sqrtf((float)p->D), a.scale_log2 = a.scale * LOG2E;
+    const dim3 grid((unsigned)BH, (unsigned)a.n_qtiles);
+    if (p->D == 64) return p->causal ? launch_fwd<64, true>(m, a, grid, stream) : launch_fwd<64, false>(m, a, grid, stream);
+    return p->causal ? launch_fwd<128, true>(m, a, grid, stream) : launch_fwd<128, false>(m, a, grid, stream);
+}
+
+extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
+                                           float *colsum, float *colsum_kv, cudaStream_t stream)
+{
+    int rc = sattn_check(p, "selective_attn_colsum_wgmma");
+    if (rc) return rc;
+    if (!Q || !K || !LSE || !colsum || (p->group_sum && !colsum_kv))
+        return kvb_fail(KVB_EINVAL, "selective_attn_colsum_wgmma: NULL pointer among Q, K, LSE, colsum, colsum_kv");
+    if (!selective_attn_wgmma_supported())
+        return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
+    const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
+    CUtensorMap m[2];
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, ROWS))) return rc;
+    ColArgs a;
+    a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
+    a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
+    a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
+    a.scale_log2 = LOG2E / sqrtf((float)p->D);
+    const dim3 grid((unsigned)n_kv, (unsigned)((p->L + ROWS - 1) / ROWS));
+    if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
+    return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
+}
