@@ -23,6 +23,7 @@
 //               log2-scaled LSE (+inf for rows that do not contribute). Each colsum and colsum_kv
 //               element is written once, by the CTA owning its key.
 #include <cstdint>
+#include <cstdlib>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -45,12 +46,16 @@ constexpr float LOG2E = 1.4426950408889634f;
 
 constexpr int WG_THREADS = 128;                       // a warpgroup
 constexpr int CONSUMERS = 2;                          // consumer warpgroups
-constexpr int PRODUCER_WARP = 4 * CONSUMERS;          // the TMA warp, after the consumers
-constexpr int THREADS = CONSUMERS * WG_THREADS + 32;  // 288: 65536 / 288 leaves 224 registers per thread
+constexpr int PRODUCER_WARP = 4 * CONSUMERS;          // the TMA warp: the first of the producer warpgroup
+constexpr int THREADS = (CONSUMERS + 1) * WG_THREADS; // 384, 168 registers each at launch; then the
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240; // producer warpgroup gives 144 each to the consumers
+constexpr int COL_PRODUCER_REGS = 40, COL_CONSUMER_REGS = 232; // (the column sums' producer also stages the LSE)
+static_assert(PRODUCER_REGS * WG_THREADS + CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
+static_assert(COL_PRODUCER_REGS * WG_THREADS + COL_CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
 constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or keys (col sums) per CTA
 constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
 constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
-constexpr int FWD_STAGES = 2, COL_STAGES = 3;         // K, V tiles / Q tiles in flight
+constexpr int FWD_STAGES = 2, COL_STAGES = 5;         // K, V tiles / Q tiles in flight
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a stage
 
 // Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
@@ -78,6 +83,7 @@ struct ColArgs {
     const float *lse;
     float *colsum, *colsum_kv;
     int L, G, w0, lse_len, lse_row0;
+    int poly; // 1: a quarter of the exps by polynomial on the FMA pipe (ex2_fma), 0: all on the MUFU
     float scale_log2;
 };
 
@@ -86,6 +92,42 @@ __device__ __forceinline__ uint8_t *aligned_smem(uint8_t *raw)
 {
     const uint32_t a = smem_u32(raw);
     return raw + (((a + 1023u) & ~1023u) - a);
+}
+
+// k-step kk of a 64 x 128 S tile: the first one writes it, the others accumulate (kk is a constant
+// once the k-loop is unrolled).
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int kk)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (kk == 0)
+        wgmma_m64n128k16_ss<false>(d, desc_a, desc_b);
+    else
+        wgmma_m64n128k16_ss<true>(d, desc_a, desc_b);
+#endif
+}
+
+// The same with A from registers.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int kk)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (kk == 0)
+        wgmma_m64n128k16_rs<false>(d, a, desc_b);
+    else
+        wgmma_m64n128k16_rs<true>(d, a, desc_b);
+#endif
+}
+
+// A warp's 16 rows (row0.. of a swizzled tile whose 64-column chunks are `chunk_rows` rows apart) as the
+// A fragments of its D / 16 k-steps: ldmatrix x4 of rows lane & 15, 16-byte unit 2 (kk & 3) + lane / 16.
+template <int D>
+__device__ __forceinline__ void load_a_frags(uint32_t (&f)[D / 16][4], uint32_t tile, int chunk_rows, int row0, int lane)
+{
+    const int r = row0 + (lane & 15);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const int u = 2 * (kk & 3) + (lane >> 4);
+        ldsm_x4(f[kk], tile + chunk_off(chunk_rows, kk >> 2) + r * 128 + ((u ^ (r & 7)) << 4));
+    }
 }
 
 // ---- pass 1: forward (O, LSE) ----------------------------------------------------------------------
@@ -121,8 +163,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     __syncthreads();
 
-    if (warp == PRODUCER_WARP) { // one lane issues every load; a stage is refilled once all 8 consumer warps freed it
-        if (lane == 0) {
+    if (warp >= PRODUCER_WARP) { // one lane issues every load; a stage is refilled once all 8 consumer warps freed it
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (warp == PRODUCER_WARP && lane == 0) {
             mbar_expect_tx(q_full, tile_bytes<D>(ROWS));
             for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::Q + chunk_off(ROWS, c), &tm_q, c * CHUNK, q0, bh, q_full);
             for (int it = 0; it < n_tiles; ++it) {
@@ -141,6 +184,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         return;
     }
 
+    setmaxnreg_inc<CONSUMER_REGS>();
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
     const int row_w = q0 + wg * 64 + wl * 16;                 // this warp's first row
     const uint32_t q_s = base + S::Q + wg * 64 * 128;         // this warpgroup's 64 rows in each Q chunk
@@ -149,25 +193,42 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int i = 0; i < NO; ++i) o[i] = 0.f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f}; // rows g and g + 8; m in raw score units
 
-    mbar_wait(q_full, 0);
-    for (int it = 0; it < n_tiles; ++it) {
+    // Per tile: one wait (S of this tile and P V of the last one are done), the softmax, then P V of
+    // this tile and S of the next issued back to back, so that the tensor cores have 2 x 512 cycles of
+    // work queued while the other warpgroup runs its softmax.
+    uint32_t qf[KSTEPS][4];    // this warp's 16 query rows as register A operands (loaded once)
+    uint32_t pa[TILE / 16][4]; // P in bf16: the A fragments of the tile's 8 key k-steps (read by P V in flight)
+    auto issue_s = [&](int it) {
         const int st = it % FWD_STAGES;
-        const unsigned ph = (it / FWD_STAGES) & 1;
-        const uint32_t k_s = base + S::K + st * tile_bytes<D>(TILE), v_s = base + S::V + st * tile_bytes<D>(TILE);
-        const int k0 = it * TILE;
-
-        // S = Q K^T (64 rows x 128 keys per warpgroup)
-        mbar_wait(&k_full[st], ph);
+        const uint32_t k_s = base + S::K + st * tile_bytes<D>(TILE);
+        mbar_wait(&k_full[st], (it / FWD_STAGES) & 1);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
-            wgmma_m64n128k16_ss(s, wgmma_desc_sw128(q_s + chunk_off(ROWS, kk >> 2) + (kk & 3) * 32, 16, 1024),
-                                wgmma_desc_sw128(k_s + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+            wgmma_rs(s, qf[kk], wgmma_desc_sw128(k_s + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    wgmma_fence_regs(o); // the zeros are in place before any MMA is in flight
+    // Q as register A operands: the S MMAs then read only K from shared memory (with both operands
+    // there, the two warpgroups' MMAs and the TMA writes would ask more of shared memory than it gives)
+    mbar_wait(q_full, 0);
+    load_a_frags<D>(qf, q_s, ROWS, wl * 16, lane);
+    issue_s(0);
+    for (int it = 0;; ++it) {
+        const int st = it % FWD_STAGES;
+        const uint32_t v_s = base + S::V + st * tile_bytes<D>(TILE);
+        const int k0 = it * TILE;
+
+        wgmma_wait<0>(); // S = Q K^T of this tile (64 rows x 128 keys per warpgroup) and P V of the last
         wgmma_fence_regs(s);
+        wgmma_fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; ++kk) wgmma_fence_regs(pa[kk]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(&k_empty[st]);
+        if (lane == 0) {
+            mbar_arrive(&k_empty[st]);
+            if (it > 0) mbar_arrive(&v_empty[(it - 1) % FWD_STAGES]);
+        }
 
         if (k0 + TILE > L || (CAUSAL && k0 + TILE - 1 > row_w)) {
 #pragma unroll
@@ -195,7 +256,6 @@ __global__ void __launch_bounds__(THREADS, 1)
             m_r[r] = mx[r];
             l_r[r] *= alpha[r];
         }
-        uint32_t pa[8][4]; // P in bf16 as the A fragments of the 8 key k-steps
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
             const float p0 = ex2(fmaf(s[4 * n], a.scale_log2, -msc[0])), p1 = ex2(fmaf(s[4 * n + 1], a.scale_log2, -msc[0]));
@@ -212,23 +272,23 @@ __global__ void __launch_bounds__(THREADS, 1)
             o[4 * n + 2] *= alpha[1], o[4 * n + 3] *= alpha[1];
         }
 
-        // O += P V
-        mbar_wait(&v_full[st], ph);
+        // O += P V, then S of the next tile
+        mbar_wait(&v_full[st], (it / FWD_STAGES) & 1);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; ++kk) {
             const uint64_t dv = wgmma_desc_sw128(v_s + kk * 16 * 128, chunk_off(TILE, 1), 1024);
             if constexpr (D == 128)
-                wgmma_m64n128k16_rs(o, pa[kk], dv, 1);
+                wgmma_m64n128k16_rs_mn(o, pa[kk], dv, 1);
             else
-                wgmma_m64n64k16_rs(o, pa[kk], dv, 1);
+                wgmma_m64n64k16_rs_mn(o, pa[kk], dv, 1);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_regs(o);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&v_empty[st]);
+        if (it + 1 == n_tiles) break; // (the loop's back edge always passes an issue of S: nothing
+        issue_s(it + 1);              // keeps a copy of s while its MMAs are in flight)
     }
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
 
     // epilogue: LSE, then O through this warpgroup's (now unused) Q rows and one TMA store per chunk
 #pragma unroll
@@ -287,19 +347,27 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     __syncthreads();
 
-    if (warp == PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
+    if (warp >= PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
+        setmaxnreg_dec<COL_PRODUCER_REGS>();
+        if (warp > PRODUCER_WARP) return;
         if (lane == 0) {
             mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
             for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
         }
-        for (int it = 0; it < total; ++it) {
-            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
-            float l4[4];
+        // the log2-scaled LSE of rows q0 + 4 lane .. + 3 of step `it` (+inf where a row does not contribute)
+        auto load_lse = [&](float(&l4)[4], int it) {
+            const int q0 = qbeg + (it % nq) * TILE, bh = bkv * G + it / nq;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int q = q0 + 4 * lane + j;
                 l4[j] = q >= w0 && q < L ? a.lse[(int64_t)bh * a.lse_len + (q - a.lse_row0)] * LOG2E : INFINITY;
             }
+        };
+        float l4[4], l4_next[4]; // step it's, and step it + 1's loaded while step it's stage is awaited and filled
+        load_lse(l4, 0);
+        for (int it = 0; it < total; ++it) {
+            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
+            if (it + 1 < total) load_lse(l4_next, it + 1);
             if (it >= COL_STAGES) mbar_wait(&q_empty[st], ((it / COL_STAGES) + 1) & 1);
             if (lane == 0) {
                 mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
@@ -309,31 +377,37 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
             *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
             mbar_arrive(&q_full[st]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) l4[j] = l4_next[j];
         }
         return;
     }
 
+    setmaxnreg_inc<COL_CONSUMER_REGS>();
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
     const int wk0 = k0 + wg * 64 + wl * 16;            // this warp's first key
     const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
-    float s[64], acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
+    float acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
+    float s_even[64], s_odd[64]; // S^T of even and odd steps: the next step's MMAs run during this step's exps
+    uint32_t kf[KSTEPS][4];      // the warp's 16 keys as register A operands, for the whole kernel
 
-    mbar_wait(k_full, 0);
-    for (int it = 0; it < total; ++it) {
-        const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE;
+    auto issue = [&](float(&sd)[64], int it) {
+        const int st = it % COL_STAGES;
         const uint32_t q_t = base + S::Q + st * tile_bytes<D>(TILE);
         mbar_wait(&q_full[st], (it / COL_STAGES) & 1);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
-            wgmma_m64n128k16_ss(s, wgmma_desc_sw128(k_s + chunk_off(ROWS, kk >> 2) + (kk & 3) * 32, 16, 1024),
-                                wgmma_desc_sw128(q_t + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+            wgmma_rs(sd, kf[kk], wgmma_desc_sw128(q_t + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
         wgmma_commit();
-        float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1, read while the MMAs run
+    };
+    // Step `it` once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
+    auto consume = [&](float(&sc)[64], int it) {
+        const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE;
+        wgmma_fence_regs(sc);
+        float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1
 #pragma unroll
         for (int n = 0; n < 16; ++n) l2[n] = *reinterpret_cast<const float2 *>(lse_s + st * TILE + 8 * n + 2 * t);
-        wgmma_wait<0>();
-        wgmma_fence_regs(s);
         __syncwarp();
         if (lane == 0) mbar_arrive(&q_empty[st]);
 
@@ -343,14 +417,26 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = wk0 + g + 8 * (e >> 1), q = q0 + 8 * n + 2 * t + (e & 1);
-                    const float p = ex2(fmaf(s[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x)));
+                    const float p = ex2(fmaf(sc[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x)));
                     acc[e >> 1] += q < key ? 0.f : p;
                 }
+        } else if (a.poly) { // a quarter of the exps on the FMA pipe: the MUFU alone is as slow as the MMAs
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+                float p[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float x = fmaf(sc[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x));
+                    p[e] = (n & 3) == 3 ? ex2_fma(x) : ex2(x);
+                }
+                acc[0] += p[0] + p[1];
+                acc[1] += p[2] + p[3];
+            }
         } else {
 #pragma unroll
             for (int n = 0; n < 16; ++n) {
-                acc[0] += ex2(fmaf(s[4 * n], a.scale_log2, -l2[n].x)) + ex2(fmaf(s[4 * n + 1], a.scale_log2, -l2[n].y));
-                acc[1] += ex2(fmaf(s[4 * n + 2], a.scale_log2, -l2[n].x)) + ex2(fmaf(s[4 * n + 3], a.scale_log2, -l2[n].y));
+                acc[0] += ex2(fmaf(sc[4 * n], a.scale_log2, -l2[n].x)) + ex2(fmaf(sc[4 * n + 1], a.scale_log2, -l2[n].y));
+                acc[1] += ex2(fmaf(sc[4 * n + 2], a.scale_log2, -l2[n].x)) + ex2(fmaf(sc[4 * n + 3], a.scale_log2, -l2[n].y));
             }
         }
 
@@ -365,6 +451,30 @@ __global__ void __launch_bounds__(THREADS, 1)
                 acc[r] = 0.f;
             }
         }
+    };
+
+    // Step it + 1's MMAs are issued before step it's exps. Every issue is followed by its wait in
+    // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
+    mbar_wait(k_full, 0);
+    load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
+    issue(s_even, 0);
+    for (int it = 0;; it += 2) {
+        if (it + 1 == total) {
+            wgmma_wait<0>();
+            consume(s_even, it);
+            break;
+        }
+        issue(s_odd, it + 1);
+        wgmma_wait<1>();
+        consume(s_even, it);
+        if (it + 2 == total) {
+            wgmma_wait<0>();
+            consume(s_odd, it + 1);
+            break;
+        }
+        issue(s_even, it + 2);
+        wgmma_wait<1>();
+        consume(s_odd, it + 1);
     }
     if (a.colsum_kv && t == 0) {
 #pragma unroll
@@ -407,6 +517,18 @@ int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int b
         return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled failed (%d) for D=%d L=%d heads=%lld",
                         (int)r, D, L, (long long)heads);
     return KVB_OK;
+}
+
+// KVB_SATTN_POLY=1 (default 0): the column-sum pass computes a quarter of its exps on the FMA pipe
+// (an A/B switch, read once; on an H200 it measured 0.6-3% slower, results/h200/sattn-wgmma-*).
+int colsum_poly()
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("KVB_SATTN_POLY");
+        v = e && e[0] == '1' ? 1 : 0;
+    }
+    return v;
 }
 
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
@@ -497,6 +619,7 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
+    a.poly = colsum_poly();
     const dim3 grid((unsigned)n_kv, (unsigned)((p->L + ROWS - 1) / ROWS));
     if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
     return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
