@@ -245,21 +245,6 @@ __device__ __forceinline__ void warp_sum(float &x, float &y)
     }
 }
 
-// 2^x on the FMA pipe, for x <= 0 (results below 2^-125 come out as about 2^-125): x = n + f with n =
-// round(x) by the 1.5 * 2^23 trick, 2^f by a degree-4 polynomial on [-1/2, 1/2] (relative error
-// 2.7e-6, fitted in float; ex2.approx: ~2e-7), n added to the exponent. Offloads the MUFU where it
-// is the bottleneck.
-__device__ __forceinline__ float ex2_fma(float x)
-{
-    x = fmaxf(x, -125.f);
-    const float r = x + 12582912.f, f = x - (r - 12582912.f);
-    float p = fmaf(0.009560510516166687f, f, 0.05591703951358795f);
-    p = fmaf(p, f, 0.24024981260299683f);
-    p = fmaf(p, f, 0.6931219696998596f);
-    p = fmaf(p, f, 0.9999991655349731f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
-}
-
 // ---- mbarriers and bulk copies (sm_90) ----
 
 // An mbarrier in shared memory expecting `count` arrivals; mbar_init_fence makes the inits visible to

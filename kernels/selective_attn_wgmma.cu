@@ -23,7 +23,6 @@
 //               log2-scaled LSE (+inf for rows that do not contribute). Each colsum and colsum_kv
 //               element is written once, by the CTA owning its key.
 #include <cstdint>
-#include <cstdlib>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -67,10 +66,12 @@ template <int D> struct FwdSmem {
     static constexpr uint32_t Q = 0, K = tile_bytes<D>(ROWS), V = K + FWD_STAGES * tile_bytes<D>(TILE),
                               BAR = V + FWD_STAGES * tile_bytes<D>(TILE), BYTES = BAR + 128 + 1024;
 };
-// Shared memory of the column sums: K block | Q stages | log2 LSE stages | mbarriers.
+// Shared memory of the column sums: K block | Q stages | log2 LSE stages | raw LSE staging | mbarriers.
+constexpr int LSE_SLOTS = 4; // the producer's cp.async staging of the LSE: 3 steps ahead
 template <int D> struct ColSmem {
     static constexpr uint32_t K = 0, Q = tile_bytes<D>(ROWS), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
-                              BAR = LSE + COL_STAGES * TILE * 4, BYTES = BAR + 128 + 1024;
+                              LSE_RAW = LSE + COL_STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
+                              BYTES = BAR + 128 + 1024;
 };
 
 struct FwdArgs {
@@ -83,7 +84,6 @@ struct ColArgs {
     const float *lse;
     float *colsum, *colsum_kv;
     int L, G, w0, lse_len, lse_row0;
-    int poly; // 1: a quarter of the exps by polynomial on the FMA pipe (ex2_fma), 0: all on the MUFU
     float scale_log2;
 };
 
@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = aligned_smem(smem_raw);
     const uint32_t base = smem_u32(smem);
-    float *lse_s = reinterpret_cast<float *>(smem + S::LSE); // [stage][TILE] log2-scaled
+    float *lse_s = reinterpret_cast<float *>(smem + S::LSE);       // [stage][TILE] log2-scaled
+    float *lse_raw = reinterpret_cast<float *>(smem + S::LSE_RAW); // [slot][TILE] as fetched
     uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
     uint64_t *k_full = bar, *q_full = bar + 1, *q_empty = q_full + COL_STAGES;
 
@@ -354,20 +355,34 @@ __global__ void __launch_bounds__(THREADS, 1)
             mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
             for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
         }
-        // the log2-scaled LSE of rows q0 + 4 lane .. + 3 of step `it` (+inf where a row does not contribute)
-        auto load_lse = [&](float(&l4)[4], int it) {
-            const int q0 = qbeg + (it % nq) * TILE, bh = bkv * G + it / nq;
+        // The LSE of step `it` (rows q0 + 4 lane .. + 3 of head h) is fetched by cp.async three steps
+        // ahead into a staging slot, so that no global-load latency sits on the per-step path: a
+        // synchronous load there measured about 1 us per step, more than the step's MMAs and exps.
+        auto fetch_lse = [&](int it) {
+            if (it < total) {
+                const int q0 = qbeg + (it % nq) * TILE, bh = bkv * G + it / nq;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int q = q0 + 4 * lane + j;
+                    const bool ok = q >= w0 && q < L;
+                    cp_async_zfill<4>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane + j,
+                                      ok ? a.lse + (int64_t)bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
+                }
+            }
+            cp_async_commit(); // one group per step, empty past the end
+        };
+        for (int it = 0; it < LSE_SLOTS - 1; ++it) fetch_lse(it);
+        for (int it = 0; it < total; ++it) {
+            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
+            fetch_lse(it + LSE_SLOTS - 1);
+            cp_async_wait<LSE_SLOTS - 1>(); // step it's group (this lane's own four values) has landed
+            const float4 raw = *reinterpret_cast<const float4 *>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane);
+            float l4[4] = {raw.x, raw.y, raw.z, raw.w}; // log2-scaled, +inf where a row does not contribute
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int q = q0 + 4 * lane + j;
-                l4[j] = q >= w0 && q < L ? a.lse[(int64_t)bh * a.lse_len + (q - a.lse_row0)] * LOG2E : INFINITY;
+                l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
             }
-        };
-        float l4[4], l4_next[4]; // step it's, and step it + 1's loaded while step it's stage is awaited and filled
-        load_lse(l4, 0);
-        for (int it = 0; it < total; ++it) {
-            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
-            if (it + 1 < total) load_lse(l4_next, it + 1);
             if (it >= COL_STAGES) mbar_wait(&q_empty[st], ((it / COL_STAGES) + 1) & 1);
             if (lane == 0) {
                 mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
@@ -377,8 +392,6 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
             *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
             mbar_arrive(&q_full[st]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) l4[j] = l4_next[j];
         }
         return;
     }
@@ -420,18 +433,6 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const float p = ex2(fmaf(sc[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x)));
                     acc[e >> 1] += q < key ? 0.f : p;
                 }
-        } else if (a.poly) { // a quarter of the exps on the FMA pipe: the MUFU alone is as slow as the MMAs
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-                float p[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float x = fmaf(sc[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x));
-                    p[e] = (n & 3) == 3 ? ex2_fma(x) : ex2(x);
-                }
-                acc[0] += p[0] + p[1];
-                acc[1] += p[2] + p[3];
-            }
         } else {
 #pragma unroll
             for (int n = 0; n < 16; ++n) {
@@ -517,18 +518,6 @@ int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int b
         return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled failed (%d) for D=%d L=%d heads=%lld",
                         (int)r, D, L, (long long)heads);
     return KVB_OK;
-}
-
-// KVB_SATTN_POLY=1 (default 0): the column-sum pass computes a quarter of its exps on the FMA pipe
-// (an A/B switch, read once; on an H200 it measured 0.6-3% slower, results/h200/sattn-wgmma-*).
-int colsum_poly()
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("KVB_SATTN_POLY");
-        v = e && e[0] == '1' ? 1 : 0;
-    }
-    return v;
 }
 
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
@@ -619,7 +608,6 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
-    a.poly = colsum_poly();
     const dim3 grid((unsigned)n_kv, (unsigned)((p->L + ROWS - 1) / ROWS));
     if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
     return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);

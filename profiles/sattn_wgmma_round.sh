@@ -46,7 +46,7 @@ for ph in "${phases[@]}"; do
         for impl in kernel kernel_mma; do
             timeout 240 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
                 --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-                --section SchedulerStats --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active \
+                --section SchedulerStats --metrics sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,smsp__inst_executed.sum \
                 "$kv" profile --cases "$cases" "$shape impl=$impl" >"$out/ncu_$impl.txt" 2>&1
             echo "ncu $impl: exit $?"
         done ;;
