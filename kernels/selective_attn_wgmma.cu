@@ -318,6 +318,15 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
+// p[4 n + e] += p[4 (n + HALF) + e] for n < HALF: one level of the column sums' tree over 8-column tiles.
+template <int HALF> __device__ __forceinline__ void fold_tiles(float (&p)[64])
+{
+#pragma unroll
+    for (int n = 0; n < HALF; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[4 * n + e] += p[4 * (n + HALF) + e];
+}
+
 // ---- pass 2: column sums ---------------------------------------------------------------------------
 
 template <int D, bool CAUSAL>
@@ -424,22 +433,22 @@ __global__ void __launch_bounds__(THREADS, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(&q_empty[st]);
 
-        if (CAUSAL && q0 < wk0 + 15) { // some query of the tile precedes some key of the warp
+        // All 64 exps first (independent: the MUFU queue stays full), then a tree sum per key row.
+        const bool mask = CAUSAL && q0 < wk0 + 15; // some query of the tile precedes some key of the warp
+        float p[64];
 #pragma unroll
-            for (int n = 0; n < 16; ++n)
+        for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
+        if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = wk0 + g + 8 * (e >> 1), q = q0 + 8 * n + 2 * t + (e & 1);
-                    const float p = ex2(fmaf(sc[4 * n + e], a.scale_log2, -((e & 1) ? l2[n].y : l2[n].x)));
-                    acc[e >> 1] += q < key ? 0.f : p;
-                }
-        } else {
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-                acc[0] += ex2(fmaf(sc[4 * n], a.scale_log2, -l2[n].x)) + ex2(fmaf(sc[4 * n + 1], a.scale_log2, -l2[n].y));
-                acc[1] += ex2(fmaf(sc[4 * n + 2], a.scale_log2, -l2[n].x)) + ex2(fmaf(sc[4 * n + 3], a.scale_log2, -l2[n].y));
-            }
+            for (int i = 0; i < 64; ++i)
+                if (q0 + 8 * (i >> 2) + 2 * t + (i & 1) < wk0 + g + 8 * ((i >> 1) & 1)) p[i] = 0.f;
         }
+        fold_tiles<8>(p); // column tile n + 8 onto n, then + 4, + 2, + 1 (element e keeps its row)
+        fold_tiles<4>(p);
+        fold_tiles<2>(p);
+        fold_tiles<1>(p);
+        acc[0] += p[0] + p[1]; // row g: e = 0, 1; row g + 8: e = 2, 3
+        acc[1] += p[2] + p[3];
 
         if (it % nq == nq - 1) { // head h done: reduce over the quad sharing each key, write once
             const int64_t bh = (int64_t)bkv * G + h;
