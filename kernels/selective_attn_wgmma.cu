@@ -55,7 +55,7 @@ constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or
 constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
 constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
 constexpr int FWD_STAGES = 2, COL_STAGES = 5;         // K, V tiles / Q tiles in flight
-constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a stage
+constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a forward stage (one per warp)
 
 // Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
 template <int D> __host__ __device__ constexpr uint32_t tile_bytes(int rows) { return (uint32_t)rows * D * 2; }
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     if (tid == 0) {
         mbar_init(k_full, 1);
-        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], CONSUMER_WARPS);
+        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * CONSUMER_WARPS);
         mbar_init_fence();
     }
     __syncthreads();
@@ -430,8 +430,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1
 #pragma unroll
         for (int n = 0; n < 16; ++n) l2[n] = *reinterpret_cast<const float2 *>(lse_s + st * TILE + 8 * n + 2 * t);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&q_empty[st]);
+        mbar_arrive(&q_empty[st]); // every lane: its own LSE reads are ordered before the producer's next stores
 
         // All 64 exps first (independent: the MUFU queue stays full), then a tree sum per key row.
         const bool mask = CAUSAL && q0 < wk0 + 15; // some query of the tile precedes some key of the warp
