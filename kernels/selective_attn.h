@@ -11,6 +11,8 @@
  * need_out=1, for the forward; the forward with need_out=0 (a few rows from w0 on, keys split over
  * CTAs) and every other device use the mma.sync kernels. The *_mma entry points always run the
  * mma.sync kernels and the *_wgmma ones always the Hopper kernels (KVB_EDEVICE elsewhere): A/B.
+ * On an H200 at L=16K the Hopper passes take 6.42 ms against 10.39 ms for the mma.sync ones
+ * (results/h200/sattn-wgmma-9189aff).
  *
  * Design of the mma.sync passes (mma.sync m16n8k16 bf16 -> fp32, ldmatrix):
  *   1. forward, query-block-major: one CTA per 128 query rows of one head, online softmax over

@@ -1,27 +1,34 @@
 // selective_attn_wgmma.cu: the Hopper (sm_90a) passes of selective flash attention, as FlashAttention-3
-// builds them: TMA tile loads by a producer warp into a ring of shared-memory stages tracked with
-// mbarriers, wgmma from shared memory (and P from registers) by two consumer warpgroups, no block-wide
-// barrier in the main loop. Semantics and API: selective_attn.h; the mma.sync passes stay in
-// selective_attn.cu for A/B (impl=*_mma).
+// builds them: a producer warpgroup (one thread issuing TMA loads into a ring of shared-memory stages
+// tracked with mbarriers; setmaxnreg hands its registers to the consumers) and two consumer
+// warpgroups running wgmma, with no block-wide barrier in the main loop. Semantics and API:
+// selective_attn.h; the mma.sync passes stay in selective_attn.cu for A/B (impl=*_mma).
 //
 // Napkin math (B=1, H=32, D=128, causal, L=16K; pairs = H L (L+1) / 2 = 4.3e9):
-//   forward   4 D pairs = 2.2 TFLOP; at the cuDNN forward's 646 TFLOP/s (same H200) 3.40 ms.
-//   colsum    2 D pairs = 1.1 TFLOP plus one exp2 per pair: per SM and clock the tensor cores do
-//             ~4096 bf16 FLOP = 16 pairs of D=128, the MUFU 16 exp2: the column-sum pass is as much
-//             exp-bound as MMA-bound, ~0.5 forward if the two overlap perfectly.
-//   Goal (spec): forward within 1.1x of cuDNN, O + LSE + colsum within 1.5x.
+//   forward   4 D pairs = 2.2 TFLOP: 2.85 ms at the 772 TFLOP/s bf16 GEMM rate of an H200.
+//   colsum    2 D pairs = 1.1 TFLOP (1.42 ms at that rate) plus one exp2 per pair: per SM and clock
+//             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so the
+//             exps alone take ~1.1 ms: the pass is as much exp-bound as MMA-bound.
+//   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
+//   Measured on an H200 (results/h200/sattn-wgmma-9189aff): forward 4.02 ms = 1.01x cuDNN's (70.8% of
+//   the GEMM rate), column sums 2.31 ms (61.7%), both 6.42 ms = 1.62x: the two floors of the column
+//   sums overlap only partly (NOTES.md there: ncu, and what was tried).
 //
 // Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
 // 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
 // the layout a wgmma SW128 descriptor names (kvb_device.cuh: wgmma_desc_sw128).
-//   forward     CTA = 128 query rows of one head (each consumer warpgroup 64), 128-key steps.
-//               S = Q K^T: m64n128k16, A = Q and B = K from shared memory (K-major).
-//               O += P V: m64n{D}k16, A = P from registers, B = V from shared memory (N-major).
+//   forward     CTA = 128 query rows of one head (each consumer warpgroup 64), 128-key steps, 2 K and
+//               2 V stages. S = Q K^T: m64n128k16, A = Q from registers (ldmatrix once), B = K from
+//               shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from shared
+//               memory (N-major). Per tile one wait, the softmax, then P V of this tile and S of the
+//               next issued back to back.
 //   col sums    CTA = 128 keys of one KV head (each consumer warpgroup 64), 128-query steps over the
-//               G query heads: S^T = K Q^T (m64n128k16, both K-major), p = exp2(s log2e/sqrt(D) -
-//               LSE log2e) summed per key in registers; the producer also stages each step's
-//               log2-scaled LSE (+inf for rows that do not contribute). Each colsum and colsum_kv
-//               element is written once, by the CTA owning its key.
+//               G query heads, 5 Q stages: S^T = K Q^T (m64n128k16, A = K from registers, B = Q
+//               K-major), the next step's S^T issued before this step's exps (two register sets),
+//               p = exp2(s log2e/sqrt(D) - LSE log2e) summed per key in registers. The producer also
+//               stages each step's log2-scaled LSE (+inf for rows that do not contribute), fetched by
+//               cp.async three steps ahead. Each colsum and colsum_kv element is written once, by the
+//               CTA owning its key: no atomics, no dependence on launch order.
 #include <cstdint>
 
 #include <cuda.h>
