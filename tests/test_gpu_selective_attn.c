@@ -42,6 +42,17 @@ static void test_api_rejects_before_launch(void **state)
     assert_error_mentions("workspace_bytes=0 out of range");
     assert_int_equal(selective_attn(b, b, b, &good, NULL, f, f, f, NULL, 0, 0), KVB_EINVAL);
     assert_error_mentions("NULL output");
+    /* the Hopper passes: their own shape limits and TMA's 16-byte alignment, refused on any machine */
+    p = good, p.need_out = 0;
+    assert_int_equal(selective_attn_fwd_wgmma(b, b, b, &p, b, f, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_fwd_wgmma: need_out=0 out of range [1, 1]");
+    assert_int_equal(selective_attn_fwd_wgmma(b, b, (kvb_bf16 *)(uintptr_t)0x1008, &good, b, f, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_fwd_wgmma: V=0x1008 is not 16-byte aligned");
+    assert_int_equal(selective_attn_colsum_wgmma((kvb_bf16 *)(uintptr_t)0x1004, b, f, &good, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_colsum_wgmma: Q=0x1004 is not 16-byte aligned");
+    p = good, p.D = 80;
+    assert_int_equal(selective_attn_colsum_wgmma(b, b, f, &p, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("D=80 is not supported");
     p = good, p.L = 65536, p.Hq = 16;
     size_t bytes;
     assert_int_equal(selective_attn_materialized_workspace_bytes(&p, &bytes), KVB_EINVAL);
