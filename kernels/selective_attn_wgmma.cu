@@ -10,9 +10,10 @@
 //             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so the
 //             exps alone take ~1.1 ms: the pass is as much exp-bound as MMA-bound.
 //   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
-//   Measured on an H200 (results/h200/sattn-wgmma-9189aff): forward 4.02 ms = 1.01x cuDNN's (70.8% of
-//   the GEMM rate), column sums 2.31 ms (61.7%), both 6.42 ms = 1.62x: the two floors of the column
-//   sums overlap only partly (NOTES.md there: ncu, and what was tried).
+//   Measured: on an H200 with two column-sum warpgroups (results/h200/sattn-wgmma-9189aff) forward
+//   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
+//   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x.
+//   The column sums' two floors overlap only partly (the NOTES.md files: ncu, and what was tried).
 //
 // Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
 // 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
@@ -22,14 +23,16 @@
 //               shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from shared
 //               memory (N-major). Per tile one wait, the softmax, then P V of this tile and S of the
 //               next issued back to back.
-//   col sums    CTA = 128 keys of one KV head (each consumer warpgroup 64), 128-query steps over the
-//               G query heads, 5 Q stages: S^T = K Q^T (m64n128k16, A = K from registers, B = Q
-//               K-major), the next step's S^T issued before this step's exps (two register sets),
+//   col sums    CTA = 192 keys of one KV head (three consumer warpgroups of 64; KVB_SATTN_COL_WG=2: 128
+//               keys, two warpgroups, each issuing the next step's S^T before this step's exps in a
+//               second register set), 128-query steps over the G query heads, 5 Q stages: S^T = K Q^T
+//               (m64n128k16, A = K from registers, B = Q K-major),
 //               p = exp2(s log2e/sqrt(D) - LSE log2e) summed per key in registers. The producer also
 //               stages each step's log2-scaled LSE (+inf for rows that do not contribute), fetched by
 //               cp.async three steps ahead. Each colsum and colsum_kv element is written once, by the
 //               CTA owning its key: no atomics, no dependence on launch order.
 #include <cstdint>
+#include <cstdlib>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -75,8 +78,8 @@ template <int D> struct FwdSmem {
 };
 // Shared memory of the column sums: K block | Q stages | log2 LSE stages | raw LSE staging | mbarriers.
 constexpr int LSE_SLOTS = 4; // the producer's cp.async staging of the LSE: 3 steps ahead
-template <int D> struct ColSmem {
-    static constexpr uint32_t K = 0, Q = tile_bytes<D>(ROWS), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
+template <int D, int NWG> struct ColSmem {
+    static constexpr uint32_t K = 0, Q = tile_bytes<D>(64 * NWG), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
                               LSE_RAW = LSE + COL_STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
                               BYTES = BAR + 128 + 1024;
 };
@@ -336,13 +339,21 @@ template <int HALF> __device__ __forceinline__ void fold_tiles(float (&p)[64])
 
 // ---- pass 2: column sums ---------------------------------------------------------------------------
 
-template <int D, bool CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1)
+// Column-sum register budgets: with NWG = 2 consumer warpgroups, two S^T register sets per warpgroup
+// (the next step's MMAs in flight during this step's exps); with 3, one set (160 registers), and the
+// overlap comes from the other warpgroups.
+template <int NWG> struct ColRegs {
+    static constexpr int PRODUCER = NWG == 2 ? COL_PRODUCER_REGS : 24, CONSUMER = NWG == 2 ? COL_CONSUMER_REGS : 160;
+    static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536, "register file");
+};
+
+template <int D, bool CAUSAL, int NWG>
+__global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = ColSmem<D>;
-    constexpr int KSTEPS = D / 16, NCH = D / CHUNK;
+    using S = ColSmem<D, NWG>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, ROWS = 64 * NWG, PRODUCER_WARP = 4 * NWG;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = aligned_smem(smem_raw);
     const uint32_t base = smem_u32(smem);
@@ -359,13 +370,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     if (tid == 0) {
         mbar_init(k_full, 1);
-        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * CONSUMER_WARPS);
+        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * NWG);
         mbar_init_fence();
     }
     __syncthreads();
 
     if (warp >= PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
-        setmaxnreg_dec<COL_PRODUCER_REGS>();
+        setmaxnreg_dec<ColRegs<NWG>::PRODUCER>();
         if (warp > PRODUCER_WARP) return;
         if (lane == 0) {
             mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
@@ -412,12 +423,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         return;
     }
 
-    setmaxnreg_inc<COL_CONSUMER_REGS>();
+    setmaxnreg_inc<ColRegs<NWG>::CONSUMER>();
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
     const int wk0 = k0 + wg * 64 + wl * 16;            // this warp's first key
     const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
     float acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
-    float s_even[64], s_odd[64]; // S^T of even and odd steps: the next step's MMAs run during this step's exps
+    float s_even[64], s_odd[NWG == 2 ? 64 : 1]; // S^T of even and odd steps (NWG = 2: the next step's MMAs run during this step's exps)
     uint32_t kf[KSTEPS][4];      // the warp's 16 keys as register A operands, for the whole kernel
 
     auto issue = [&](float(&sd)[64], int it) {
@@ -473,6 +484,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
     mbar_wait(k_full, 0);
     load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
+    if constexpr (NWG == 3) {
+        for (int it = 0; it < total; ++it) {
+            issue(s_even, it);
+            wgmma_wait<0>();
+            consume(s_even, it);
+        }
+    } else {
     issue(s_even, 0);
     for (int it = 0;; it += 2) {
         if (it + 1 == total) {
@@ -491,6 +509,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         issue(s_even, it + 2);
         wgmma_wait<1>();
         consume(s_odd, it + 1);
+    }
     }
     if (a.colsum_kv && t == 0) {
 #pragma unroll
@@ -542,6 +561,19 @@ int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int b
     return KVB_OK;
 }
 
+// The column sums run three consumer warpgroups (192 keys per CTA, one S^T register set each): 5-6%
+// faster than two with two register sets on an H100 in one run (results/h100/sattn-wgmma-*).
+// KVB_SATTN_COL_WG=2 selects the two-warpgroup kernel (an A/B switch, read once).
+int colsum_warpgroups()
+{
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("KVB_SATTN_COL_WG");
+        v = e && e[0] == '2' ? 2 : 3;
+    }
+    return v;
+}
+
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
 {
     if (!*ready) { // the attribute is per kernel and device; set once
@@ -562,13 +594,13 @@ int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s
     return KVB_OK;
 }
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, int NWG>
 int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
     static bool ready = false;
-    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &ready);
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG>, ColSmem<D, NWG>::BYTES, &ready);
     if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL><<<grid, THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
+    colsum_wgmma_kernel<D, CAUSAL, NWG><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -630,13 +662,18 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
         return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
     const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
     CUtensorMap m[2];
-    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, ROWS))) return rc;
+    const int nwg = colsum_warpgroups(), rows = 64 * nwg;
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, rows))) return rc;
     ColArgs a;
     a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
-    const dim3 grid((unsigned)n_kv, (unsigned)((p->L + ROWS - 1) / ROWS));
-    if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
-    return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
+    const dim3 grid((unsigned)n_kv, (unsigned)((p->L + rows - 1) / rows));
+    if (nwg == 3) {
+        if (p->D == 64) return p->causal ? launch_col<64, true, 3>(m, a, grid, stream) : launch_col<64, false, 3>(m, a, grid, stream);
+        return p->causal ? launch_col<128, true, 3>(m, a, grid, stream) : launch_col<128, false, 3>(m, a, grid, stream);
+    }
+    if (p->D == 64) return p->causal ? launch_col<64, true, 2>(m, a, grid, stream) : launch_col<64, false, 2>(m, a, grid, stream);
+    return p->causal ? launch_col<128, true, 2>(m, a, grid, stream) : launch_col<128, false, 2>(m, a, grid, stream);
 }
