@@ -7,11 +7,13 @@
 #   bench     the external peers (torch_peers.py --only sdpa: SDPA cuDNN and flash forwards), then the
 #             selective_attn bench cases with those peers, one run per L in BENCH_L (default 4096 16384
 #             32768) -> peers.json, bench_L<L>.json, summary_L<L>.md, bench_L<L>.log
+#   ab        the column sums with two and with three consumer warpgroups (KVB_SATTN_COL_WG=2, 3) back to
+#             back: colsum_only and kernel at L = 16K, 32K -> ab_wg2.json, ab_wg3.json, ab_wg*.log
 #   ncu       Nsight Compute on the Hopper forward and column-sum kernels (and the mma.sync ones) of
-#             NCU_SHAPE (default B=1 H=32 L=4096 D=128 causal) -> ncu.txt
+#             NCU_SHAPE (default B=1 H=32 L=4096 D=128 causal) -> ncu_kernel.txt, ncu_kernel_mma.txt
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: sattn_wgmma_round.sh OUT [check|sanitize|bench|ncu...]}
+out=${1:?usage: sattn_wgmma_round.sh OUT [check|sanitize|bench|ab|ncu...]}
 shift
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(check sanitize bench ncu)
@@ -40,6 +42,13 @@ for ph in "${phases[@]}"; do
             "$kv" bench --cases "$out/cases_L$L.cases" --json "$out/bench_L$L.json" --summary "$out/summary_L$L.md" \
                 "${peers[@]}" >"$out/bench_L$L.log" 2>&1
             echo "bench L=$L: exit $? ($(tail -n 1 "$out/bench_L$L.log"))"
+        done ;;
+    ab)
+        grep -E '^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(kernel|colsum_only) tier=bench' \
+            "$cases/selective_attn.cases" >"$out/cases_ab.cases"
+        for W in 2 3; do
+            KVB_SATTN_COL_WG=$W "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_wg$W.json" >"$out/ab_wg$W.log" 2>&1
+            echo "ab KVB_SATTN_COL_WG=$W: exit $? ($(tail -n 1 "$out/ab_wg$W.log"))"
         done ;;
     ncu)
         shape=${NCU_SHAPE:-selective_attn B=1 Hq=32 Hkv=32 L=4096 D=128}
