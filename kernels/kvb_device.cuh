@@ -323,6 +323,12 @@ __device__ __forceinline__ void named_barrier(int id, int threads)
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrive on hardware barrier `id` without waiting: the producer half of a bar.sync among `threads`.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- wgmma (sm_90a) ----
 // A warpgroup is 4 consecutive warps (the first a multiple of 4). Accumulator layout of m64nNk16, per
 // warp w of the group and lane 4 g + t: d[4 n + e] = (row 16 w + g + 8 (e >> 1), column 8 n + 2 t + (e & 1)),

@@ -140,9 +140,23 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&f)[D / 16][4], uint32_t 
     }
 }
 
+// ---- ping-pong (FlashAttention-3's warp-scheduler barriers) ---------------------------------------
+// With PP, consumer warpgroup w issues a step's MMAs only after warpgroup w - 1 (cyclically) issued
+// its own, so the warpgroups take turns on the tensor cores and one's exps run under another's MMAs
+// instead of all of them computing exps at once. Hardware barrier TURN_BAR + w holds w's turn: w waits
+// on it (bar.sync, 128 threads) and w - 1 arrives on it (bar.arrive, 128 more). The last warpgroup
+// arrives once before its first step (warpgroup 0 goes first) and skips its arrival after its last
+// step, so that every arrival is matched.
+constexpr int TURN_BAR = 3; // (1 and 2: the forward epilogue's per-warpgroup barriers)
+__device__ __forceinline__ void turn_wait(int wg) { named_barrier(TURN_BAR + wg, 2 * WG_THREADS); }
+template <int NWG> __device__ __forceinline__ void turn_pass(int wg)
+{
+    named_barrier_arrive(TURN_BAR + (wg + 1) % NWG, 2 * WG_THREADS);
+}
+
 // ---- pass 1: forward (O, LSE) ----------------------------------------------------------------------
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, bool PP>
 __global__ void __launch_bounds__(THREADS, 1)
     fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const FwdArgs a)
@@ -224,6 +238,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     mbar_wait(q_full, 0);
     load_a_frags<D>(qf, q_s, ROWS, wl * 16, lane);
     issue_s(0);
+    if (PP && wg == CONSUMERS - 1) turn_pass<CONSUMERS>(wg);
     for (int it = 0;; ++it) {
         const int st = it % FWD_STAGES;
         const uint32_t v_s = base + S::V + st * tile_bytes<D>(TILE);
@@ -284,6 +299,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
         // O += P V, then S of the next tile
         mbar_wait(&v_full[st], (it / FWD_STAGES) & 1);
+        if constexpr (PP) turn_wait(wg);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; ++kk) {
@@ -294,8 +310,12 @@ __global__ void __launch_bounds__(THREADS, 1)
                 wgmma_m64n64k16_rs_mn(o, pa[kk], dv, 1);
         }
         wgmma_commit();
-        if (it + 1 == n_tiles) break; // (the loop's back edge always passes an issue of S: nothing
-        issue_s(it + 1);              // keeps a copy of s while its MMAs are in flight)
+        if (it + 1 == n_tiles) { // (the loop's back edge always passes an issue of S: nothing keeps a
+            if (PP && wg != CONSUMERS - 1) turn_pass<CONSUMERS>(wg); // copy of s while its MMAs are in flight)
+            break;
+        }
+        issue_s(it + 1);
+        if constexpr (PP) turn_pass<CONSUMERS>(wg);
     }
     wgmma_wait<0>();
     wgmma_fence_regs(o);
@@ -347,7 +367,7 @@ template <int NWG> struct ColRegs {
     static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536, "register file");
 };
 
-template <int D, bool CAUSAL, int NWG>
+template <int D, bool CAUSAL, int NWG, bool PP>
 __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
 {
@@ -435,11 +455,13 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         const int st = it % COL_STAGES;
         const uint32_t q_t = base + S::Q + st * tile_bytes<D>(TILE);
         mbar_wait(&q_full[st], (it / COL_STAGES) & 1);
+        if constexpr (PP) turn_wait(wg);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
             wgmma_rs(sd, kf[kk], wgmma_desc_sw128(q_t + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
         wgmma_commit();
+        if (PP && !(wg == NWG - 1 && it == total - 1)) turn_pass<NWG>(wg);
     };
     // Step `it` once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
     auto consume = [&](float(&sc)[64], int it) {
@@ -484,6 +506,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
     mbar_wait(k_full, 0);
     load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
+    if (PP && wg == NWG - 1 && total > 0) turn_pass<NWG>(wg);
     if constexpr (NWG == 3) {
         for (int it = 0; it < total; ++it) {
             issue(s_even, it);
@@ -574,6 +597,25 @@ int colsum_warpgroups()
     return v;
 }
 
+// Ping-pong of the consumer warpgroups (see turn_wait), A/B switches read once. Column sums: on unless
+// KVB_SATTN_COL_PP=0 (1-2% faster at 16K on an H100 in one run, results/h100/sattn-pp-*); forward: off
+// unless KVB_SATTN_FWD_PP=1 (no difference above that run's noise).
+bool env_flag(const char *name, bool dflt)
+{
+    const char *e = getenv(name);
+    return e && e[0] ? e[0] == '1' : dflt;
+}
+bool fwd_pingpong()
+{
+    static const bool v = env_flag("KVB_SATTN_FWD_PP", false);
+    return v;
+}
+bool col_pingpong()
+{
+    static const bool v = env_flag("KVB_SATTN_COL_PP", true);
+    return v;
+}
+
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
 {
     if (!*ready) { // the attribute is per kernel and device; set once
@@ -583,26 +625,37 @@ template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
     return KVB_OK;
 }
 
-template <int D, bool CAUSAL>
-int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL, bool PP>
+int launch_fwd_pp(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     static bool ready = false;
-    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &ready);
+    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL, PP>, FwdSmem<D>::BYTES, &ready);
     if (rc) return rc;
-    fwd_wgmma_kernel<D, CAUSAL><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
+    fwd_wgmma_kernel<D, CAUSAL, PP><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
+template <int D, bool CAUSAL>
+int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+{
+    return fwd_pingpong() ? launch_fwd_pp<D, CAUSAL, true>(m, a, grid, s) : launch_fwd_pp<D, CAUSAL, false>(m, a, grid, s);
+}
 
+template <int D, bool CAUSAL, int NWG, bool PP>
+int launch_col_pp(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+{
+    static bool ready = false;
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP>, ColSmem<D, NWG>::BYTES, &ready);
+    if (rc) return rc;
+    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
 template <int D, bool CAUSAL, int NWG>
 int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
-    static bool ready = false;
-    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG>, ColSmem<D, NWG>::BYTES, &ready);
-    if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL, NWG><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
+    return col_pingpong() ? launch_col_pp<D, CAUSAL, NWG, true>(m, a, grid, s)
+                          : launch_col_pp<D, CAUSAL, NWG, false>(m, a, grid, s);
 }
 
 } // namespace

@@ -7,8 +7,12 @@
 #   bench     the external peers (torch_peers.py --only sdpa: SDPA cuDNN and flash forwards), then the
 #             selective_attn bench cases with those peers, one run per L in BENCH_L (default 4096 16384
 #             32768) -> peers.json, bench_L<L>.json, summary_L<L>.md, bench_L<L>.log
-#   ab        the column sums with two and with three consumer warpgroups (KVB_SATTN_COL_WG=2, 3) back to
-#             back: colsum_only and kernel at L = 16K, 32K -> ab_wg2.json, ab_wg3.json, ab_wg*.log
+#   ab        variants of the Hopper passes back to back, each a list of environment settings, named in
+#             AB_VARIANTS (default: base = no ping-pong, pp = ping-pong of both passes' consumer warpgroups,
+#             wg2 = two column-sum warpgroups, wg2pp = both; then base and pp again, to see the drift): fwd_only
+#             and colsum_only at L = 16K, 32K -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
+#   pcheck    every selective_attn, heavy_hitters and snapkv check case with the settings in PCHECK_ENV (default: ping-pong of both
+#             passes) -> pcheck.log, pcheck.json
 #   ncu       Nsight Compute on the Hopper forward and column-sum kernels (and the mma.sync ones) of
 #             NCU_SHAPE (default B=1 H=32 L=4096 D=128 causal) -> ncu_kernel.txt, ncu_kernel_mma.txt
 set -u
@@ -44,12 +48,23 @@ for ph in "${phases[@]}"; do
             echo "bench L=$L: exit $? ($(tail -n 1 "$out/bench_L$L.log"))"
         done ;;
     ab)
-        grep -E '^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(kernel|colsum_only) tier=bench' \
+        grep -E '^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(fwd_only|colsum_only) tier=bench' \
             "$cases/selective_attn.cases" >"$out/cases_ab.cases"
-        for W in 2 3; do
-            KVB_SATTN_COL_WG=$W "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_wg$W.json" >"$out/ab_wg$W.log" 2>&1
-            echo "ab KVB_SATTN_COL_WG=$W: exit $? ($(tail -n 1 "$out/ab_wg$W.log"))"
+        # (every switch spelled out: the defaults moved since this ran in results/h100/sattn-pp-*)
+        declare -A envs=([base]="KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0" [pp]="KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
+            [wg2]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0"
+            [wg2pp]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1")
+        n=0
+        for v in ${AB_VARIANTS:-base pp wg2 wg2pp base pp}; do
+            n=$((n + 1))
+            env ${envs[$v]:-} "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_${n}_$v.json" >"$out/ab_${n}_$v.log" 2>&1
+            echo "ab $n $v (${envs[$v]:-defaults}): exit $? ($(tail -n 1 "$out/ab_${n}_$v.log"))"
         done ;;
+    pcheck)
+        env ${PCHECK_ENV:-KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1} "$kv" check --cases "$cases" selective_attn heavy_hitters snapkv \
+            --json "$out/pcheck.json" >"$out/pcheck.log" 2>&1
+        echo "pcheck (${PCHECK_ENV:-KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1}): exit $? ($(grep -E '^[0-9]+ passed' "$out/pcheck.log" | tail -n 1))"
+        grep -E '^FAIL' -A3 "$out/pcheck.log" | head -n 40 ;;
     ncu)
         shape=${NCU_SHAPE:-selective_attn B=1 Hq=32 Hkv=32 L=4096 D=128}
         for impl in kernel kernel_mma; do
