@@ -70,6 +70,8 @@
 //   blocks, log-sum-exp merge by the last block of each head (attn_device.h).
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -1386,6 +1388,7 @@ struct NativePtrs {
 struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
+    int early;    // 1: a segment's first records are requested before q is staged and the residual read
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1699,6 +1702,19 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         const int64_t b = head / p.Hkv;
         const int kvh = (int)(head % p.Hkv);
         __syncthreads(); // the previous segment is done with shared memory
+        // this warp's steps: qa + warp, qa + warp + WARPS, ... (recomputed where used: nothing of it is
+        // kept live across the residual steps' call)
+        auto fill = [&]() {
+            const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
+            const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
+            for (int k = 0; k < S - 1 && k < mine; k++, issued++)
+                if (lane == 0)
+                    issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head, qa + warp + (int64_t)k * WARPS,
+                                      p.Tcap);
+        };
+        // early: the first records' latency overlaps q's staging and the residual steps' loads instead
+        // of following them (a segment is only ~5 steps per warp at T = 8K)
+        if (P.early) fill();
         stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         State<MT> st;
         st.init();
@@ -1707,6 +1723,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
             st = residual_steps<D>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, s0, r_end, p.R,
                                    p.scale, warp, lane);
         const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
+        const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
         if (qa < qe) { // block-uniform
             uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
             // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
@@ -1718,12 +1735,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
             }
             __syncthreads();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            // this warp's steps: qa + warp, qa + warp + WARPS, ...
-            const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
-            for (int k = 0; k < S - 1 && k < mine; k++, issued++)
-                if (lane == 0)
-                    issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head, qa + warp + (int64_t)k * WARPS,
-                                      p.Tcap);
+            if (!P.early) fill();
             for (int k = 0; k < mine; k++, used++) {
                 if (k + S - 1 < mine) {
                     if (lane == 0)
@@ -2375,6 +2387,20 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
     return attn_workspace(l, cap, &off);
 }
 
+// v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
+// staged and the residual read (as first built); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
+// (blocks straddling heads) instead of the head-aligned one.
+static bool v3_early()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
+    return v;
+}
+static bool v3_head_aligned()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
+    return v;
+}
+
 static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o,
                               const int2_layout *l, void *workspace, int version, cudaStream_t stream,
                               const int2_native *nat = nullptr)
@@ -2408,12 +2434,16 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + off);
     const int64_t N = p.heads * (p.nr + p.nq), want = (N + 7) / 8;
-    const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
+    int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
+    // v3, head-aligned: a multiple of the heads, so that every block's part of the stream-K line lies in
+    // one head (one segment: one q staging, one merge) instead of straddling two
+    if (version == ATTN_V3 && v3_head_aligned() && grid == cap && p.heads <= cap) grid = (int)(p.heads * (cap / p.heads));
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         if (version == ATTN_V3) {
             v3::Params P;
             P.a = p;
+            P.early = v3_early();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {

@@ -4,6 +4,10 @@
 #   sanitize  the v3 sanitize case under memcheck, racecheck, initcheck, synccheck -> sanitize/
 #   bench     the int2_decode_attn bench cases (v1, v2, v3, the peers), one run per T in BENCH_T (default
 #             8192 32768 131072) -> bench_T<T>.json, summary_T<T>.md, bench_T<T>.log
+#   ab        v3's launch variants back to back, each a list of environment settings named in AB_VARIANTS
+#             (default: new = early first records and the head-aligned grid, old = neither, early, aligned;
+#             then new and old again, to see the drift), over the v3 bench cases at B=8 T=8K and 32K
+#             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
 #             MemoryWorkloadAnalysis) on v2 and v3 at NCU_SHAPE (default B=8 T=32K gs=16) -> ncu_v2.txt, ncu_v3.txt
 set -u
@@ -32,6 +36,17 @@ for ph in "${phases[@]}"; do
             "$kv" bench --cases "$out/cases_T$T.cases" --json "$out/bench_T$T.json" --summary "$out/summary_T$T.md" \
                 >"$out/bench_T$T.log" 2>&1
             echo "bench T=$T: exit $? ($(tail -n 1 "$out/bench_T$T.log"))"
+        done ;;
+    ab)
+        grep -E '^int2_decode_attn .*impl=kernel_v3 tier=bench' "$cases/int2.cases" |
+            grep -E 'B=8 .*gs=(16|128) T=(8192|32768) |B=8 .*gs=16 T=131072 |B=1 .*gs=16 T=131072 ' >"$out/cases_ab.cases"
+        declare -A envs=([new]="" [old]="KVB_INT2_V3_EARLY=0 KVB_INT2_V3_GRID=stream" [early]="KVB_INT2_V3_GRID=stream"
+            [aligned]="KVB_INT2_V3_EARLY=0")
+        n=0
+        for v in ${AB_VARIANTS:-new old early aligned new old}; do
+            n=$((n + 1))
+            env ${envs[$v]:-} "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_${n}_$v.json" >"$out/ab_${n}_$v.log" 2>&1
+            echo "ab $n $v (${envs[$v]:-defaults}): exit $? ($(tail -n 1 "$out/ab_${n}_$v.log"))"
         done ;;
     ncu)
         shape=${NCU_SHAPE:-int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1}
