@@ -10,6 +10,9 @@
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_native       the cache in int2_decode_attn v3's kernel-native layout, written on the device from
  *                     the interchange cache (int2_to_native), bit-exact against ref_int2_to_native
+ *   int2_quantize_native  keys and values of a T-token prompt quantized straight into the native layout
+ *                     (int2_quantize_native; Tcap = T, a multiple of max(64, gs)), bit-exact against
+ *                     ref_int2_quantize_keys/values then ref_int2_to_native
  *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: v2 over the interchange
  *                     layout), kernel_v3 (v3 over the native layout, converted by the reference in
  *                     setup), kernel_v1 (the first version, for one-run comparisons), and the in-suite
@@ -112,7 +115,7 @@ static int2_layout layout_of(const kvb_case *c)
     l.T = kvb_case_i64(c, "T");
     l.R = has_key(c, "R") ? kvb_case_int(c, "R") : 0;
     const char *op = c->op->name;
-    if (!strcmp(op, "int2_quantize")) l.Tcap = l.T, l.Rcap = 0;
+    if (!strcmp(op, "int2_quantize") || !strcmp(op, "int2_quantize_native")) l.Tcap = l.T, l.Rcap = 0;
     else if (!strcmp(op, "int2_append")) l.Tcap = l.T + INT2_FLUSH, l.Rcap = INT2_FLUSH + l.gs - 1;
     else l.Tcap = round_up(l.T, 256), l.Rcap = l.R > 0 ? l.R : 1;
     return l;
@@ -131,6 +134,18 @@ static int validate_quantize(const kvb_case *c)
     int2_layout l = layout_of(c);
     int rc = int2_layout_check(&l, c->op->name);
     return rc ? rc : need_tokens(&l, c->op->name);
+}
+
+static int validate_quantize_native(const kvb_case *c)
+{
+    int rc = validate_quantize(c);
+    if (rc) return rc;
+    int2_layout l = layout_of(c);
+    const int64_t ch = l.gs > 64 ? l.gs : 64;
+    if (l.T % ch)
+        return kvb_fail(KVB_EINVAL, "%s: T=%lld is not a multiple of max(64, gs) = %lld (whole native steps and key groups)",
+                        c->op->name, (long long)l.T, (long long)ch);
+    return KVB_OK;
 }
 
 static int validate_append(const kvb_case *c)
@@ -748,6 +763,65 @@ static void cost_native(const kvb_run *r, kvb_cost *c)
     c->ceiling = KVB_CEIL_D2D;
 }
 
+/* ---- int2_quantize_native: a prompt quantized straight into the native layout ---- */
+
+static int setup_quantize_native(kvb_run *r)
+{
+    int2_priv *p = priv_new(r);
+    const int2_layout *l = &p->l;
+    int64_t s[4] = {l->B, l->Hkv, l->T, l->D};
+    kvb_tensor *K = kvb_run_tensor(r, "K", KVB_BF16, 4, s, KVB_IN);
+    kvb_tensor *V = kvb_run_tensor(r, "V", KVB_BF16, 4, s, KVB_IN);
+    const int dist = dist_of(r->c);
+    fill_kv(K->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
+    fill_kv(V->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
+    int64_t s1[1] = {int2_native_rec_elems(l)};
+    kvb_tensor *rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_OUT);
+    s1[0] = int2_native_km_elems(l);
+    kvb_tensor *km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_OUT);
+    km->cmp = KVB_CMP_EXACT; /* fp16 metadata: bit for bit */
+    /* the reference: the interchange cache of the whole prompt, then its native layout */
+    int2_cache c;
+    memset(&c, 0, sizeof c);
+    c.Kq = malloc(sizeof(uint32_t) * (size_t)int2_kq_elems(l));
+    c.Ks = malloc(sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l));
+    c.Kz = malloc(sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l));
+    c.Vq = malloc(sizeof(uint32_t) * (size_t)int2_vq_elems(l));
+    c.Vs = malloc(sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l));
+    c.Vz = malloc(sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l));
+    int rc = (!c.Kq || !c.Ks || !c.Kz || !c.Vq || !c.Vs || !c.Vz)
+                 ? kvb_fail(KVB_ENOMEM, "int2_quantize_native: host reference cache (T=%lld)", (long long)l->T)
+                 : KVB_OK;
+    if (!rc) rc = quantize_into(&c, l, K->h, V->h, l->T);
+    if (!rc) {
+        int2_native n = {rec->ref, km->ref};
+        rc = ref_int2_to_native(&c, &n, l);
+    }
+    free(c.Kq), free(c.Ks), free(c.Kz), free(c.Vq), free(c.Vs), free(c.Vz);
+    return rc;
+}
+
+static int launch_quantize_native(kvb_run *r)
+{
+#if KVB_HAVE_CUDA
+    const int2_layout *l = &((int2_priv *)r->priv)->l;
+    int2_native n = {kvb_run_find(r, "Rec")->d, kvb_run_find(r, "Km")->d};
+    return int2_quantize_native(kvb_run_find(r, "K")->d, kvb_run_find(r, "V")->d, l->T, l->T, 0, &n, l, r->stream);
+#else
+    (void)r;
+    return KVB_EDEVICE;
+#endif
+}
+
+/* bf16 keys and values in, the native words out */
+static void cost_quantize_native(const kvb_run *r, kvb_cost *c)
+{
+    const int2_layout *l = &((const int2_priv *)r->priv)->l;
+    c->bytes_dev = 2.0 * 2.0 * (double)l->B * l->Hkv * (double)l->T * l->D + 4.0 * int2_native_rec_elems(l) +
+                   2.0 * int2_native_km_elems(l);
+    c->ceiling = KVB_CEIL_D2D;
+}
+
 /* ---- registry entries ---- */
 
 const kvb_op op_int2_quantize = {
@@ -773,6 +847,19 @@ const kvb_op op_int2_native = {
     .setup = setup_native,
     .launch = launch_native,
     .cost = cost_native,
+    .teardown = teardown_int2,
+};
+
+const kvb_op op_int2_quantize_native = {
+    .name = "int2_quantize_native",
+    .family = "int2",
+    .summary = "INT2 quantize/pack of a prompt straight into the kernel-native layout of int2_decode_attn v3 (bit-exact)",
+    .params = quantize_params,
+    .n_params = NPARAMS(quantize_params),
+    .validate = validate_quantize_native,
+    .setup = setup_quantize_native,
+    .launch = launch_quantize_native,
+    .cost = cost_quantize_native,
     .teardown = teardown_int2,
 };
 

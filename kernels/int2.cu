@@ -1770,10 +1770,60 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     }
 }
 
-// ---- interchange -> native on the device: one block per (step, head), one thread per output word ----
-// The layout's definition is reference/int2.h (ref_int2_to_native); this gathers, for each native word,
-// its 16 codes (or two fp16) from the interchange arrays. Key-metadata rows are written by the steps
-// that hold them (at gs=128 both steps of a group write the same row).
+// ---- the native layout written on the device ----
+// The layout's definition is reference/int2.h (ref_int2_to_native). One step record (64 tokens of one
+// KV head) and the key-metadata rows are written by the block's threads, one output word each, from a
+// source of codes and metadata: the interchange arrays (to_native_kernel) or a chunk quantized in
+// shared memory (quant_native_kernel). Token and group arguments are relative to the step (record)
+// or to the source's first group (rows).
+template <class Src>
+__device__ void write_record(uint32_t *rec, const Src &src, int D, int ngv)
+{
+    const int rw = 8 * D + 64 * ngv;
+    for (int idx = threadIdx.x; idx < rw; idx += blockDim.x) {
+        uint32_t word = 0;
+        if (idx < 4 * D) { // key codes (j, lane, p)
+            const int j = idx / 64, lane = (idx % 64) / 2, pp = idx % 2, g = lane / 4, t = lane % 4;
+            for (int hb = 0; hb < 2; hb++) {
+                const int c = 16 * j + 4 * t + 2 * pp + hb;
+                for (int i = 0; i < 4; i++)
+                    for (int h = 0; h < 2; h++) word |= src.kcode(16 * i + g + 8 * h, c) << (16 * hb + 2 * (2 * i + h));
+            }
+        } else if (idx < 8 * D) { // value codes (i, lane, 2mh + p)
+            const int v = idx - 4 * D, i = v / D, lane = (v % D) / (D / 32), q = (v % D) % (D / 32);
+            const int pp = q % 2, mh = q / 2, g = lane / 4, t = lane % 4;
+            for (int hb = 0; hb < 2; hb++)
+                for (int m = 0; m < 4; m++)
+                    for (int h = 0; h < 2; h++)
+                        word |= src.vcode(16 * i + 2 * t + 8 * pp + hb, 16 * (4 * mh + m) + 2 * g + h) << (16 * hb + 2 * (2 * m + h));
+        } else { // value scales and zeros: halves 2e, 2e + 1 of the metadata part
+            for (int half = 0; half < 2; half++) {
+                const int e = 2 * (idx - 8 * D) + half;
+                const int pos = e % 16, gv = (e / 16) % ngv, ia = e / (16 * ngv), i = ia / 2, a = ia % 2;
+                const int tau = 2 * (pos / 4) + 8 * ((pos / 2) % 2) + pos % 2; // the inverse of pos(tau)
+                word |= (uint32_t)src.vmeta(a, 16 * i + tau, gv) << (16 * half);
+            }
+        }
+        rec[idx] = word;
+    }
+}
+
+// Key-metadata rows r < nrows of groups grp0 + r (scales then zeros, rotated): km points at group 0's row
+// of the head.
+template <class Src>
+__device__ void write_kmeta_rows(unsigned short *km, const Src &src, int D, int gs, int64_t grp0, int nrows)
+{
+    const int ngs = gs >= 64 ? 1 : 64 / gs, nq = D / 4;
+    for (int idx = threadIdx.x; idx < nrows * 2 * D; idx += blockDim.x) {
+        const int r = idx / (2 * D), a = (idx / D) % 2, P = idx % D;
+        const int64_t grp = grp0 + r;
+        const int rot = (int)(grp % ngs);
+        const int d = 4 * (((P / 4 - 4 * rot) % nq + nq) % nq) + P % 4; // the channel stored at P
+        km[(grp * 2 + a) * D + P] = src.kmeta(a, r, d);
+    }
+}
+
+// ---- interchange -> native: one block per (step, head) ----
 struct PackParams {
     CachePtrs c;
     uint32_t *Rec;
@@ -1782,63 +1832,130 @@ struct PackParams {
     int64_t Tcap, s0;
 };
 
+// The interchange arrays of head bh as a source, tokens relative to tok0 and groups to grp0.
+struct InterchangeSrc {
+    const uint32_t *kq, *vq;
+    const unsigned short *ks, *kz, *vs, *vz;
+    int64_t bh, Tcap, tok0, grp0;
+    int D, gs;
+    __device__ uint32_t kcode(int tok, int c) const
+    {
+        const int64_t t = tok0 + tok;
+        return (kq[(bh * D + c) * (Tcap / 16) + t / 16] >> (2 * (t % 16))) & 3u;
+    }
+    __device__ uint32_t vcode(int tok, int ch) const
+    {
+        return (vq[(bh * Tcap + tok0 + tok) * (D / 16) + ch / 16] >> (2 * (ch % 16))) & 3u;
+    }
+    __device__ unsigned short vmeta(int a, int tok, int gv) const
+    {
+        return (a ? vz : vs)[(bh * Tcap + tok0 + tok) * (D / gs) + gv];
+    }
+    __device__ unsigned short kmeta(int a, int r, int d) const
+    {
+        return (a ? kz : ks)[(bh * D + d) * (Tcap / gs) + grp0 + r];
+    }
+};
+
+// Key-metadata rows are written by the steps that hold them (at gs=128 both steps of a group write
+// the same row).
 __global__ void __launch_bounds__(256) to_native_kernel(PackParams p)
 {
     const int D = p.D, gs = p.gs, ngv = D / gs, ngs = gs >= 64 ? 1 : 64 / gs;
     const int64_t s = p.s0 + blockIdx.x, bh = blockIdx.y, Tcap = p.Tcap;
-    const int64_t rw = 8 * D + 64 * ngv;
-    uint32_t *rec = p.Rec + (bh * (Tcap / 64) + s) * rw;
-    const uint32_t *kq = reinterpret_cast<const uint32_t *>(p.c.Kq), *vq = reinterpret_cast<const uint32_t *>(p.c.Vq);
-    const unsigned short *vs = reinterpret_cast<const unsigned short *>(p.c.Vs),
-                         *vz = reinterpret_cast<const unsigned short *>(p.c.Vz);
-    for (int idx = threadIdx.x; idx < rw; idx += blockDim.x) {
-        uint32_t word = 0;
-        if (idx < 4 * D) { // key codes (j, lane, p)
-            const int j = idx / 64, lane = (idx % 64) / 2, pp = idx % 2, g = lane / 4, t = lane % 4;
-            for (int hb = 0; hb < 2; hb++) {
-                const int c = 16 * j + 4 * t + 2 * pp + hb;
-                for (int i = 0; i < 4; i++)
-                    for (int h = 0; h < 2; h++) {
-                        const int64_t tok = 64 * s + 16 * i + g + 8 * h;
-                        const uint32_t code = (kq[(bh * D + c) * (Tcap / 16) + tok / 16] >> (2 * (tok % 16))) & 3u;
-                        word |= code << (16 * hb + 2 * (2 * i + h));
-                    }
-            }
-        } else if (idx < 8 * D) { // value codes (i, lane, 2mh + p)
-            const int v = idx - 4 * D, i = v / D, lane = (v % D) / (D / 32), q = (v % D) % (D / 32);
-            const int pp = q % 2, mh = q / 2, g = lane / 4, t = lane % 4;
-            for (int hb = 0; hb < 2; hb++)
-                for (int m = 0; m < 4; m++)
-                    for (int h = 0; h < 2; h++) {
-                        const int64_t tok = 64 * s + 16 * i + 2 * t + 8 * pp + hb;
-                        const int ch = 16 * (4 * mh + m) + 2 * g + h;
-                        const uint32_t code = (vq[(bh * Tcap + tok) * (D / 16) + ch / 16] >> (2 * (ch % 16))) & 3u;
-                        word |= code << (16 * hb + 2 * (2 * m + h));
-                    }
-        } else { // value scales and zeros: halves 2e, 2e + 1 of the metadata part
-            for (int half = 0; half < 2; half++) {
-                const int e = 2 * (idx - 8 * D) + half;
-                const int pos = e % 16, gv = (e / 16) % ngv, ia = e / (16 * ngv), i = ia / 2, a = ia % 2;
-                const int tau = 2 * (pos / 4) + 8 * ((pos / 2) % 2) + pos % 2; // the inverse of pos(tau)
-                const int64_t tok = 64 * s + 16 * i + tau;
-                const unsigned short x = (a ? vz : vs)[(bh * Tcap + tok) * ngv + gv];
-                word |= (uint32_t)x << (16 * half);
-            }
+    InterchangeSrc src;
+    src.kq = reinterpret_cast<const uint32_t *>(p.c.Kq), src.vq = reinterpret_cast<const uint32_t *>(p.c.Vq);
+    src.ks = reinterpret_cast<const unsigned short *>(p.c.Ks), src.kz = reinterpret_cast<const unsigned short *>(p.c.Kz);
+    src.vs = reinterpret_cast<const unsigned short *>(p.c.Vs), src.vz = reinterpret_cast<const unsigned short *>(p.c.Vz);
+    src.bh = bh, src.Tcap = Tcap, src.tok0 = 64 * s, src.grp0 = (64 * s) / gs, src.D = D, src.gs = gs;
+    write_record(p.Rec + (bh * (Tcap / 64) + s) * (8 * D + 64 * ngv), src, D, ngv);
+    write_kmeta_rows(reinterpret_cast<unsigned short *>(p.Km) + bh * (Tcap / gs) * 2 * D, src, D, gs, src.grp0, ngs);
+}
+
+// ---- quantize straight into the native layout: one block per (chunk, head) ----
+// A chunk is CH = max(64, gs) tokens: whole steps and whole key groups. Its keys and values are staged
+// in shared memory as bf16, the group metadata computed there (group_meta, as the interchange
+// quantizers: bit-exact with the reference), and every native word built from codes computed on the
+// fly (code_of). Not fast: a one-time pass per prompt or flush.
+struct QuantNativeParams {
+    const __nv_bfloat16 *K, *V; // [heads, src_len, D], tokens [0, n) quantized
+    int64_t src_len, t0, Tcap;  // cache tokens [t0, t0 + n)
+    uint32_t *Rec;
+    __half *Km;
+    int gs;
+};
+
+template <int D>
+struct ChunkSrc {
+    const __nv_bfloat16 *k, *v;    // [CH][D] of the chunk
+    const unsigned short *km, *vm; // key meta [2][D][ngk], value meta [2][CH][ngv] (fp16 bits)
+    int gs, ngk, ngv, CH, tok0;    // tok0: the step's first token within the chunk
+    __device__ static uint32_t code(float x, unsigned short sb, unsigned short zb)
+    {
+        const float sf = __half2float(__ushort_as_half(sb)), zf = __half2float(__ushort_as_half(zb));
+        const bool live = sf == sf && sf != 0.f; // NaN metadata: a group with an unsupported value
+        return live ? code_of(x, sf, zf, __frcp_rn(sf)) : 0u;
+    }
+    __device__ uint32_t kcode(int tok, int c) const
+    {
+        const int t = tok0 + tok, gi = t / gs;
+        return code(__bfloat162float(k[t * D + c]), km[c * ngk + gi], km[(D + c) * ngk + gi]);
+    }
+    __device__ uint32_t vcode(int tok, int ch) const
+    {
+        const int t = tok0 + tok, gv = ch / gs;
+        return code(__bfloat162float(v[t * D + ch]), vm[t * ngv + gv], vm[(CH + t) * ngv + gv]);
+    }
+    __device__ unsigned short vmeta(int a, int tok, int gv) const { return vm[(a * CH + tok0 + tok) * ngv + gv]; }
+    __device__ unsigned short kmeta(int a, int r, int d) const { return km[(a * D + d) * ngk + r]; }
+};
+
+template <int D>
+__global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int gs = p.gs, CH = gs > 64 ? gs : 64, ngk = CH / gs, ngv = D / gs, tid = threadIdx.x;
+    const int64_t bh = blockIdx.y, c0 = (int64_t)blockIdx.x * CH; // the chunk's first source token
+    __nv_bfloat16 *k = reinterpret_cast<__nv_bfloat16 *>(smem), *v = k + CH * D;
+    unsigned short *km = reinterpret_cast<unsigned short *>(v + CH * D), *vm = km + 2 * D * ngk;
+    const uint4 *ksrc = reinterpret_cast<const uint4 *>(p.K + (bh * p.src_len + c0) * D);
+    const uint4 *vsrc = reinterpret_cast<const uint4 *>(p.V + (bh * p.src_len + c0) * D);
+    for (int i = tid; i < CH * D / 8; i += blockDim.x) {
+        reinterpret_cast<uint4 *>(k)[i] = ksrc[i];
+        reinterpret_cast<uint4 *>(v)[i] = vsrc[i];
+    }
+    __syncthreads();
+    // metadata: keys per (channel, group of gs tokens), values per (token, group of gs channels)
+    for (int task = tid; task < D * ngk + CH * ngv; task += blockDim.x) {
+        const bool key = task < D * ngk;
+        const int u = key ? task : task - D * ngk;
+        auto at = [&](int i) {
+            return key ? __bfloat162float(k[((u / D) * gs + i) * D + u % D]) : __bfloat162float(v[(u / ngv) * D + (u % ngv) * gs + i]);
+        };
+        float mn = at(0), mx = mn; // the reference's scan, in its order (the sign of a zero minimum included)
+        bool bad = false;
+        for (int i = 0; i < gs; i++) {
+            const float x = at(i);
+            if (x < mn) mn = x;
+            if (x > mx) mx = x;
+            bad |= unsupported(x); // inf, NaN or beyond INT2_MAX_ABS: NaN metadata, codes 0
         }
-        rec[idx] = word;
+        __half s, z;
+        group_meta(mn, mx, bad, s, z);
+        if (key) { // km [a][d][gi]
+            km[(u % D) * ngk + u / D] = __half_as_ushort(s), km[(D + u % D) * ngk + u / D] = __half_as_ushort(z);
+        } else {   // vm [a][tau][gv]
+            vm[u] = __half_as_ushort(s), vm[CH * ngv + u] = __half_as_ushort(z);
+        }
     }
-    // key metadata rows of this step's groups: scales then zeros, rotated
-    const int64_t g0 = (64 * s) / gs;
-    const unsigned short *ks = reinterpret_cast<const unsigned short *>(p.c.Ks),
-                         *kz = reinterpret_cast<const unsigned short *>(p.c.Kz);
-    unsigned short *km = reinterpret_cast<unsigned short *>(p.Km);
-    for (int idx = threadIdx.x; idx < ngs * 2 * D; idx += blockDim.x) {
-        const int r = idx / (2 * D), a = (idx / D) % 2, P = idx % D;
-        const int64_t grp = g0 + r;
-        const int rot = (int)(grp % ngs), nq = D / 4;
-        const int d = 4 * (((P / 4 - 4 * rot) % nq + nq) % nq) + P % 4; // the channel stored at P
-        km[((bh * (Tcap / gs) + grp) * 2 + a) * D + P] = (a ? kz : ks)[(bh * D + d) * (Tcap / gs) + grp];
+    __syncthreads();
+    const int64_t tok = p.t0 + c0; // the chunk's first cache token: a multiple of CH
+    ChunkSrc<D> src{k, v, km, vm, gs, ngk, ngv, CH, 0};
+    for (int sl = 0; sl < CH / 64; sl++) {
+        src.tok0 = 64 * sl;
+        write_record(p.Rec + (bh * (p.Tcap / 64) + tok / 64 + sl) * (8 * D + 64 * ngv), src, D, ngv);
     }
+    write_kmeta_rows(reinterpret_cast<unsigned short *>(p.Km) + bh * (p.Tcap / gs) * 2 * D, src, D, gs, tok / gs, ngk);
 }
 
 } // namespace v3
@@ -2515,6 +2632,44 @@ extern "C" int int2_to_native(const int2_cache *c, const int2_native *n, const i
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     });
+}
+
+extern "C" int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0,
+                                    const int2_native *nat, const int2_layout *l, cudaStream_t stream)
+{
+    const char *who = "int2_quantize_native";
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    const int64_t CH = l->gs > 64 ? l->gs : 64;
+    if (l->Tcap % 64)
+        return kvb_fail(KVB_EINVAL, "%s: Tcap=%lld is not a multiple of 64 (the native layout's step)", who, (long long)l->Tcap);
+    if (n < 0 || n % CH || t0 < 0 || t0 % CH || t0 + n > l->Tcap)
+        return kvb_fail(KVB_EINVAL, "%s: tokens n=%lld at t0=%lld out of range: both multiples of max(64, gs) = %lld, "
+                        "t0 + n <= Tcap = %lld", who, (long long)n, (long long)t0, (long long)CH, (long long)l->Tcap);
+    if (src_len < n) return kvb_fail(KVB_EINVAL, "%s: src_len=%lld < n=%lld", who, (long long)src_len, (long long)n);
+    if (!K || !V) return kvb_fail(KVB_EINVAL, "%s: K or V is NULL", who);
+    if (!nat || !nat->Rec || !nat->Km) return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
+    if (n == 0) return KVB_OK;
+    v3::QuantNativeParams p;
+    p.K = reinterpret_cast<const __nv_bfloat16 *>(K), p.V = reinterpret_cast<const __nv_bfloat16 *>(V);
+    p.src_len = src_len, p.t0 = t0, p.Tcap = l->Tcap, p.gs = l->gs;
+    p.Rec = nat->Rec, p.Km = reinterpret_cast<__half *>(nat->Km);
+    const int ngk = (int)(CH / l->gs), ngv = l->D / l->gs;
+    const size_t smem = (size_t)2 * CH * l->D * 2 + (size_t)(2 * l->D * ngk + 2 * CH * ngv) * 2;
+    const int64_t chunks = n / CH, heads = (int64_t)l->B * l->Hkv;
+    auto run = [&](auto kernel) -> int {
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        return kvb_grid_chunks(heads, [&](int64_t head0, unsigned nh) -> int {
+            v3::QuantNativeParams q = p; // one launch per chunk of heads: the head offset through the pointers
+            q.K += head0 * src_len * l->D, q.V += head0 * src_len * l->D;
+            q.Rec += head0 * (l->Tcap / 64) * int2_native_rec_words(l);
+            q.Km += head0 * (l->Tcap / l->gs) * 2 * l->D;
+            kernel<<<dim3((unsigned)chunks, nh), 256, smem, stream>>>(q);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
+    };
+    return l->D == 64 ? run(v3::quant_native_kernel<64>) : run(v3::quant_native_kernel<128>);
 }
 
 // Host self-test of the v2 copy plans for every (D, gs): the number of violations (0: good).

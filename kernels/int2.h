@@ -73,6 +73,12 @@ int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_nativ
  * Tcap; tokens of those steps past T are copied as they are in c. */
 int int2_to_native(const int2_cache *c, const int2_native *n, const int2_layout *l, int64_t t0, int64_t t1,
                    cudaStream_t stream);
+/* Tokens [0, n) of K, V [B, Hkv, src_len, D] (bf16) quantized straight into the native layout's cache
+ * tokens [t0, t0 + n), bit for bit as ref_int2_quantize_keys/values followed by ref_int2_to_native:
+ * the prompt (t0 = 0) or an append's flush, with no interchange copy. n and t0 are multiples of
+ * max(64, gs) (whole steps and whole key groups); Tcap a multiple of 64. */
+int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0,
+                         const int2_native *nat, const int2_layout *l, cudaStream_t stream);
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */
