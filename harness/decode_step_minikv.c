@@ -5,7 +5,8 @@
  * first T = n - n mod 128 quantized, the last n mod 128 in the bf16 residual (a flush every 128). The kept tokens are seeded normal activations (which prompt tokens
  * were kept does not change the step's work); the device's cache is quantized from them by the suite's
  * int2_quantize kernels, the host's by their references, and the comparison holds the one to the other.
- * The step: int2_append (a flush when the residual reaches 128), int2_decode_attn.
+ * The step: int2_append_native (a flush when the residual reaches 128, into both the interchange and
+ * the native cache), int2_decode_attn v3 over the native cache.
  *
  * Invariant: with fewer than 128 tokens cached the cache is all residual, and the path must equal dense
  * attention over those bf16 rows (within one bf16 rounding: the two references sum in different orders).
@@ -87,8 +88,8 @@ static int setup_mk(kvb_run *r, step_priv *p)
     if (kvb_gpu_available()) ws = minikv_workspace_bytes(l);
 #endif
     step_tensor(r, "attn_ws", KVB_U8, 1, (int64_t)ws, 0, 0, 0, KVB_SCRATCH);
-    /* the cache in v3's native layout: written from the prefill's device cache (gpu_prefill_mk), then
-     * mirrored after each flush by the step; device-only state, read by the attention */
+    /* the cache in v3's native layout: quantized from the kept activations at the prefill
+     * (gpu_prefill_mk), flushed into by the step's append; device-only state, read by the attention */
     step_tensor(r, "native_rec", KVB_U32, 1, int2_native_rec_elems(l), 0, 0, 0, KVB_SCRATCH);
     step_tensor(r, "native_km", KVB_FP16, 1, int2_native_km_elems(l), 0, 0, 0, KVB_SCRATCH);
 
@@ -163,8 +164,10 @@ static int gpu_prefill_mk(kvb_run *r, step_priv *p)
     if (l->T > 0 && ((rc = int2_quantize_keys(Ka->d, N, l->T, 0, &c, l, r->stream)) ||
                      (rc = int2_quantize_values(Va->d, N, l->T, 0, &c, l, r->stream))))
         return rc;
+    /* the native copy quantized from the same activations (bit for bit the mirror of c); its flushes
+     * are the append's (int2_append_native) */
     const int2_native n = {step_dev(r, "native_rec"), step_dev(r, "native_km")};
-    if ((rc = int2_to_native(&c, &n, l, 0, l->Tcap, r->stream))) return rc; /* every step: tokens past T as the cache holds them */
+    if (l->T > 0 && (rc = int2_quantize_native(Ka->d, Va->d, N, l->T, 0, &n, l, r->stream))) return rc;
     const size_t row = sizeof(kvb_bf16) * (size_t)l->D, heads = (size_t)l->B * l->Hkv;
     if (l->R > 0) {
         kvb_d2d_2d(c.Kr, l->Rcap * row, (const kvb_bf16 *)Ka->d + l->T * l->D, N * row, l->R * row, heads, r->stream);
@@ -185,7 +188,7 @@ static int attention_mk(kvb_run *r, step_priv *p, int which, block_attention *a)
 }
 #endif
 
-/* The append (the new row, and a flush's 128 tokens read and quantized), and one read of the cache
+/* The append (the new row, and a flush's 128 tokens read and quantized into both caches), and one read of the cache
  * after it: codes, scales and zeros of T' tokens, R' residual rows (int2_cache_bytes). */
 static void bytes_mk(const kvb_run *r, const step_priv *p, double *dev, double *host, double *flops)
 {
@@ -196,6 +199,8 @@ static void bytes_mk(const kvb_run *r, const step_priv *p, double *dev, double *
         int2_layout f = *l;
         f.T = INT2_FLUSH, f.R = INT2_FLUSH;
         append += int2_cache_bytes(&f); /* the residual read, its codes and metadata written */
+        f.R = 0;
+        append += int2_cache_bytes(&f); /* and written again in the native layout (int2_append_native) */
     }
     *dev = append + int2_cache_bytes(&a) + 2.0 * 2.0 * l->B * l->Hq * l->D;
     *host = 0;
@@ -215,8 +220,8 @@ static void teardown_mk(step_priv *p) { free(p->ms); }
 
 const step_method step_method_minikv = {
     .name = "minikv",
-    .about = "INT2 K, V of the heavy hitters and the recent window + bf16 residual; int2_append, int2_to_native "
-             "after a flush, int2_decode_attn v3",
+    .about = "INT2 K, V of the heavy hitters and the recent window + bf16 residual; int2_append_native (a flush "
+             "quantizes into the interchange and the native cache), int2_decode_attn v3",
     .shape = shape_mk,
     .setup = setup_mk,
     .ref_attend = ref_attend_mk,

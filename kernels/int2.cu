@@ -2351,10 +2351,11 @@ extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t 
     });
 }
 
-extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
-                           cudaStream_t stream)
+// The append; with nat, a flush's 128 tokens are also quantized into the native cache, from the residual
+// rows before the shift moves the rest over them.
+static int append_impl(const int2_cache *c, const int2_native *nat, const kvb_bf16 *knew, const kvb_bf16 *vnew,
+                       const int2_layout *l, cudaStream_t stream, const char *who)
 {
-    const char *who = "int2_append";
     int rc = int2_append_check(l, who);
     if (rc) return rc;
     if (!knew || !vnew || !c || !c->Kr || !c->Vr)
@@ -2370,6 +2371,7 @@ extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_
     if (R < INT2_FLUSH) return KVB_OK;
     if ((rc = int2_quantize_keys(c->Kr, l->Rcap, INT2_FLUSH, l->T, c, l, stream))) return rc;
     if ((rc = int2_quantize_values(c->Vr, l->Rcap, INT2_FLUSH, l->T, c, l, stream))) return rc;
+    if (nat && (rc = int2_quantize_native(c->Kr, c->Vr, l->Rcap, INT2_FLUSH, l->T, nat, l, stream))) return rc;
     if (R > INT2_FLUSH) {
         const int count = R - INT2_FLUSH;
         const int64_t n = heads * count * (l->D / 8);
@@ -2379,6 +2381,23 @@ extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_
         CUDA_TRY(cudaGetLastError());
     }
     return KVB_OK;
+}
+
+extern "C" int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
+                           cudaStream_t stream)
+{
+    return append_impl(c, NULL, knew, vnew, l, stream, "int2_append");
+}
+
+extern "C" int int2_append_native(const int2_cache *c, const int2_native *nat, const kvb_bf16 *knew,
+                                  const kvb_bf16 *vnew, const int2_layout *l, cudaStream_t stream)
+{
+    const char *who = "int2_append_native";
+    if (!nat || !nat->Rec || !nat->Km) return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
+    if (int2_after_append(l).T > l->T && (l->T % 64 || l->gs > 64 && l->T % l->gs))
+        return kvb_fail(KVB_EINVAL, "%s: this append flushes at T=%lld, which must be a multiple of max(64, gs=%d) for "
+                        "the native layout's steps", who, (long long)l->T, l->gs);
+    return append_impl(c, nat, knew, vnew, l, stream, who);
 }
 
 extern "C" int int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, int64_t L, const int2_layout *l,

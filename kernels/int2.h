@@ -37,6 +37,11 @@ int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t 
  * [T, T + 128) and the rest move to the front. The caller advances T and R as ref_int2_append says. */
 int int2_append(const int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, const int2_layout *l,
                 cudaStream_t stream);
+/* The same, keeping a native copy n of the cache in step: a flush also quantizes its 128 tokens into
+ * n (int2_quantize_native), so the native cache needs no mirror from c. A flushing append needs T a
+ * multiple of max(64, gs). */
+int int2_append_native(const int2_cache *c, const int2_native *n, const kvb_bf16 *knew, const kvb_bf16 *vnew,
+                       const int2_layout *l, cudaStream_t stream);
 
 /* scores [B, Hq, T] fp32 = q . dequant(K) (no 1/sqrt(D)); fp16 tensor-core products of the exactly
  * rounded dequantized keys and of q scaled by a power of two per head, fp32 accumulation. */

@@ -24,6 +24,10 @@ int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_ca
     p->c = *c;
     if (n) {
         if (!n->Rec || !n->Km) return kvb_fail(KVB_EINVAL, "%s: a native cache pointer (Rec, Km) is NULL", who);
+        const int64_t step = before->gs > 64 ? before->gs : 64;
+        if (p->after.T > before->T && before->T % step)
+            return kvb_fail(KVB_EINVAL, "%s: the append flushes at T=%lld, out of range for the native cache: a "
+                            "multiple of max(64, gs) = %lld", who, (long long)before->T, (long long)step);
         p->n = *n;
     }
     p->ws = ws;
@@ -33,13 +37,8 @@ int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_ca
 static int stage_append(void *ctx, cudaStream_t s)
 {
     const minikv_path *p = ctx;
+    if (p->n.Rec) return int2_append_native(&p->c, &p->n, p->knew, p->vnew, &p->before, s);
     return int2_append(&p->c, p->knew, p->vnew, &p->before, s);
-}
-
-static int stage_pack(void *ctx, cudaStream_t s)
-{
-    const minikv_path *p = ctx;
-    return int2_to_native(&p->c, &p->n, &p->after, p->before.T, p->after.T, s);
 }
 
 static int stage_attend(void *ctx, cudaStream_t s)
@@ -55,8 +54,8 @@ int minikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const 
     minikv_path *p = ctx;
     p->q = q, p->knew = knew, p->vnew = vnew, p->o = att;
     const int flush = p->after.T > p->before.T;
-    if (kvb_step_add(step, flush ? "int2_append+flush" : "int2_append", 0, -1, stage_append, p) < 0 ||
-        (flush && p->n.Rec && kvb_step_add(step, "int2_to_native", 0, -1, stage_pack, p) < 0) ||
+    const char *name = !flush ? "int2_append" : p->n.Rec ? "int2_append+flush+native" : "int2_append+flush";
+    if (kvb_step_add(step, name, 0, -1, stage_append, p) < 0 ||
         kvb_step_add(step, "int2_decode_attn", 0, -1, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;

@@ -2,8 +2,8 @@
  * decode.md, the minikv row; int2.md): the INT2 cache of the kept tokens plus its bf16 residual.
  *
  *   int2_append        the new token's k, v into residual slot R; when the residual then holds 128
- *                      tokens they are quantized into cache tokens [T, T + 128) (the flush)
- *   int2_to_native     after a flush, with a native cache: the flushed steps mirrored into it
+ *                      tokens they are quantized into cache tokens [T, T + 128) (the flush); with a
+ *                      native cache, int2_append_native, whose flush also quantizes them into it
  *   int2_decode_attn   attention over the T' quantized and R' residual tokens after the append: v3
  *                      over the native cache when the path has one, else v2 over the interchange cache
  *
@@ -32,7 +32,8 @@ typedef struct minikv_path {
 /* Workspace of the attention stage over the cache after the append. */
 size_t minikv_workspace_bytes(const int2_layout *before);
 /* Check both stages (int2_append_check, int2_attn_check, Tcap a multiple of INT2_TCAP_GRANULE). n: the
- * native copy of c (int2_to_native after the prefill), or NULL for v2 over c alone. */
+ * native copy of c (int2_quantize_native at the prefill), or NULL for v2 over c alone; with it, a flush
+ * needs T a multiple of max(64, gs). */
 int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_cache *c, const int2_native *n, void *ws);
 /* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared path). */
 int minikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
