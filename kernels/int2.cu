@@ -1391,12 +1391,6 @@ struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
     int early;    // 1: a segment's first records are requested before q is staged and the residual read
-    // 0: the static stream-K line; > 0: a work queue of nc chunks per head (contiguous unit ranges, a
-    // fixed partition), taken by the resident blocks in turn from queue[0]; queue[1] counts the blocks
-    // done, and the last one resets both for the next launch. The merge is per chunk, in chunk order:
-    // the result does not depend on which block took which chunk.
-    int64_t nc;
-    int *queue;
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1702,31 +1696,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     uint32_t issued = 0, used = 0; // this warp's step records so far (every lane keeps the count)
 
     const int64_t per_head = p.nr + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
-    int64_t u = P.nc ? 0 : part_begin(kb, N, grid);
-    const int64_t u1 = P.nc ? 0 : part_begin(kb + 1, N, grid);
-    __shared__ int chunk_s;
-    for (;;) {
-        // the next segment: [s0, s1) of head `head`; its partial goes to slot `slot` of the head's merge
-        // over [first, last] (finish_head's numbering: parts row head + slot)
-        int64_t head, s0, s1, first, last, slot;
-        if (P.nc) {
-            __syncthreads(); // every thread has read chunk_s, and the previous segment is done with shared memory
-            if (tid == 0) chunk_s = atomicAdd(P.queue, 1);
-            __syncthreads();
-            const int64_t c = chunk_s;
-            if (c >= p.heads * P.nc) break;
-            head = c / P.nc;
-            const int64_t k = c % P.nc;
-            s0 = k * per_head / P.nc, s1 = (k + 1) * per_head / P.nc;
-            first = head * (P.nc - 1), last = first + P.nc - 1, slot = first + k;
-        } else {
-            if (u >= u1) break;
-            head = u / per_head;
-            const int64_t hoff = head * per_head;
-            s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
-            first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid), slot = kb;
-            u = hoff + s1;
-        }
+    int64_t u = part_begin(kb, N, grid);
+    const int64_t u1 = part_begin(kb + 1, N, grid);
+    while (u < u1) {
+        const int64_t head = u / per_head, hoff = head * per_head;
+        const int64_t s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
         const int64_t b = head / p.Hkv;
         const int kvh = (int)(head % p.Hkv);
         __syncthreads(); // the previous segment is done with shared memory
@@ -1789,11 +1763,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         __syncthreads(); // the merge buffer aliases the rings
         deposit<D, GS>(ms, st, warp, lane);
         __syncthreads();
-        v2::finish<D>(ms, G, head, first, last, slot, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
+        const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
+        v2::finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
                       &flag_s, tid);
+        u = hoff + s1;
     }
-    if (P.nc && tid == 0 && atomicAdd(P.queue + 1, 1) == (int)grid - 1) // every block has taken its last chunk
-        P.queue[0] = 0, P.queue[1] = 0;
 }
 
 // ---- the native layout written on the device ----
@@ -2237,14 +2211,11 @@ int attn_capacity_of(const int2_layout *l, int version, int *cap)
     });
 }
 
-// Counters: one per head, then v3's two queue counters. Partials: heads + cap slots for the stream-K
-// line, heads + V3_MAX_CHUNKS * cap for v3's work queue (nc <= ceil(V3_MAX_CHUNKS * cap / heads)).
-constexpr int V3_MAX_CHUNKS = 4;
 size_t attn_workspace(const int2_layout *l, int cap, size_t *parts_off)
 {
     const size_t heads = (size_t)l->B * l->Hkv, G = (size_t)(l->Hq / l->Hkv);
-    *parts_off = ((heads + 2) * sizeof(int) + 255) & ~(size_t)255;
-    return *parts_off + (heads + (size_t)V3_MAX_CHUNKS * cap) * G * (size_t)(l->D + 2) * sizeof(float);
+    *parts_off = (heads * sizeof(int) + 255) & ~(size_t)255;
+    return *parts_off + (heads + (size_t)cap) * G * (size_t)(l->D + 2) * sizeof(float);
 }
 
 size_t av_workspace(const int2_layout *l, size_t *parts_off)
@@ -2562,24 +2533,9 @@ static bool v3_early()
     static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
     return v;
 }
-// KVB_INT2_V3_GRID: aligned (the default), stream, or queue (the work queue, KVB_INT2_V3_CHUNKS chunks
-// per resident block, 1 to V3_MAX_CHUNKS, default 2).
-enum { V3_ALIGNED, V3_STREAM, V3_QUEUE };
-static int v3_grid_mode()
+static bool v3_head_aligned()
 {
-    static const int v = [] {
-        const char *e = getenv("KVB_INT2_V3_GRID");
-        return !e ? V3_ALIGNED : !strcmp(e, "stream") ? V3_STREAM : !strcmp(e, "queue") ? V3_QUEUE : V3_ALIGNED;
-    }();
-    return v;
-}
-static int v3_chunks_per_block()
-{
-    static const int v = [] {
-        const char *e = getenv("KVB_INT2_V3_CHUNKS");
-        const int n = e ? atoi(e) : 2;
-        return n < 1 ? 1 : n > V3_MAX_CHUNKS ? V3_MAX_CHUNKS : n;
-    }();
+    static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
     return v;
 }
 
@@ -2619,22 +2575,13 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
     int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
     // v3, head-aligned: a multiple of the heads, so that every block's part of the stream-K line lies in
     // one head (one segment: one q staging, one merge) instead of straddling two
-    int64_t nc = 0; // v3's work queue: chunks per head (0: none)
-    if (version == ATTN_V3 && v3_grid_mode() == V3_ALIGNED && grid == cap && p.heads <= cap)
-        grid = (int)(p.heads * (cap / p.heads));
-    if (version == ATTN_V3 && v3_grid_mode() == V3_QUEUE) {
-        const int64_t per_head = p.nr + p.nq, f = v3_chunks_per_block();
-        nc = (f * grid + p.heads - 1) / p.heads; // <= ceil(V3_MAX_CHUNKS * cap / heads): the workspace's slots
-        nc = nc < per_head ? nc : per_head;    // no empty chunk
-        if (p.heads * nc < grid) grid = (int)(p.heads * nc);
-    }
+    if (version == ATTN_V3 && v3_head_aligned() && grid == cap && p.heads <= cap) grid = (int)(p.heads * (cap / p.heads));
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
         if (version == ATTN_V3) {
             v3::Params P;
             P.a = p;
             P.early = v3_early();
-            P.nc = nc, P.queue = p.counters + p.heads;
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {

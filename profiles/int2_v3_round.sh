@@ -6,10 +6,8 @@
 #             8192 32768 131072) -> bench_T<T>.json, summary_T<T>.md, bench_T<T>.log
 #   ab        v3's launch variants back to back, each a list of environment settings named in AB_VARIANTS
 #             (default: new = early first records and the head-aligned grid, old = neither, early, aligned;
-#             then new and old again, to see the drift; q1..q4: the work queue with 1-4 chunks per block),
-#             over the v3 bench cases at B=8 T=8K, 32K and 128K (gs=16, 128) and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
-#   qcheck    the int2_decode_attn and MiniKV check cases again under v3's work-queue launch
-#             (KVB_INT2_V3_GRID=queue; QCHECK_ENVS) -> qcheck_<n>.json, qcheck_<n>.log
+#             then new and old again, to see the drift), over the v3 bench cases at B=8 T=8K and 32K
+#             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
 #             MemoryWorkloadAnalysis) on v2 and v3 at NCU_SHAPE (default B=8 T=32K gs=16) -> ncu_v2.txt, ncu_v3.txt
 set -u
@@ -41,27 +39,14 @@ for ph in "${phases[@]}"; do
         done ;;
     ab)
         grep -E '^int2_decode_attn .*impl=kernel_v3 tier=bench' "$cases/int2.cases" |
-            grep -E 'B=8 .*gs=(16|128) T=(8192|32768|131072) |B=1 .*gs=16 T=131072 ' >"$out/cases_ab.cases"
+            grep -E 'B=8 .*gs=(16|128) T=(8192|32768) |B=8 .*gs=16 T=131072 |B=1 .*gs=16 T=131072 ' >"$out/cases_ab.cases"
         declare -A envs=([new]="" [old]="KVB_INT2_V3_EARLY=0 KVB_INT2_V3_GRID=stream" [early]="KVB_INT2_V3_GRID=stream"
-            [aligned]="KVB_INT2_V3_EARLY=0" [q1]="KVB_INT2_V3_GRID=queue KVB_INT2_V3_CHUNKS=1"
-            [q2]="KVB_INT2_V3_GRID=queue KVB_INT2_V3_CHUNKS=2" [q3]="KVB_INT2_V3_GRID=queue KVB_INT2_V3_CHUNKS=3"
-            [q4]="KVB_INT2_V3_GRID=queue KVB_INT2_V3_CHUNKS=4")
+            [aligned]="KVB_INT2_V3_EARLY=0")
         n=0
         for v in ${AB_VARIANTS:-new old early aligned new old}; do
             n=$((n + 1))
             env ${envs[$v]:-} "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_${n}_$v.json" >"$out/ab_${n}_$v.log" 2>&1
             echo "ab $n $v (${envs[$v]:-defaults}): exit $? ($(tail -n 1 "$out/ab_${n}_$v.log"))"
-        done ;;
-    qcheck)
-        # the int2_decode_attn and MiniKV step check cases under v3's launch variants (QCHECK_ENVS: a list of
-        # settings, each one run; default the work queue with 1 and 3 chunks per block)
-        n=0
-        for e in ${QCHECK_ENVS:-KVB_INT2_V3_GRID=queue,KVB_INT2_V3_CHUNKS=1 KVB_INT2_V3_GRID=queue,KVB_INT2_V3_CHUNKS=3}; do
-            n=$((n + 1))
-            env ${e//,/ } "$kv" check --cases "$cases" int2_decode_attn method=minikv --json "$out/qcheck_$n.json" \
-                >"$out/qcheck_$n.log" 2>&1
-            echo "qcheck $n ($e): exit $? ($(grep -E '^[0-9]+ passed' "$out/qcheck_$n.log" | tail -n 1))"
-            grep -E '^FAIL' -A3 "$out/qcheck_$n.log" | head -n 12
         done ;;
     ncu)
         shape=${NCU_SHAPE:-int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1}
