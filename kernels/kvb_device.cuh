@@ -143,25 +143,6 @@ __device__ __forceinline__ float ex2(float x) // 2^x on the SFU (flush-to-zero);
     return y;
 }
 
-// 2^x on the FMA pipe, for kernels whose SFU is the bottleneck: x = j + f with j = round(x) (the
-// 1.5 * 2^23 addend leaves it in the low mantissa bits), 2^f by a degree-5 polynomial on [-0.5, 0.5]
-// (constant term 1; relative error below 1.9e-7 over [-126, 2] in fp32, as ex2.approx's), and j added
-// into the exponent field. x is clamped at -127, where the result is exactly 0 (so ex2_fma(-inf) = 0);
-// below 2^-126 the result is a denormal of no accuracy where ex2 flushes to 0. Ten FMA-pipe instructions.
-__device__ __forceinline__ float ex2_fma(float x)
-{
-    x = fmaxf(x, -127.f);
-    const float t = x + 12582912.f;        // 1.5 * 2^23
-    const float f = x - (t - 12582912.f); // in [-0.5, 0.5]
-    float p = 1.326470869e-3f;
-    p = fmaf(p, f, 9.671509266e-3f);
-    p = fmaf(p, f, 5.550733581e-2f);
-    p = fmaf(p, f, 2.402224243e-1f);
-    p = fmaf(p, f, 6.931470037e-1f);
-    p = fmaf(p, f, 1.f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23)); // t's low 9 bits: j mod 512
-}
-
 // ---- 16-bit pairs ----
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) // round to nearest even; lo in the low half

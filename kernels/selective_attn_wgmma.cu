@@ -369,7 +369,7 @@ template <int NWG> struct ColRegs {
     static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536, "register file");
 };
 
-template <int D, bool CAUSAL, int NWG, bool PP, int EMU>
+template <int D, bool CAUSAL, int NWG, bool PP>
 __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
 {
@@ -478,10 +478,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         const bool mask = CAUSAL && q0 < wk0 + 15; // some query of the tile precedes some key of the warp
         float p[64];
 #pragma unroll
-        for (int i = 0; i < 64; ++i) { // EMU of every 8 on the FMA pipe, the rest on the SFU
-            const float x = fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x));
-            p[i] = (i & 7) < EMU ? ex2_fma(x) : ex2(x);
-        }
+        for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
         if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
 #pragma unroll
             for (int i = 0; i < 64; ++i)
@@ -621,18 +618,6 @@ bool col_pingpong()
     return v;
 }
 
-// Exps of the column sums computed on the FMA pipe instead of the SFU (ex2_fma), per 8: KVB_SATTN_COL_EMU
-// = 0 to 3 (an A/B switch, read once; three-warpgroup kernel only).
-int col_emu()
-{
-    static const int v = [] {
-        const char *e = getenv("KVB_SATTN_COL_EMU");
-        const int n = e ? atoi(e) : 0;
-        return n < 0 ? 0 : n > 3 ? 3 : n;
-    }();
-    return v;
-}
-
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
 {
     if (!*ready) { // the attribute is per kernel and device; set once
@@ -658,28 +643,15 @@ int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s
     return fwd_pingpong() ? launch_fwd_pp<D, CAUSAL, true>(m, a, grid, s) : launch_fwd_pp<D, CAUSAL, false>(m, a, grid, s);
 }
 
-template <int D, bool CAUSAL, int NWG, bool PP, int EMU>
-int launch_col_emu(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
-{
-    static bool ready = false;
-    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP, EMU>, ColSmem<D, NWG>::BYTES, &ready);
-    if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL, NWG, PP, EMU><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
-}
 template <int D, bool CAUSAL, int NWG, bool PP>
 int launch_col_pp(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
-    if constexpr (NWG == 3) { // the SFU share (col_emu); the two-warpgroup kernel keeps every exp on it
-        switch (col_emu()) {
-        case 1: return launch_col_emu<D, CAUSAL, NWG, PP, 1>(m, a, grid, s);
-        case 2: return launch_col_emu<D, CAUSAL, NWG, PP, 2>(m, a, grid, s);
-        case 3: return launch_col_emu<D, CAUSAL, NWG, PP, 3>(m, a, grid, s);
-        default: break;
-        }
-    }
-    return launch_col_emu<D, CAUSAL, NWG, PP, 0>(m, a, grid, s);
+    static bool ready = false;
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP>, ColSmem<D, NWG>::BYTES, &ready);
+    if (rc) return rc;
+    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
 }
 template <int D, bool CAUSAL, int NWG>
 int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
