@@ -8,7 +8,9 @@
 //   forward   4 D pairs = 2.2 TFLOP: 2.85 ms at the 772 TFLOP/s bf16 GEMM rate of an H200.
 //   colsum    2 D pairs = 1.1 TFLOP (1.42 ms at that rate) plus one exp2 per pair: per SM and clock
 //             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so the
-//             exps alone take ~1.1 ms: the pass is as much exp-bound as MMA-bound.
+//             exps alone take ~1.1 ms. Measured, the SFU does not bound it: moving exps to the FMA pipe
+//             (ten instructions for one) made the pass slower, about in step with the instructions
+//             added (results/h100/sattn-emu-8e41b12).
 //   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
 //   Measured: on an H200 with two column-sum warpgroups (results/h200/sattn-wgmma-9189aff) forward
 //   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
