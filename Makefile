@@ -171,9 +171,12 @@ deps:
 ptxas:
 	@for f in $(wildcard kernels/*.cu); do echo "== $$f"; $(NVCC) $(NVFLAGS) -Xptxas -v -c $$f -o /dev/null 2>&1 | grep -E "Compiling|registers|spill|smem" ; done
 
+# cuobjdump and the nvdisasm it calls: the toolkit's, else CUOBJDUMP / NVDISASM_DIR (the toolkit images
+# without them: `pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, then unzip the wheels)
+CUOBJDUMP ?= cuobjdump
 sass: $(KERNEL_OBJ)
 	@mkdir -p $(BUILD)/sass
-	@for o in $(KERNEL_OBJ); do cuobjdump --dump-sass $$o > $(BUILD)/sass/$$(basename $$o .o).sass; done
+	@for o in $(KERNEL_SRC:%.cu=$(OBJ)/%.o); do PATH="$$PATH:$(NVDISASM_DIR)" $(CUOBJDUMP) --dump-sass $$o > $(BUILD)/sass/$$(basename $$o .o).sass || exit 1; done
 	@echo "SASS in $(BUILD)/sass/"
 
 # ---- fuzzing (issue 14): libFuzzer targets over the case parser, the ops' shape checks and the options ----
