@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# ab_round.sh OUT OTHER_BUNDLE [FILTER...]: the same bench cases timed by two builds in one call on one
+# machine: this bundle (A, the script's own directory) and another bundle (B, e.g. main against a branch),
+# back to back and repeated A B A B ... (AB_REPEATS rounds, default 2, so that drift shows), one JSON per
+# run; then `kvbench compare` of each round's A against its B (the gate's rule: a change counts beyond
+# AB_THRESHOLD percent, default 5, and 3 standard errors of the medians). Cases: this bundle's case files
+# (KVB_CASES) at the bench tier, narrowed by the FILTERs as `kvbench bench` takes them; B must know them.
+#   -> OUT/a_<r>.json, OUT/b_<r>.json, their logs, OUT/compare_<r>.txt; exit 0 unless a run failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: ab_round.sh OUT OTHER_BUNDLE [FILTER...]}
+other=${2:?usage: ab_round.sh OUT OTHER_BUNDLE [FILTER...]}
+shift 2
+a=$here/bin/kvbench
+b=$(cd "$other" && pwd)/bin/kvbench
+cases=${KVB_CASES:-$here/cases}
+for kv in "$a" "$b"; do
+    [ -x "$kv" ] || { echo "ab_round: $kv is not an executable kvbench (make bundle)"; exit 2; }
+done
+mkdir -p "$out"
+rc=0
+for r in $(seq 1 "${AB_REPEATS:-2}"); do
+    for side in a b; do
+        kv=$a
+        [ $side = b ] && kv=$b
+        "$kv" bench --cases "$cases" "$@" --json "$out/${side}_$r.json" >"$out/${side}_$r.log" 2>&1
+        s=$?
+        [ $s -eq 0 ] || rc=1
+        echo "ab $r $side: exit $s ($(tail -n 1 "$out/${side}_$r.log"))"
+    done
+    "$a" compare "$out/a_$r.json" "$out/b_$r.json" --threshold "${AB_THRESHOLD:-5}" >"$out/compare_$r.txt" 2>&1
+    echo "compare $r (B against A): exit $? ($(tail -n 1 "$out/compare_$r.txt"))"
+done
+exit $rc
