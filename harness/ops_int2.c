@@ -329,16 +329,23 @@ static void sample_slices(kvb_run *r, int2_priv *p, double work_per_slice, const
 
 /* ---- int2_quantize ---- */
 
+/* The prompt's keys and values, inputs K, V [B, Hkv, T, D] bf16 from the case's distribution. */
+static void add_prompt(kvb_run *r, const int2_layout *l, kvb_tensor **K, kvb_tensor **V)
+{
+    int64_t s[4] = {l->B, l->Hkv, l->T, l->D};
+    *K = kvb_run_tensor(r, "K", KVB_BF16, 4, s, KVB_IN);
+    *V = kvb_run_tensor(r, "V", KVB_BF16, 4, s, KVB_IN);
+    const int dist = dist_of(r->c);
+    fill_kv((*K)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
+    fill_kv((*V)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
+}
+
 static int setup_quantize(kvb_run *r)
 {
     int2_priv *p = priv_new(r);
     const int2_layout *l = &p->l;
-    int64_t s[4] = {l->B, l->Hkv, l->T, l->D};
-    kvb_tensor *K = kvb_run_tensor(r, "K", KVB_BF16, 4, s, KVB_IN);
-    kvb_tensor *V = kvb_run_tensor(r, "V", KVB_BF16, 4, s, KVB_IN);
-    const int dist = dist_of(r->c);
-    fill_kv(K->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
-    fill_kv(V->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
+    kvb_tensor *K, *V;
+    add_prompt(r, l, &K, &V);
     add_cache(r, l, KVB_OUT, 1, 1, 0);
     const char *names[6] = {"Kq", "Ks", "Kz", "Vq", "Vs", "Vz"};
     const int64_t lens[6] = {l->D * (l->T / 16), l->D * (l->T / l->gs), l->D * (l->T / l->gs), l->T * (l->D / 16),
@@ -769,12 +776,8 @@ static int setup_quantize_native(kvb_run *r)
 {
     int2_priv *p = priv_new(r);
     const int2_layout *l = &p->l;
-    int64_t s[4] = {l->B, l->Hkv, l->T, l->D};
-    kvb_tensor *K = kvb_run_tensor(r, "K", KVB_BF16, 4, s, KVB_IN);
-    kvb_tensor *V = kvb_run_tensor(r, "V", KVB_BF16, 4, s, KVB_IN);
-    const int dist = dist_of(r->c);
-    fill_kv(K->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
-    fill_kv(V->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
+    kvb_tensor *K, *V;
+    add_prompt(r, l, &K, &V);
     int64_t s1[1] = {int2_native_rec_elems(l)};
     kvb_tensor *rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_OUT);
     s1[0] = int2_native_km_elems(l);
