@@ -399,6 +399,18 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     }
     __syncthreads();
 
+    // Where step `it` is, kept by increments (no division per step: the step's issue slots are the
+    // pass's bound): its stage and the stage's phase, its head h and query tile qi.
+    struct Pos {
+        int it, st, phase, h, qi;
+        __device__ void next(int nq)
+        {
+            ++it;
+            if (++st == COL_STAGES) st = 0, phase ^= 1;
+            if (++qi == nq) qi = 0, ++h;
+        }
+    };
+
     if (warp >= PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
         setmaxnreg_dec<ColRegs<NWG>::PRODUCER>();
         if (warp > PRODUCER_WARP) return;
@@ -409,23 +421,25 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         // The LSE of step `it` (rows q0 + 4 lane .. + 3 of head h) is fetched by cp.async three steps
         // ahead into a staging slot, so that no global-load latency sits on the per-step path: a
         // synchronous load there measured about 1 us per step, more than the step's MMAs and exps.
-        auto fetch_lse = [&](int it) {
-            if (it < total) {
-                const int q0 = qbeg + (it % nq) * TILE, bh = bkv * G + it / nq;
+        auto fetch_lse = [&](const Pos &f) {
+            if (f.it < total) {
+                const int q0 = qbeg + f.qi * TILE, bh = bkv * G + f.h;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const int q = q0 + 4 * lane + j;
                     const bool ok = q >= w0 && q < L;
-                    cp_async_zfill<4>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane + j,
+                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + 4 * lane + j,
                                       ok ? a.lse + (int64_t)bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
                 }
             }
             cp_async_commit(); // one group per step, empty past the end
         };
-        for (int it = 0; it < LSE_SLOTS - 1; ++it) fetch_lse(it);
-        for (int it = 0; it < total; ++it) {
-            const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE, bh = bkv * G + h;
-            fetch_lse(it + LSE_SLOTS - 1);
+        Pos fp = {0, 0, 0, 0, 0}, ps = fp; // the next step to fetch the LSE of, and the step staged
+        for (int k = 0; k < LSE_SLOTS - 1; ++k, fp.next(nq)) fetch_lse(fp);
+        for (; ps.it < total; ps.next(nq)) {
+            const int it = ps.it, st = ps.st, q0 = qbeg + ps.qi * TILE, bh = bkv * G + ps.h;
+            fetch_lse(fp);
+            fp.next(nq);
             cp_async_wait<LSE_SLOTS - 1>(); // step it's group (this lane's own four values) has landed
             const float4 raw = *reinterpret_cast<const float4 *>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane);
             float l4[4] = {raw.x, raw.y, raw.z, raw.w}; // log2-scaled, +inf where a row does not contribute
@@ -434,7 +448,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
                 const int q = q0 + 4 * lane + j;
                 l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
             }
-            if (it >= COL_STAGES) mbar_wait(&q_empty[st], ((it / COL_STAGES) + 1) & 1);
+            if (it >= COL_STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
             if (lane == 0) {
                 mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
                 for (int c = 0; c < NCH; ++c)
@@ -455,21 +469,23 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     float s_even[64], s_odd[NWG == 2 ? 64 : 1]; // S^T of even and odd steps (NWG = 2: the next step's MMAs run during this step's exps)
     uint32_t kf[KSTEPS][4];      // the warp's 16 keys as register A operands, for the whole kernel
 
-    auto issue = [&](float(&sd)[64], int it) {
-        const int st = it % COL_STAGES;
-        const uint32_t q_t = base + S::Q + st * tile_bytes<D>(TILE);
-        mbar_wait(&q_full[st], (it / COL_STAGES) & 1);
+    // The stage's descriptors as the first one plus constant offsets (the start address field, bits
+    // 0-13, holds address / 16 and never carries: shared memory is below 256 KB).
+    const uint64_t desc_q0 = wgmma_desc_sw128(base + S::Q, 16, 1024);
+    auto issue = [&](float(&sd)[64], const Pos &ps) {
+        const uint64_t d = desc_q0 + (uint64_t)(ps.st * (tile_bytes<D>(TILE) >> 4));
+        mbar_wait(&q_full[ps.st], ps.phase);
         if constexpr (PP) turn_wait(wg);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
-            wgmma_rs(sd, kf[kk], wgmma_desc_sw128(q_t + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+            wgmma_rs(sd, kf[kk], d + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
         wgmma_commit();
-        if (PP && !(wg == NWG - 1 && it == total - 1)) turn_pass<NWG>(wg);
+        if (PP && !(wg == NWG - 1 && ps.it == total - 1)) turn_pass<NWG>(wg);
     };
-    // Step `it` once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
-    auto consume = [&](float(&sc)[64], int it) {
-        const int st = it % COL_STAGES, h = it / nq, q0 = qbeg + (it % nq) * TILE;
+    // Step ps.it once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
+    auto consume = [&](float(&sc)[64], const Pos &ps) {
+        const int st = ps.st, h = ps.h, q0 = qbeg + ps.qi * TILE;
         wgmma_fence_regs(sc);
         float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1
 #pragma unroll
@@ -493,7 +509,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         acc[0] += p[0] + p[1]; // row g: e = 0, 1; row g + 8: e = 2, 3
         acc[1] += p[2] + p[3];
 
-        if (it % nq == nq - 1) { // head h done: reduce over the quad sharing each key, write once
+        if (ps.qi == nq - 1) { // head h done: reduce over the quad sharing each key, write once
             const int64_t bh = (int64_t)bkv * G + h;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -511,31 +527,37 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     mbar_wait(k_full, 0);
     load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
     if (PP && wg == NWG - 1 && total > 0) turn_pass<NWG>(wg);
+    Pos ip = {0, 0, 0, 0, 0}, cp = ip; // the next step to issue, and to consume
     if constexpr (NWG == 3) {
-        for (int it = 0; it < total; ++it) {
-            issue(s_even, it);
+        for (; cp.it < total; cp.next(nq)) {
+            issue(s_even, cp);
             wgmma_wait<0>();
-            consume(s_even, it);
+            consume(s_even, cp);
         }
     } else {
-    issue(s_even, 0);
+    issue(s_even, ip);
+    ip.next(nq);
     for (int it = 0;; it += 2) {
         if (it + 1 == total) {
             wgmma_wait<0>();
-            consume(s_even, it);
+            consume(s_even, cp);
             break;
         }
-        issue(s_odd, it + 1);
+        issue(s_odd, ip);
+        ip.next(nq);
         wgmma_wait<1>();
-        consume(s_even, it);
+        consume(s_even, cp);
+        cp.next(nq);
         if (it + 2 == total) {
             wgmma_wait<0>();
-            consume(s_odd, it + 1);
+            consume(s_odd, cp);
             break;
         }
-        issue(s_even, it + 2);
+        issue(s_even, ip);
+        ip.next(nq);
         wgmma_wait<1>();
-        consume(s_odd, it + 1);
+        consume(s_odd, cp);
+        cp.next(nq);
     }
     }
     if (a.colsum_kv && t == 0) {
