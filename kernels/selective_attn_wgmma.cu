@@ -226,14 +226,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     // work queued while the other warpgroup runs its softmax.
     uint32_t qf[KSTEPS][4];    // this warp's 16 query rows as register A operands (loaded once)
     uint32_t pa[TILE / 16][4]; // P in bf16: the A fragments of the tile's 8 key k-steps (read by P V in flight)
+    // The stages' descriptors as the first one plus constant offsets (the start address field, bits
+    // 0-13, holds address / 16 and never carries: shared memory is below 256 KB); per MMA the
+    // recomputed descriptor cost ~7 issue slots.
+    const uint64_t desc_k0 = wgmma_desc_sw128(base + S::K, 16, 1024);
+    const uint64_t desc_v0 = wgmma_desc_sw128(base + S::V, chunk_off(TILE, 1), 1024);
     auto issue_s = [&](int it) {
         const int st = it % FWD_STAGES;
-        const uint32_t k_s = base + S::K + st * tile_bytes<D>(TILE);
+        const uint64_t dk = desc_k0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
         mbar_wait(&k_full[st], (it / FWD_STAGES) & 1);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
-            wgmma_rs(s, qf[kk], wgmma_desc_sw128(k_s + chunk_off(TILE, kk >> 2) + (kk & 3) * 32, 16, 1024), kk);
+        for (int kk = 0; kk < KSTEPS; ++kk) wgmma_rs(s, qf[kk], dk + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
         wgmma_commit();
     };
     wgmma_fence_regs(o); // the zeros are in place before any MMA is in flight
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (PP && wg == CONSUMERS - 1) turn_pass<CONSUMERS>(wg);
     for (int it = 0;; ++it) {
         const int st = it % FWD_STAGES;
-        const uint32_t v_s = base + S::V + st * tile_bytes<D>(TILE);
+        const uint64_t dv0 = desc_v0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
         const int k0 = it * TILE;
 
         wgmma_wait<0>(); // S = Q K^T of this tile (64 rows x 128 keys per warpgroup) and P V of the last
@@ -307,7 +311,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; ++kk) {
-            const uint64_t dv = wgmma_desc_sw128(v_s + kk * 16 * 128, chunk_off(TILE, 1), 1024);
+            const uint64_t dv = dv0 + (kk * 16 * 128 >> 4);
             if constexpr (D == 128)
                 wgmma_m64n128k16_rs_mn(o, pa[kk], dv, 1);
             else
