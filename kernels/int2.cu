@@ -1875,8 +1875,8 @@ __global__ void __launch_bounds__(256) to_native_kernel(PackParams p)
 // ---- quantize straight into the native layout: one block per (chunk, head) ----
 // A chunk is CH = max(64, gs) tokens: whole steps and whole key groups. Its keys and values are staged
 // in shared memory as bf16, the group metadata computed there (group_meta, as the interchange
-// quantizers: bit-exact with the reference), and every native word built from codes computed on the
-// fly (code_of). Not fast: a one-time pass per prompt or flush.
+// quantizers: bit-exact with the reference), the codes computed once per element into shared memory
+// (codes4, a byte each, token-major), then gathered into native words.
 struct QuantNativeParams {
     const __nv_bfloat16 *K, *V; // [heads, src_len, D], tokens [0, n) quantized
     int64_t src_len, t0, Tcap;  // cache tokens [t0, t0 + n)
@@ -1885,30 +1885,33 @@ struct QuantNativeParams {
     int gs;
 };
 
+// The chunk's codes, computed once per element in shared memory (a byte each, token-major, row r
+// rotated by r words: code_at), and its metadata, as a source of native words. The rotation spreads a
+// native word's tokens (rows) over the banks: unrotated, the 8 rows a warp gathers from share one bank.
+template <int D>
+__device__ __forceinline__ int code_at(int r, int c) { return r * D + ((c + 4 * r) & (D - 1)); }
+
 template <int D>
 struct ChunkSrc {
-    const __nv_bfloat16 *k, *v;    // [CH][D] of the chunk
+    const uint8_t *kc, *vc;        // key codes, value codes [CH][D] (code_at)
     const unsigned short *km, *vm; // key meta [2][D][ngk], value meta [2][CH][ngv] (fp16 bits)
-    int gs, ngk, ngv, CH, tok0;    // tok0: the step's first token within the chunk
-    __device__ static uint32_t code(float x, unsigned short sb, unsigned short zb)
-    {
-        const float sf = __half2float(__ushort_as_half(sb)), zf = __half2float(__ushort_as_half(zb));
-        const bool live = sf == sf && sf != 0.f; // NaN metadata: a group with an unsupported value
-        return live ? code_of(x, sf, zf, __frcp_rn(sf)) : 0u;
-    }
-    __device__ uint32_t kcode(int tok, int c) const
-    {
-        const int t = tok0 + tok, gi = t / gs;
-        return code(__bfloat162float(k[t * D + c]), km[c * ngk + gi], km[(D + c) * ngk + gi]);
-    }
-    __device__ uint32_t vcode(int tok, int ch) const
-    {
-        const int t = tok0 + tok, gv = ch / gs;
-        return code(__bfloat162float(v[t * D + ch]), vm[t * ngv + gv], vm[(CH + t) * ngv + gv]);
-    }
+    int ngk, ngv, CH, tok0;        // tok0: the step's first token within the chunk
+    __device__ uint32_t kcode(int tok, int c) const { return kc[code_at<D>(tok0 + tok, c)]; }
+    __device__ uint32_t vcode(int tok, int ch) const { return vc[code_at<D>(tok0 + tok, ch)]; }
     __device__ unsigned short vmeta(int a, int tok, int gv) const { return vm[(a * CH + tok0 + tok) * ngv + gv]; }
     __device__ unsigned short kmeta(int a, int r, int d) const { return km[(a * D + d) * ngk + r]; }
 };
+
+// Codes of 4 elements of one group from its fp16 scale and zero bits: as the interchange quantizers,
+// 0 for a group with NaN metadata (an unsupported value) or a zero scale. Packed a byte each.
+__device__ __forceinline__ uint32_t codes4(const float (&x)[4], unsigned short sb, unsigned short zb)
+{
+    const float sf = __half2float(__ushort_as_half(sb)), zf = __half2float(__ushort_as_half(zb));
+    if (!(sf == sf && sf != 0.f)) return 0u;
+    const float r = __frcp_rn(sf);
+    return code_of(x[0], sf, zf, r) | code_of(x[1], sf, zf, r) << 8 | code_of(x[2], sf, zf, r) << 16 |
+           code_of(x[3], sf, zf, r) << 24;
+}
 
 template <int D>
 __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
@@ -1918,6 +1921,7 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
     const int64_t bh = blockIdx.y, c0 = (int64_t)blockIdx.x * CH; // the chunk's first source token
     __nv_bfloat16 *k = reinterpret_cast<__nv_bfloat16 *>(smem), *v = k + CH * D;
     unsigned short *km = reinterpret_cast<unsigned short *>(v + CH * D), *vm = km + 2 * D * ngk;
+    uint8_t *kc = reinterpret_cast<uint8_t *>(vm + 2 * CH * ngv), *vc = kc + D * CH; // 4-byte aligned
     const uint4 *ksrc = reinterpret_cast<const uint4 *>(p.K + (bh * p.src_len + c0) * D);
     const uint4 *vsrc = reinterpret_cast<const uint4 *>(p.V + (bh * p.src_len + c0) * D);
     for (int i = tid; i < CH * D / 8; i += blockDim.x) {
@@ -1949,8 +1953,28 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
         }
     }
     __syncthreads();
+    // codes, 4 per task: keys (channel c, tokens 4j..4j+3: one group; consecutive threads take
+    // consecutive channels, so that the loads and the byte stores meet no bank twice), values (token t,
+    // channels 4j..4j+3: one group, one word)
+    for (int task = tid; task < 2 * (CH / 4) * D; task += blockDim.x) {
+        float x[4];
+        if (task < (CH / 4) * D) {
+            const int c = task % D, j = task / D, gi = (4 * j) / gs;
+#pragma unroll
+            for (int e = 0; e < 4; e++) x[e] = __bfloat162float(k[(4 * j + e) * D + c]);
+            const uint32_t w = codes4(x, km[c * ngk + gi], km[(D + c) * ngk + gi]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) kc[code_at<D>(4 * j + e, c)] = (uint8_t)(w >> (8 * e));
+        } else {
+            const int u = task - (CH / 4) * D, t = u / (D / 4), j = u % (D / 4), gv = (4 * j) / gs;
+#pragma unroll
+            for (int e = 0; e < 4; e++) x[e] = __bfloat162float(v[t * D + 4 * j + e]);
+            *reinterpret_cast<uint32_t *>(vc + code_at<D>(t, 4 * j)) = codes4(x, vm[t * ngv + gv], vm[(CH + t) * ngv + gv]);
+        }
+    }
+    __syncthreads();
     const int64_t tok = p.t0 + c0; // the chunk's first cache token: a multiple of CH
-    ChunkSrc<D> src{k, v, km, vm, gs, ngk, ngv, CH, 0};
+    ChunkSrc<D> src{kc, vc, km, vm, ngk, ngv, CH, 0};
     for (int sl = 0; sl < CH / 64; sl++) {
         src.tok0 = 64 * sl;
         write_record(p.Rec + (bh * (p.Tcap / 64) + tok / 64 + sl) * (8 * D + 64 * ngv), src, D, ngv);
@@ -2674,7 +2698,8 @@ extern "C" int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_
     p.src_len = src_len, p.t0 = t0, p.Tcap = l->Tcap, p.gs = l->gs;
     p.Rec = nat->Rec, p.Km = reinterpret_cast<__half *>(nat->Km);
     const int ngk = (int)(CH / l->gs), ngv = l->D / l->gs;
-    const size_t smem = (size_t)2 * CH * l->D * 2 + (size_t)(2 * l->D * ngk + 2 * CH * ngv) * 2;
+    // bf16 K and V, fp16 metadata (a multiple of 16 bytes: 4 D ngk + 4 CH ngv bytes, CH >= 64), codes
+    const size_t smem = (size_t)2 * CH * l->D * 2 + (size_t)(2 * l->D * ngk + 2 * CH * ngv) * 2 + (size_t)2 * CH * l->D;
     const int64_t chunks = n / CH, heads = (int64_t)l->B * l->Hkv;
     auto run = [&](auto kernel) -> int {
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
