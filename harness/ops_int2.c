@@ -8,6 +8,8 @@
  *                     bit-exact after the step
  *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
+ *   int2_qk_native, int2_av_native  the two over the kernel-native layout (Rec, Km converted by the
+ *                     reference from the interchange cache), against the same references and tolerances
  *   int2_native       the cache in int2_decode_attn v3's kernel-native layout, written on the device from
  *                     the interchange cache (int2_to_native), bit-exact against ref_int2_to_native
  *   int2_quantize_native  keys and values of a T-token prompt quantized straight into the native layout
@@ -457,7 +459,19 @@ static void cost_append(const kvb_run *r, kvb_cost *c)
     c->ceiling = KVB_CEIL_D2D;
 }
 
-/* ---- int2_qk, int2_av ---- */
+/* ---- int2_qk, int2_av (and over the native layout) ---- */
+
+/* The cache's kernel-native copy (inputs Rec, Km) by the reference converter (bit-exact, tested). */
+static int add_native_copy(kvb_run *r, const int2_layout *l)
+{
+    int64_t s1[1] = {int2_native_rec_elems(l)};
+    int2_native n;
+    n.Rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_IN)->h;
+    s1[0] = int2_native_km_elems(l);
+    n.Km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_IN)->h;
+    int2_cache c = cache_of(r, 0, 0); /* the tensor table may have moved */
+    return ref_int2_to_native(&c, &n, l);
+}
 
 /* A cache of T quantized tokens (and nothing in the residual) from seeded sources. */
 static int setup_cache_only(kvb_run *r, int2_priv *p, int keys, int values)
@@ -473,12 +487,13 @@ static int setup_cache_only(kvb_run *r, int2_priv *p, int keys, int values)
     return rc;
 }
 
-static int setup_qk(kvb_run *r)
+/* native: the converter needs both halves of the cache (the keys' source fills both) */
+static int setup_qk_of(kvb_run *r, int native)
 {
     int2_priv *p = priv_new(r);
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
-    int rc = setup_cache_only(r, p, 1, 0);
+    int rc = setup_cache_only(r, p, 1, native);
     if (rc) return rc;
     int64_t sq[3] = {l->B, l->Hq, l->D}, ss[3] = {l->B, l->Hq, l->T};
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
@@ -489,15 +504,31 @@ static int setup_qk(kvb_run *r)
     const char *names[1] = {"scores"};
     const int64_t lens[1] = {(int64_t)G * l->T};
     sample_slices(r, p, (double)G * l->T * l->D * 4, names, 1, lens);
+    if (native && (rc = add_native_copy(r, l))) return rc;
     int2_cache c = cache_of(r, 0, 0);
+    q = kvb_run_find(r, "q"), sc = kvb_run_find(r, "scores"); /* the tensor table may have moved */
     return ref_int2_qk(q->h, &c, sc->ref, p->mag, l, p->mask);
 }
+static int setup_qk(kvb_run *r) { return setup_qk_of(r, 0); }
+static int setup_qk_native(kvb_run *r) { return setup_qk_of(r, 1); }
 
 static int launch_qk(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
     int2_cache c = cache_of(r, 1, 0);
     return int2_qk(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "scores")->d, &((int2_priv *)r->priv)->l, r->stream);
+#else
+    (void)r;
+    return KVB_EDEVICE;
+#endif
+}
+
+static int launch_qk_native(kvb_run *r)
+{
+#if KVB_HAVE_CUDA
+    int2_native n = {kvb_run_find(r, "Rec")->d, kvb_run_find(r, "Km")->d};
+    return int2_qk_native(kvb_run_find(r, "q")->d, &n, kvb_run_find(r, "scores")->d, &((int2_priv *)r->priv)->l,
+                          r->stream);
 #else
     (void)r;
     return KVB_EDEVICE;
@@ -513,12 +544,12 @@ static void cost_qk(const kvb_run *r, kvb_cost *c)
     c->ceiling = KVB_CEIL_READ; /* read-mostly: the scores written are a third of the bytes */
 }
 
-static int setup_av(kvb_run *r)
+static int setup_av_of(kvb_run *r, int native)
 {
     int2_priv *p = priv_new(r);
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
-    int rc = setup_cache_only(r, p, 0, 1);
+    int rc = setup_cache_only(r, p, native, 1);
     if (rc) return rc;
     int64_t sp[3] = {l->B, l->Hq, l->T}, so[3] = {l->B, l->Hq, l->D};
     kvb_tensor *pt = kvb_run_tensor(r, "p", KVB_FP32, 3, sp, KVB_IN);
@@ -544,9 +575,13 @@ static int setup_av(kvb_run *r)
     if (kvb_gpu_available()) ws[0] = (int64_t)int2_av_workspace_bytes(l);
 #endif
     kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
+    if (native && (rc = add_native_copy(r, l))) return rc;
     int2_cache c = cache_of(r, 0, 0);
+    pt = kvb_run_find(r, "p"), out = kvb_run_find(r, "out"); /* the tensor table may have moved */
     return ref_int2_av(pt->h, &c, out->ref, p->mag, l, p->mask);
 }
+static int setup_av(kvb_run *r) { return setup_av_of(r, 0); }
+static int setup_av_native(kvb_run *r) { return setup_av_of(r, 1); }
 
 static int launch_av(kvb_run *r)
 {
@@ -554,6 +589,18 @@ static int launch_av(kvb_run *r)
     int2_cache c = cache_of(r, 1, 0);
     return int2_av(kvb_run_find(r, "p")->d, &c, kvb_run_find(r, "out")->d, &((int2_priv *)r->priv)->l,
                    kvb_run_find(r, "workspace")->d, r->stream);
+#else
+    (void)r;
+    return KVB_EDEVICE;
+#endif
+}
+
+static int launch_av_native(kvb_run *r)
+{
+#if KVB_HAVE_CUDA
+    int2_native n = {kvb_run_find(r, "Rec")->d, kvb_run_find(r, "Km")->d};
+    return int2_av_native(kvb_run_find(r, "p")->d, &n, kvb_run_find(r, "out")->d, &((int2_priv *)r->priv)->l,
+                          kvb_run_find(r, "workspace")->d, r->stream);
 #else
     (void)r;
     return KVB_EDEVICE;
@@ -630,15 +677,7 @@ static int setup_attn(kvb_run *r)
             fill_residual(&c, l, Ksrc, Vsrc, n_src, r->seed);
             rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
         }
-        if (!rc && impl == IMPL_KERNEL_V3) { /* the same cache in the kernel-native layout (bit-exact converter) */
-            int64_t s1[1] = {int2_native_rec_elems(l)};
-            int2_native n;
-            n.Rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_IN)->h;
-            s1[0] = int2_native_km_elems(l);
-            n.Km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_IN)->h;
-            c = cache_of(r, 0, 0); /* the tensor table may have moved */
-            rc = ref_int2_to_native(&c, &n, l);
-        }
+        if (!rc && impl == IMPL_KERNEL_V3) rc = add_native_copy(r, l); /* the same cache, kernel-native */
         free(Ksrc), free(Vsrc);
     }
     return rc;
@@ -890,6 +929,34 @@ const kvb_op op_int2_qk = {
     .setup = setup_qk,
     .launch = launch_qk,
     .cost = cost_qk,
+    .teardown = teardown_int2,
+};
+
+const kvb_op op_int2_qk_native = {
+    .name = "int2_qk_native",
+    .family = "int2",
+    .summary = "int2_qk over the kernel-native layout (v3's step scores; the reference's tolerance)",
+    .params = matmul_params,
+    .n_params = NPARAMS(matmul_params),
+    .tol = {1e-5, 1e-3, 1e-3},
+    .validate = validate_matmul,
+    .setup = setup_qk_native,
+    .launch = launch_qk_native,
+    .cost = cost_qk,
+    .teardown = teardown_int2,
+};
+
+const kvb_op op_int2_av_native = {
+    .name = "int2_av_native",
+    .family = "int2",
+    .summary = "int2_av over the kernel-native layout (v3's step value sums; the reference's tolerance)",
+    .params = matmul_params,
+    .n_params = NPARAMS(matmul_params),
+    .tol = {1e-5, 1e-3, 1e-3},
+    .validate = validate_matmul,
+    .setup = setup_av_native,
+    .launch = launch_av_native,
+    .cost = cost_av,
     .teardown = teardown_int2,
 };
 

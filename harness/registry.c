@@ -12,7 +12,8 @@ extern const kvb_op op_topk;
 extern const kvb_op op_shadowkv_lowrank, op_shadowkv_landmarks;
 extern const kvb_op op_landmark_score;
 extern const kvb_op op_batch_gemm_rotary;
-extern const kvb_op op_int2_quantize, op_int2_quantize_native, op_int2_native, op_int2_append, op_int2_qk, op_int2_av, op_int2_decode_attn;
+extern const kvb_op op_int2_quantize, op_int2_quantize_native, op_int2_native, op_int2_append, op_int2_qk, op_int2_av,
+    op_int2_qk_native, op_int2_av_native, op_int2_decode_attn;
 extern const kvb_op op_page_meta_build, op_page_meta_append, op_hybrid_score, op_quest_score;
 extern const kvb_op op_omnikv_select;
 extern const kvb_op op_rocketkv_decode;
@@ -28,7 +29,8 @@ static const kvb_op *const g_ops[] = {
     &op_shadowkv_lowrank, &op_shadowkv_landmarks,
     &op_landmark_score,
     &op_batch_gemm_rotary,
-    &op_int2_quantize, &op_int2_quantize_native, &op_int2_native, &op_int2_append, &op_int2_qk, &op_int2_av, &op_int2_decode_attn,
+    &op_int2_quantize, &op_int2_quantize_native, &op_int2_native, &op_int2_append, &op_int2_qk, &op_int2_av,
+    &op_int2_qk_native, &op_int2_av_native, &op_int2_decode_attn,
     &op_page_meta_build, &op_page_meta_append, &op_hybrid_score, &op_quest_score,
     &op_omnikv_select,
     &op_rocketkv_decode,

@@ -84,6 +84,13 @@ int int2_to_native(const int2_cache *c, const int2_native *n, const int2_layout 
  * max(64, gs) (whole steps and whole key groups); Tcap a multiple of 64. */
 int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_t src_len, int64_t n, int64_t t0,
                          const int2_native *nat, const int2_layout *l, cudaStream_t stream);
+/* int2_qk and int2_av over the native layout (n; c is not read): the same results within the same
+ * tolerance, from v3's step code (scores: the products of the codes with q s_g in fp16 hi and lo halves
+ * plus q . z_g, fp32 accumulation; values: p scaled by a power of two per head below 2 in fp16, times
+ * s_g, against the codes, plus Z . p). Tcap a multiple of 64; int2_av_native takes int2_av's workspace. */
+int int2_qk_native(const kvb_bf16 *q, const int2_native *n, float *scores, const int2_layout *l, cudaStream_t stream);
+int int2_av_native(const float *p, const int2_native *n, float *out, const int2_layout *l, void *workspace,
+                   cudaStream_t stream);
 /* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */

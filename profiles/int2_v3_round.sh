@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # int2_v3_round.sh OUT [PHASE...]: int2_decode_attn v3 against v2 on the GPU, from a bundle (make bundle).
-#   check     every int2 check case (v1, v2, v3 and the peers) -> check.log, check.json
-#   sanitize  the v3 sanitize case under memcheck, racecheck, initcheck, synccheck -> sanitize/
+#   check     every int2 check case (every op; int2_decode_attn's v1, v2, v3 and peers) and the MiniKV
+#             step's -> check.log, check.json
+#   sanitize  the int2 and MiniKV sanitize cases under memcheck, racecheck, initcheck, synccheck -> sanitize/
 #   bench     the int2_decode_attn bench cases (v1, v2, v3, the peers), one run per T in BENCH_T (default
 #             8192 32768 131072) -> bench_T<T>.json, summary_T<T>.md, bench_T<T>.log
 #   ab        v3's launch variants back to back, each a list of environment settings named in AB_VARIANTS
@@ -24,11 +25,11 @@ for ph in "${phases[@]}"; do
     t0=$(date +%s)
     case $ph in
     check)
-        "$kv" check --cases "$cases" int2_decode_attn --json "$out/check.json" >"$out/check.log" 2>&1
+        "$kv" check --cases "$cases" int2_ method=minikv --json "$out/check.json" >"$out/check.log" 2>&1
         echo "check: exit $? ($(grep -E '^[0-9]+ passed' "$out/check.log" | tail -n 1))"
         grep -E '^FAIL' -A3 "$out/check.log" | head -n 24 ;;
     sanitize)
-        SANITIZE_PARALLEL=1 bash "$here/sanitize.sh" "$out/sanitize" kernel_v3 2>&1 | tail -n 4 ;;
+        SANITIZE_PARALLEL=1 bash "$here/sanitize.sh" "$out/sanitize" int2_ method=minikv 2>&1 | tail -n 4 ;;
     bench)
         # one run and one JSON per context length (a long round cut short keeps the finished ones)
         for T in ${BENCH_T:-8192 32768 131072}; do
