@@ -9,12 +9,15 @@
 
 #include "block.h"
 #include "kvb_cuda.h"
+#include "kvb_device.cuh"
 
 namespace {
 
 constexpr int NORM_THREADS = 256;
 
-__device__ __forceinline__ float bf(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
+using kvb_dev::bf16_bits_to_float;
+using kvb_dev::bf16_hi;
+using kvb_dev::bf16_lo;
 __device__ __forceinline__ uint16_t to_bf(float f) // round to nearest even (no NaN inputs here)
 {
     const uint32_t u = __float_as_uint(f);
@@ -34,7 +37,7 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const uint4 *x, c
         const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float a = bf((uint16_t)(u[j] & 0xFFFF)), b = bf((uint16_t)(u[j] >> 16));
+            const float a = bf16_lo(u[j]), b = bf16_hi(u[j]);
             ss += a * a + b * b;
         }
     }
@@ -52,8 +55,8 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const uint4 *x, c
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const uint16_t lo = to_bf(bf((uint16_t)(u[j] & 0xFFFF)) * inv * bf((uint16_t)(s[j] & 0xFFFF)));
-            const uint16_t hi = to_bf(bf((uint16_t)(u[j] >> 16)) * inv * bf((uint16_t)(s[j] >> 16)));
+            const uint16_t lo = to_bf(bf16_lo(u[j]) * inv * bf16_lo(s[j]));
+            const uint16_t hi = to_bf(bf16_hi(u[j]) * inv * bf16_hi(s[j]));
             o[j] = (uint32_t)lo | ((uint32_t)hi << 16);
         }
         y[row * vecs + i] = make_uint4(o[0], o[1], o[2], o[3]);
@@ -74,7 +77,7 @@ __global__ void rope_split_kernel(const uint16_t *qkv, const uint16_t *cos_sin, 
     }
     uint16_t *dst = h < Hq ? q + ((int64_t)b * Hq + h) * D : knew + ((int64_t)b * Hkv + (h - Hq)) * D;
     const uint16_t *cs = cos_sin + (int64_t)pos[b] * D;
-    const float c = bf(cs[i]), s = bf(cs[half + i]), x0 = bf(src[i]), x1 = bf(src[i + half]);
+    const float c = bf16_bits_to_float(cs[i]), s = bf16_bits_to_float(cs[half + i]), x0 = bf16_bits_to_float(src[i]), x1 = bf16_bits_to_float(src[i + half]);
     dst[i] = to_bf(x0 * c - x1 * s);
     dst[i + half] = to_bf(x1 * c + x0 * s);
 }
@@ -83,7 +86,7 @@ __global__ void silu_mul_kernel(const uint16_t *gate_up, int ffn, int64_t total,
 {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / ffn, i = e % ffn;
-        const float g = bf(gate_up[r * 2 * ffn + i]), u = bf(gate_up[r * 2 * ffn + ffn + i]);
+        const float g = bf16_bits_to_float(gate_up[r * 2 * ffn + i]), u = bf16_bits_to_float(gate_up[r * 2 * ffn + ffn + i]);
         y[e] = to_bf(g / (1.f + __expf(-g)) * u);
     }
 }

@@ -210,8 +210,8 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
         uint32_t w0 = 0, w1 = 0;
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            w0 |= code_of(__uint_as_float(x[i] << 16), sf0, zf0, r0) << (2 * i);
-            w1 |= code_of(__uint_as_float(x[i] & 0xFFFF0000u), sf1, zf1, r1) << (2 * i);
+            w0 |= code_of(bf16_lo(x[i]), sf0, zf0, r0) << (2 * i);
+            w1 |= code_of(bf16_hi(x[i]), sf1, zf1, r1) << (2 * i);
         }
         Kq[row0 * words + tc / 16] = live0 ? w0 : 0u;
         Kq[row1 * words + tc / 16] = live1 ? w1 : 0u;
@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
         const float r = __frcp_rn(sf);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            word |= code_of(__uint_as_float(u[i] << 16), sf, zf, r) << (4 * i);
-            word |= code_of(__uint_as_float(u[i] & 0xFFFF0000u), sf, zf, r) << (4 * i + 2);
+            word |= code_of(bf16_lo(u[i]), sf, zf, r) << (4 * i);
+            word |= code_of(bf16_hi(u[i]), sf, zf, r) << (4 * i + 2);
         }
     }
     Vq[row * WPT + w] = word;
@@ -2208,8 +2208,6 @@ struct GroupScan {
     }
 };
 
-__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 __device__ __forceinline__ uint32_t code_m(float x, const float4 &m) { return code_of(x, m.x, m.y, m.z); }
 
 template <int D>
@@ -2262,12 +2260,12 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             a.bad = unsupported(a.mn) || unsupported(a.mx) || isnan(__low2float(probe));
             b.bad = unsupported(b.mn) || unsupported(b.mx) || isnan(__high2float(probe));
             if (a.needs_order()) {
-                a.first(bf_lo(col[0]));
-                for (int i = 1; i < gs; i++) a.add(bf_lo(col[i * KS]));
+                a.first(bf16_lo(col[0]));
+                for (int i = 1; i < gs; i++) a.add(bf16_lo(col[i * KS]));
             }
             if (b.needs_order()) {
-                b.first(bf_hi(col[0]));
-                for (int i = 1; i < gs; i++) b.add(bf_hi(col[i * KS]));
+                b.first(bf16_hi(col[0]));
+                for (int i = 1; i < gs; i++) b.add(bf16_hi(col[i * KS]));
             }
             const int c = 2 * pr; // km [a][d][gi]
             kq[kq_at<D>(c, gi)] = a.finish(km[c * ngk + gi], km[(D + c) * ngk + gi]);
@@ -2287,10 +2285,10 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             a.bad = unsupported(a.mn) || unsupported(a.mx) || isnan(__low2float(probe)) || isnan(__high2float(probe));
             if (a.needs_order()) {
                 uint32_t x = row[vpos<D>(pr0)];
-                a.first(bf_lo(x)), a.add(bf_hi(x));
+                a.first(bf16_lo(x)), a.add(bf16_hi(x));
                 for (int i = 1; i < gs / 2; i++) {
                     x = row[vpos<D>(pr0 + i)];
-                    a.add(bf_lo(x)), a.add(bf_hi(x));
+                    a.add(bf16_lo(x)), a.add(bf16_hi(x));
                 }
             }
             vq[vq_at(t, gv, CH)] = a.finish(vm[t * ngv + gv], vm[(CH + t) * ngv + gv]); // vm [a][tau][gv]
@@ -2320,8 +2318,8 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const uint32_t x = xk[(16 * i + 8 * h) * KS];
-                        word += code_m(bf_lo(x), m0) << (2 * (2 * i + h)); // disjoint fields: + is |, one LEA
-                        word += code_m(bf_hi(x), m1) << (16 + 2 * (2 * i + h));
+                        word += code_m(bf16_lo(x), m0) << (2 * (2 * i + h)); // disjoint fields: + is |, one LEA
+                        word += code_m(bf16_hi(x), m1) << (16 + 2 * (2 * i + h));
                     }
                 }
             } else if (ui < 8u * D) { // value codes (i, lane, 2 mh + p): tokens 16 i + 2 t + 8 p + hb, pairs 32 mh + 8 m + g
@@ -2337,8 +2335,8 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
                         const unsigned gv = (64u * mh + 16u * m + 2u * g) >> lgs; // the value group of pair 32 mh + 8 m + g
                         const float4 mv = vq[gv * (CH + 1) + ttp];
                         const uint32_t x = xv[hb * VS + (D == 128 ? 16 : 8) * m];
-                        word += code_m(bf_lo(x), mv) << (16 * hb + 4 * m);
-                        word += code_m(bf_hi(x), mv) << (16 * hb + 4 * m + 2);
+                        word += code_m(bf16_lo(x), mv) << (16 * hb + 4 * m);
+                        word += code_m(bf16_hi(x), mv) << (16 * hb + 4 * m + 2);
                     }
                 }
             } else { // value scales and zeros: halves 2e, 2e + 1 of the metadata part

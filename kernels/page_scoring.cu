@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(H
     // a[c] = sum_h |q[h][c]| and sg[c] = sum_h q[h][c], in double with h ascending as the reference
     // does, so the channel scores (a rounded to fp32) and the signs are bit for bit the reference's.
     const uint16_t *qg = a.q + bh * G * D;
-    for (int i = threadIdx.x; i < G * D; i += THREADS) sm.q[i / D][i % D] = __uint_as_float((uint32_t)qg[i] << 16);
+    for (int i = threadIdx.x; i < G * D; i += THREADS) sm.q[i / D][i % D] = bf16_bits_to_float(qg[i]);
     __syncthreads();
     for (int c = threadIdx.x; c < D; c += THREADS) {
         double abs_sum = 0, sum = 0;
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
     const int D = a.D;
     const uint16_t *qg = a.q + bh * G * D;
     for (int i = threadIdx.x; i < G * D; i += THREADS) {
-        const float v = __uint_as_float((uint32_t)qg[i] << 16);
+        const float v = bf16_bits_to_float(qg[i]);
         sm.qpos[i % D][i / D] = fmaxf(v, 0.f);
         sm.qneg[i % D][i / D] = fminf(v, 0.f);
     }
@@ -410,7 +410,6 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
 
 constexpr int BUILD_PAGES = 32; // pages per block of page_meta_build
 
-__device__ __forceinline__ float bf(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
 
 // bf16 number x (0..7, a constant after unrolling) of a 16-byte piece
 __device__ __forceinline__ uint16_t elem(const uint4 &v, int x)
@@ -446,8 +445,8 @@ __global__ void __launch_bounds__(THREADS) page_meta_build_kernel(const uint16_t
 #pragma unroll
                     for (int x = 0; x < 8; ++x) { // v < m ? v : m in token order, as the reference
                         const uint16_t e = elem(v, x);
-                        if (bf(e) < bf(lo[x])) lo[x] = e;
-                        if (bf(e) > bf(hi[x])) hi[x] = e;
+                        if (bf16_bits_to_float(e) < bf16_bits_to_float(lo[x])) lo[x] = e;
+                        if (bf16_bits_to_float(e) > bf16_bits_to_float(hi[x])) hi[x] = e;
                     }
                 }
             } else {
@@ -484,8 +483,8 @@ __global__ void page_meta_append_kernel(const uint16_t *k, const int32_t *t, pag
         kmin[at] = v, kmax[at] = v;
         return;
     }
-    if (bf(v) < bf(kmin[at])) kmin[at] = v;
-    if (bf(v) > bf(kmax[at])) kmax[at] = v;
+    if (bf16_bits_to_float(v) < bf16_bits_to_float(kmin[at])) kmin[at] = v;
+    if (bf16_bits_to_float(v) > bf16_bits_to_float(kmax[at])) kmax[at] = v;
 }
 
 // ---- host side ----
