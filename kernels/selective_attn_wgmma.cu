@@ -68,7 +68,7 @@ static_assert(COL_PRODUCER_REGS * WG_THREADS + COL_CONSUMER_REGS * CONSUMERS * W
 constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or keys (col sums) per CTA
 constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
 constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
-constexpr int FWD_STAGES = 2, COL_STAGES = 5;         // K, V tiles / Q tiles in flight
+constexpr int FWD_STAGES = 2;                         // K, V tiles in flight
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a forward stage (one per warp)
 
 // Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
@@ -81,11 +81,15 @@ template <int D> struct FwdSmem {
                               BAR = V + FWD_STAGES * tile_bytes<D>(TILE), BYTES = BAR + 128 + 1024;
 };
 // Shared memory of the column sums: K block | Q stages | log2 LSE stages | raw LSE staging | mbarriers.
+// Q tiles in flight: 5, or 4 with four consumer warpgroups (their 256-key K block leaves room for 4).
 constexpr int LSE_SLOTS = 4; // the producer's cp.async staging of the LSE: 3 steps ahead
+template <int NWG> constexpr int col_stages() { return NWG == 4 ? 4 : 5; }
 template <int D, int NWG> struct ColSmem {
-    static constexpr uint32_t K = 0, Q = tile_bytes<D>(64 * NWG), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
-                              LSE_RAW = LSE + COL_STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
+    static constexpr int STAGES = col_stages<NWG>();
+    static constexpr uint32_t K = 0, Q = tile_bytes<D>(64 * NWG), LSE = Q + STAGES * tile_bytes<D>(TILE),
+                              LSE_RAW = LSE + STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
                               BYTES = BAR + 128 + 1024;
+    static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
 };
 
 struct FwdArgs {
@@ -369,26 +373,30 @@ template <int HALF> __device__ __forceinline__ void fold_tiles(float (&p)[64])
 
 // Column-sum register budgets: with NWG = 2 consumer warpgroups, two S^T register sets per warpgroup
 // (the next step's MMAs in flight during this step's exps); with 3, one set (160 registers), and the
-// overlap comes from the other warpgroups.
+// overlap comes from the other warpgroups. With 4, 112 registers (640 threads launch with 96: each SM
+// sub-partition's 16K registers hold five warps), and K is read by the MMAs from shared memory (as
+// registers it would take 32 of the 112).
 template <int NWG> struct ColRegs {
-    static constexpr int PRODUCER = NWG == 2 ? COL_PRODUCER_REGS : 24, CONSUMER = NWG == 2 ? COL_CONSUMER_REGS : 160;
-    static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536, "register file");
+    static constexpr int PRODUCER = NWG == 2 ? COL_PRODUCER_REGS : 24, CONSUMER = NWG == 2 ? COL_CONSUMER_REGS : NWG == 3 ? 160 : 112;
+    static constexpr int THREADS = (NWG + 1) * WG_THREADS;
+    static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536 / THREADS / 8 * 8 * THREADS, "register file");
 };
 
 template <int D, bool CAUSAL, int NWG, bool PP>
-__global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
+__global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
     colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = ColSmem<D, NWG>;
-    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, ROWS = 64 * NWG, PRODUCER_WARP = 4 * NWG;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, ROWS = 64 * NWG, PRODUCER_WARP = 4 * NWG, STAGES = S::STAGES;
+    constexpr bool K_SMEM = NWG == 4; // K as the MMAs' A operand from shared memory, else from registers
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = aligned_smem(smem_raw);
     const uint32_t base = smem_u32(smem);
     float *lse_s = reinterpret_cast<float *>(smem + S::LSE);       // [stage][TILE] log2-scaled
     float *lse_raw = reinterpret_cast<float *>(smem + S::LSE_RAW); // [slot][TILE] as fetched
     uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
-    uint64_t *k_full = bar, *q_full = bar + 1, *q_empty = q_full + COL_STAGES;
+    uint64_t *k_full = bar, *q_full = bar + 1, *q_empty = q_full + STAGES;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int L = a.L, G = a.G, w0 = a.w0;
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
 
     if (tid == 0) {
         mbar_init(k_full, 1);
-        for (int s = 0; s < COL_STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * NWG);
+        for (int s = 0; s < STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * NWG);
         mbar_init_fence();
     }
     __syncthreads();
@@ -410,7 +418,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         __device__ void next(int nq)
         {
             ++it;
-            if (++st == COL_STAGES) st = 0, phase ^= 1;
+            if (++st == STAGES) st = 0, phase ^= 1;
             if (++qi == nq) qi = 0, ++h;
         }
     };
@@ -452,7 +460,7 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
                 const int q = q0 + 4 * lane + j;
                 l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
             }
-            if (it >= COL_STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
+            if (it >= STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
             if (lane == 0) {
                 mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
                 for (int c = 0; c < NCH; ++c)
@@ -471,7 +479,8 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
     float acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
     float s_even[64], s_odd[NWG == 2 ? 64 : 1]; // S^T of even and odd steps (NWG = 2: the next step's MMAs run during this step's exps)
-    uint32_t kf[KSTEPS][4];      // the warp's 16 keys as register A operands, for the whole kernel
+    uint32_t kf[K_SMEM ? 1 : KSTEPS][4];        // the warp's 16 keys as register A operands, for the whole kernel
+    const uint64_t desc_k0 = wgmma_desc_sw128(k_s, 16, 1024); // (K_SMEM) the same keys in shared memory
 
     // The stage's descriptors as the first one plus constant offsets (the start address field, bits
     // 0-13, holds address / 16 and never carries: shared memory is below 256 KB).
@@ -482,8 +491,13 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
         if constexpr (PP) turn_wait(wg);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
-            wgmma_rs(sd, kf[kk], d + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+            const uint64_t koff = (chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4; // k-step kk of a Q tile
+            if constexpr (K_SMEM)
+                wgmma_ss(sd, desc_k0 + ((chunk_off(ROWS, kk >> 2) + (kk & 3) * 32) >> 4), d + koff, kk);
+            else
+                wgmma_rs(sd, kf[kk], d + koff, kk);
+        }
         wgmma_commit();
         if (PP && !(wg == NWG - 1 && ps.it == total - 1)) turn_pass<NWG>(wg);
     };
@@ -529,10 +543,10 @@ __global__ void __launch_bounds__((NWG + 1) * WG_THREADS, 1)
     // Step it + 1's MMAs are issued before step it's exps. Every issue is followed by its wait in
     // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
     mbar_wait(k_full, 0);
-    load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
+    if constexpr (!K_SMEM) load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
     if (PP && wg == NWG - 1 && total > 0) turn_pass<NWG>(wg);
     Pos ip = {0, 0, 0, 0, 0}, cp = ip; // the next step to issue, and to consume
-    if constexpr (NWG == 3) {
+    if constexpr (NWG >= 3) {
         for (; cp.it < total; cp.next(nq)) {
             issue(s_even, cp);
             wgmma_wait<0>();
@@ -622,7 +636,7 @@ int colsum_warpgroups()
     static int v = 0;
     if (!v) {
         const char *e = getenv("KVB_SATTN_COL_WG");
-        v = e && e[0] == '2' ? 2 : 3;
+        v = e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 4;
     }
     return v;
 }
@@ -677,7 +691,7 @@ int launch_col_pp(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_
     static bool ready = false;
     int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP>, ColSmem<D, NWG>::BYTES, &ready);
     if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, (NWG + 1) * WG_THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
+    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, ColRegs<NWG>::THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -753,6 +767,10 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
     const dim3 grid((unsigned)n_kv, (unsigned)((p->L + rows - 1) / rows));
+    if (nwg == 4) {
+        if (p->D == 64) return p->causal ? launch_col<64, true, 4>(m, a, grid, stream) : launch_col<64, false, 4>(m, a, grid, stream);
+        return p->causal ? launch_col<128, true, 4>(m, a, grid, stream) : launch_col<128, false, 4>(m, a, grid, stream);
+    }
     if (nwg == 3) {
         if (p->D == 64) return p->causal ? launch_col<64, true, 3>(m, a, grid, stream) : launch_col<64, false, 3>(m, a, grid, stream);
         return p->causal ? launch_col<128, true, 3>(m, a, grid, stream) : launch_col<128, false, 3>(m, a, grid, stream);

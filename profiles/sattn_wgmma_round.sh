@@ -9,8 +9,9 @@
 #             32768) -> peers.json, bench_L<L>.json, summary_L<L>.md, bench_L<L>.log
 #   ab        variants of the Hopper passes back to back, each a list of environment settings, named in
 #             AB_VARIANTS (default: base = no ping-pong, pp = ping-pong of both passes' consumer warpgroups,
-#             wg2 = two column-sum warpgroups, wg2pp = both; then base and pp again, to see the drift): fwd_only
-#             and colsum_only at L = 16K, 32K -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
+#             wg2 = two column-sum warpgroups, wg2pp = both; then base and pp again, to see the drift; wg3, wg4 =
+#             three or four column-sum warpgroups with the column sums' ping-pong, wg4np = four without): the impls in AB_IMPLS
+#             (default fwd_only|colsum_only) at L = 16K, 32K -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   pcheck    every selective_attn, heavy_hitters and snapkv check case with the settings in PCHECK_ENV (default: ping-pong of both
 #             passes) -> pcheck.log, pcheck.json
 #   ncu       Nsight Compute on the Hopper forward and column-sum kernels (and the mma.sync ones) of
@@ -48,12 +49,14 @@ for ph in "${phases[@]}"; do
             echo "bench L=$L: exit $? ($(tail -n 1 "$out/bench_L$L.log"))"
         done ;;
     ab)
-        grep -E '^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(fwd_only|colsum_only) tier=bench' \
+        grep -E "^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(${AB_IMPLS:-fwd_only|colsum_only}) tier=bench" \
             "$cases/selective_attn.cases" >"$out/cases_ab.cases"
         # (every switch spelled out: the defaults moved since this ran in results/h100/sattn-pp-*)
         declare -A envs=([base]="KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0" [pp]="KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
             [wg2]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0"
-            [wg2pp]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1")
+            [wg2pp]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
+            [wg3]="KVB_SATTN_COL_WG=3 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1" [wg4]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1"
+            [wg4np]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0")
         n=0
         for v in ${AB_VARIANTS:-base pp wg2 wg2pp base pp}; do
             n=$((n + 1))
