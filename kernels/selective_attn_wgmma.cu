@@ -14,8 +14,10 @@
 //   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
 //   Measured: on an H200 with two column-sum warpgroups (results/h200/sattn-wgmma-9189aff) forward
 //   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
-//   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x.
-//   The column sums' two floors overlap only partly (the NOTES.md files: ncu, and what was tried).
+//   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x;
+//   on an H100 with four (results/h100/s12-sattn-wg4-4ed0b36) forward 3.79 ms = 1.00x, column sums
+//   2.00 ms, both 5.76 ms = 1.53x at 16K, 1.45x at 32K. The column sums' two floors overlap only
+//   partly: at 4K their tensor pipe and their MUFU are each 60% busy (ncu; NOTES.md files).
 //
 // Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
 // 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
@@ -25,10 +27,11 @@
 //               shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from shared
 //               memory (N-major). Per tile one wait, the softmax, then P V of this tile and S of the
 //               next issued back to back.
-//   col sums    CTA = 192 keys of one KV head (three consumer warpgroups of 64; KVB_SATTN_COL_WG=2: 128
-//               keys, two warpgroups, each issuing the next step's S^T before this step's exps in a
-//               second register set), 128-query steps over the G query heads, 5 Q stages: S^T = K Q^T
-//               (m64n128k16, A = K from registers, B = Q K-major),
+//   col sums    CTA = 256 keys of one KV head (four consumer warpgroups of 64, 4 Q stages, K read by
+//               the MMAs from shared memory; KVB_SATTN_COL_WG=3: 192 keys, three warpgroups, K from
+//               registers, 5 Q stages; =2: 128 keys, two warpgroups, each issuing the next step's S^T
+//               before this step's exps in a second register set), 128-query steps over the G query
+//               heads: S^T = K Q^T (m64n128k16, A = K, B = Q K-major),
 //               p = exp2(s log2e/sqrt(D) - LSE log2e) summed per key in registers. The producer also
 //               stages each step's log2-scaled LSE (+inf for rows that do not contribute), fetched by
 //               cp.async three steps ahead. Each colsum and colsum_kv element is written once, by the
@@ -628,9 +631,10 @@ int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int b
     return KVB_OK;
 }
 
-// The column sums run three consumer warpgroups (192 keys per CTA, one S^T register set each): 5-6%
-// faster than two with two register sets on an H100 in one run (results/h100/sattn-wgmma-*).
-// KVB_SATTN_COL_WG=2 selects the two-warpgroup kernel (an A/B switch, read once).
+// The column sums run four consumer warpgroups (256 keys per CTA, one S^T register set each): 1.4-2.6%
+// faster than three on an H100, both in the same calls (results/h100/s12-sattn-wg4-4ed0b36); three
+// were 5-6% faster than two (results/h100/sattn-wgmma-*). KVB_SATTN_COL_WG=3 or 2 selects the others
+// (A/B switches, read once).
 int colsum_warpgroups()
 {
     static int v = 0;
