@@ -1695,10 +1695,23 @@ constexpr size_t smem_bytes()
     return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
 }
 
-template <int D, int GS>
+// TRACE (KVB_INT2_V3_TRACE=1, a diagnostic build of the same kernel): thread 0 of each block prints
+// when its segment starts (globaltimer, ns), and the SM clocks from then to q staged, warp 0's first
+// record, warp 0's last step, every warp's last step, and the merge done.
+__device__ __forceinline__ uint64_t global_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <int D, int GS, bool TRACE = false>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
+    long long tr[6] = {0, 0, 0, 0, 0, 0};
+    uint64_t tr_g0 = 0;
+    if (TRACE && threadIdx.x == 0) tr_g0 = global_ns(), tr[0] = clock64();
     const AttnParams &p = P.a;
     extern __shared__ __align__(128) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the rings once drained
@@ -1738,6 +1751,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         };
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
+        if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
         if (P.early) fill();
         stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         State<MT> st;
@@ -1758,6 +1772,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                 else v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
             }
             __syncthreads();
+            if (TRACE && tid == 0) tr[1] = clock64();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             if (!P.early) fill();
             for (int k = 0; k < mine; k++, used++) {
@@ -1769,6 +1784,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                 }
                 unsigned char *rec = ring + (used % S) * BYTES;
                 mbar_wait(bar + used % S, (used / S) & 1);
+                if (TRACE && tid == 0 && k == 0) tr[2] = clock64();
                 const int64_t tok = (int64_t)(qa + warp + k * WARPS) * 64;
                 if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
                     constexpr int BLKW = Rec<D, GS>::NGV * 16;   // words of one 16-token block's scales and zeros
@@ -1781,13 +1797,23 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                 else step<D, GS, false>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 __syncwarp(); // every lane is done with the record before it is refilled
             }
+            if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
+        if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS>(ms, st, warp, lane);
         __syncthreads();
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
         v2::finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
                       &flag_s, tid);
+        if (TRACE && tid == 0) {
+            unsigned smid;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+            tr[5] = clock64();
+            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld\n", (int)kb, smid, (long long)head,
+                   (long long)s0, (long long)s1, mine, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
+                   tr[1] - tr[0], tr[2] - tr[0], tr[3] - tr[0], tr[4] - tr[0], tr[5] - tr[0]);
+        }
         u = hoff + s1;
     }
 }
@@ -3006,6 +3032,11 @@ static bool v3_early()
     static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
     return v;
 }
+static bool v3_trace()
+{
+    static const bool v = getenv("KVB_INT2_V3_TRACE") && getenv("KVB_INT2_V3_TRACE")[0] == '1';
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3060,7 +3091,13 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             } else {
                 P.n = v3::NativePtrs{};
             }
-            v3::attn_kernel<D, GS><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
+            if (v3_trace()) {
+                CUDA_TRY(cudaFuncSetAttribute(v3::attn_kernel<D, GS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)v3::smem_bytes<D, GS>()));
+                v3::attn_kernel<D, GS, true><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
+            } else {
+                v3::attn_kernel<D, GS><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
+            }
             CUDA_TRY(cudaGetLastError());
             return KVB_OK;
         }
