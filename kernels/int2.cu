@@ -1377,6 +1377,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     stream-K split and merge are v2's, with two launch changes: the grid is a multiple of the heads
 //     (one segment per block), and a segment's first records are requested before q is staged; on an
 //     H100 in one run, 32K gs=16 125.8 -> 114.2 us, gs=128 86.4 -> 76.4 us (results/h100/int2-v3-1dc67b9).
+//     In the split a residual step weighs 4 units (v3_residual_weight).
 // ================================================================================================
 namespace v3 {
 
@@ -1391,6 +1392,7 @@ struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
     int early;    // 1: a segment's first records are requested before q is staged and the residual read
+    int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1730,7 +1732,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     __syncwarp();
     uint32_t issued = 0, used = 0; // this warp's step records so far (every lane keeps the count)
 
-    const int64_t per_head = p.nr + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
+    // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
+    // time: its loads are not pipelined), then its nq 64-token steps, one unit each.
+    const int64_t W = P.rw, nrw = p.nr * W;
+    const int64_t per_head = nrw + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     int64_t u = part_begin(kb, N, grid);
     const int64_t u1 = part_begin(kb + 1, N, grid);
     while (u < u1) {
@@ -1742,7 +1747,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         // this warp's steps: qa + warp, qa + warp + WARPS, ... (recomputed where used: nothing of it is
         // kept live across the residual steps' call)
         auto fill = [&]() {
-            const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
+            const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
             const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
             for (int k = 0; k < S - 1 && k < mine; k++, issued++)
                 if (lane == 0)
@@ -1756,11 +1761,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         State<MT> st;
         st.init();
-        const int64_t r_end = min(s1, p.nr);
-        if (s0 < r_end)
-            st = residual_steps<D>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, s0, r_end, p.R,
+        // residual step r belongs to the segment holding its first unit r W
+        const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
+        if (r_beg < r_end)
+            st = residual_steps<D>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
                                    p.scale, warp, lane);
-        const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
+        const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
         const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
         if (qa < qe) { // block-uniform
             uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
@@ -3032,6 +3038,23 @@ static bool v3_early()
     static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
     return v;
 }
+// v3's weight of a residual step in the stream-K split (KVB_INT2_V3_RW=1..4, default 4; an A/B switch,
+// read once; 1 is the split as first built). A block doing a head's residual steps took ~14 us longer
+// to reach its first 64-token step at 8K (their loads are not pipelined), and finished last; weighing
+// each as 4 units gives that block fewer steps: on an H100, B=8 8K gs=16 48.1 -> 41.1 us, 32K gs=16
+// 112.9 -> 109.7 us (results/h100/s12-int2-rw-*). At most 4: a segment spans 4 units or more (grid <= N / 8 rounded up, or the
+// head-aligned grid with 8 or more per block), so one inside a head's residual part starts a residual
+// step and no segment is empty.
+static int v3_residual_weight()
+{
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("KVB_INT2_V3_RW");
+        const int n = e ? atoi(e) : 4;
+        v = n < 1 ? 1 : n > 4 ? 4 : n;
+    }
+    return v;
+}
 static bool v3_trace()
 {
     static const bool v = getenv("KVB_INT2_V3_TRACE") && getenv("KVB_INT2_V3_TRACE")[0] == '1';
@@ -3086,6 +3109,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             v3::Params P;
             P.a = p;
             P.early = v3_early();
+            P.rw = v3_residual_weight();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
