@@ -40,6 +40,7 @@
 //               (results/h100/sattn-pp-8eee9dd).
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -95,10 +96,18 @@ template <int D, int NWG> struct ColSmem {
     static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
 };
 
+// Which (head, tile) a CTA runs (block_tile): the grid is 1-D, in sections of `hsec` consecutive heads
+// (whole KV groups) so that the K and V (forward) or Q (column sums) streamed by the CTAs running at once
+// stay in L2; within a section the longest tiles come first, the section's heads fastest.
+struct Order {
+    int heads, tiles, hsec;
+};
+
 struct FwdArgs {
     float *lse; // [B * Hq, L]
     int L, G, n_qtiles;
     float scale, scale_log2;
+    Order ord; // heads = B Hq, tiles = n_qtiles
 };
 
 struct ColArgs {
@@ -106,7 +115,17 @@ struct ColArgs {
     float *colsum, *colsum_kv;
     int L, G, w0, lse_len, lse_row0;
     float scale_log2;
+    Order ord; // heads = B Hkv, tiles = key blocks
 };
+
+// Tile index 0 is the longest (the forward's last query tile, the column sums' first key block).
+__device__ __forceinline__ void block_tile(const Order &o, int &head, int &tile)
+{
+    const int b = blockIdx.x, per = o.hsec * o.tiles, sec = b / per, r = b - sec * per;
+    const int h0 = sec * o.hsec, n = min(o.hsec, o.heads - h0);
+    tile = r / n;
+    head = h0 + (r - tile * n);
+}
 
 // The 1024-byte-aligned base of the dynamic shared memory (TMA's 128-byte swizzle needs it).
 __device__ __forceinline__ uint8_t *aligned_smem(uint8_t *raw)
@@ -183,8 +202,10 @@ __global__ void __launch_bounds__(THREADS, 1)
              *v_empty = k_empty + FWD_STAGES;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int L = a.L, bh = blockIdx.x, bkv = bh / a.G;
-    const int q0 = (a.n_qtiles - 1 - (int)blockIdx.y) * ROWS; // the longest rows first
+    int bh, qt;
+    block_tile(a.ord, bh, qt);
+    const int L = a.L, bkv = bh / a.G;
+    const int q0 = (a.n_qtiles - 1 - qt) * ROWS; // the longest rows first
     const int kend = CAUSAL ? min(L, q0 + ROWS) : L;
     const int n_tiles = (kend + TILE - 1) / TILE;
 
@@ -403,7 +424,9 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int L = a.L, G = a.G, w0 = a.w0;
-    const int bkv = blockIdx.x, k0 = blockIdx.y * ROWS;
+    int bkv, kt;
+    block_tile(a.ord, bkv, kt);
+    const int k0 = kt * ROWS;
     const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
     const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
 
@@ -664,6 +687,41 @@ bool col_pingpong()
     return v;
 }
 
+// The CTA order (Order): KVB_SATTN_HSEC=all (the default: every head in one section, heads fastest),
+// =N (N KV heads, with their G query heads, per section) or =l2 (as many KV heads as half the L2 holds
+// of the streamed operand, at least one). A/B switch, read once.
+int hsec_setting()
+{
+    static int v = -2; // -1: all, 0: l2, N > 0
+    if (v == -2) {
+        const char *e = getenv("KVB_SATTN_HSEC");
+        v = !e || !e[0] || !strcmp(e, "all") ? -1 : !strcmp(e, "l2") ? 0 : atoi(e) > 0 ? atoi(e) : -1;
+    }
+    return v;
+}
+
+// heads CTAs' heads in groups of `group` (a KV head's query heads), each group streaming
+// `group_bytes`; refused when the 1-D grid would exceed what a launch takes.
+int make_order(Order *o, const char *who, int64_t heads, int group, int tiles, double group_bytes)
+{
+    if (heads * tiles > 0x7fffffff)
+        return kvb_fail(KVB_EINVAL, "%s: heads x tiles = %lld x %d out of range [1, 2^31 - 1] (CTAs of one launch)", who,
+                        (long long)heads, tiles);
+    const int s = hsec_setting();
+    int64_t groups = heads / group;
+    if (s > 0) groups = s;
+    else if (s == 0) {
+        int dev = 0, l2 = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+        groups = (int64_t)(0.5 * l2 / group_bytes);
+        if (groups < 1) groups = 1;
+    }
+    if (groups * group > heads) groups = heads / group;
+    o->heads = (int)heads, o->tiles = tiles, o->hsec = (int)(groups * group);
+    return KVB_OK;
+}
+
 template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
 {
     if (!*ready) { // the attribute is per kernel and device; set once
@@ -745,7 +803,8 @@ extern "C" int selective_attn_fwd_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, co
     FwdArgs a;
     a.lse = LSE, a.L = p->L, a.G = sattn_groups(p), a.n_qtiles = (p->L + ROWS - 1) / ROWS;
     a.scale = 1.f / sqrtf((float)p->D), a.scale_log2 = a.scale * LOG2E;
-    const dim3 grid((unsigned)BH, (unsigned)a.n_qtiles);
+    if ((rc = make_order(&a.ord, who, BH, a.G, a.n_qtiles, 4.0 * p->L * p->D))) return rc; // K and V of a KV head
+    const dim3 grid((unsigned)(BH * a.n_qtiles));
     if (p->D == 64) return p->causal ? launch_fwd<64, true>(m, a, grid, stream) : launch_fwd<64, false>(m, a, grid, stream);
     return p->causal ? launch_fwd<128, true>(m, a, grid, stream) : launch_fwd<128, false>(m, a, grid, stream);
 }
@@ -770,7 +829,10 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
-    const dim3 grid((unsigned)n_kv, (unsigned)((p->L + rows - 1) / rows));
+    const int kblocks = (p->L + rows - 1) / rows;
+    if ((rc = make_order(&a.ord, "selective_attn_colsum_wgmma", n_kv, 1, kblocks, (2.0 * p->D + 4) * a.G * p->L))) // Q, LSE
+        return rc;
+    const dim3 grid((unsigned)(n_kv * kblocks));
     if (nwg == 4) {
         if (p->D == 64) return p->causal ? launch_col<64, true, 4>(m, a, grid, stream) : launch_col<64, false, 4>(m, a, grid, stream);
         return p->causal ? launch_col<128, true, 4>(m, a, grid, stream) : launch_col<128, false, 4>(m, a, grid, stream);

@@ -11,7 +11,8 @@
 #             AB_VARIANTS (default: base = no ping-pong, pp = ping-pong of both passes' consumer warpgroups,
 #             wg2 = two column-sum warpgroups, wg2pp = both; then base and pp again, to see the drift; wg3, wg4 =
 #             three or four column-sum warpgroups with the column sums' ping-pong, wg4np = four without): the impls in AB_IMPLS
-#             (default fwd_only|colsum_only) at L = 16K, 32K -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
+#             (default fwd_only|colsum_only) at L = 16K, 32K (AB_L, default 16384|32768); hs_<v> = the defaults
+#             with KVB_SATTN_HSEC=<v> (the CTA order) -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   pcheck    every selective_attn, heavy_hitters and snapkv check case with the settings in PCHECK_ENV (default: ping-pong of both
 #             passes) -> pcheck.log, pcheck.json
 #   ncu       Nsight Compute on the Hopper forward and column-sum kernels (and the mma.sync ones) of
@@ -49,7 +50,7 @@ for ph in "${phases[@]}"; do
             echo "bench L=$L: exit $? ($(tail -n 1 "$out/bench_L$L.log"))"
         done ;;
     ab)
-        grep -E "^selective_attn B=1 Hq=32 Hkv=32 L=(16384|32768) D=128 impl=(${AB_IMPLS:-fwd_only|colsum_only}) tier=bench" \
+        grep -E "^selective_attn B=1 Hq=32 Hkv=32 L=(${AB_L:-16384|32768}) D=128 impl=(${AB_IMPLS:-fwd_only|colsum_only}) tier=bench" \
             "$cases/selective_attn.cases" >"$out/cases_ab.cases"
         # (every switch spelled out: the defaults moved since this ran in results/h100/sattn-pp-*)
         declare -A envs=([base]="KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0" [pp]="KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
@@ -57,6 +58,11 @@ for ph in "${phases[@]}"; do
             [wg2pp]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
             [wg3]="KVB_SATTN_COL_WG=3 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1" [wg4]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1"
             [wg4np]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0")
+        # hs_<v>: the defaults (four column-sum warpgroups with ping-pong, forward without) with the CTA
+        # order KVB_SATTN_HSEC=<v> (all, l2 or a number of KV heads per section)
+        for v in ${AB_VARIANTS:-}; do
+            [ "${v#hs_}" != "$v" ] && envs[$v]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1 KVB_SATTN_HSEC=${v#hs_}"
+        done
         n=0
         for v in ${AB_VARIANTS:-base pp wg2 wg2pp base pp}; do
             n=$((n + 1))
