@@ -687,15 +687,17 @@ bool col_pingpong()
     return v;
 }
 
-// The CTA order (Order): KVB_SATTN_HSEC=all (the default: every head in one section, heads fastest),
-// =N (N KV heads, with their G query heads, per section) or =l2 (as many KV heads as half the L2 holds
-// of the streamed operand, at least one). A/B switch, read once.
+// The CTA order (Order): by default (KVB_SATTN_HSEC=l2) a section holds as many KV heads as a third of
+// the L2 holds of the operand their CTAs stream (K and V for the forward, Q and the LSE for the column
+// sums), at least one; =N sets N KV heads, =all one section of every head (heads fastest: the order
+// before sections). On an H100 at 16K, sections of 1-4 KV heads made the forward 5-7% and the column
+// sums 1-4% faster than all heads at once (results/h100/s13-sattn-order). A/B switch, read once.
 int hsec_setting()
 {
     static int v = -2; // -1: all, 0: l2, N > 0
     if (v == -2) {
         const char *e = getenv("KVB_SATTN_HSEC");
-        v = !e || !e[0] || !strcmp(e, "all") ? -1 : !strcmp(e, "l2") ? 0 : atoi(e) > 0 ? atoi(e) : -1;
+        v = !e || !e[0] || !strcmp(e, "l2") ? 0 : !strcmp(e, "all") ? -1 : atoi(e) > 0 ? atoi(e) : 0;
     }
     return v;
 }
@@ -708,14 +710,14 @@ int make_order(Order *o, const char *who, int64_t heads, int group, int tiles, d
         return kvb_fail(KVB_EINVAL, "%s: heads x tiles = %lld x %d out of range [1, 2^31 - 1] (CTAs of one launch)", who,
                         (long long)heads, tiles);
     const int s = hsec_setting();
-    int64_t groups = heads / group;
+    int64_t groups = heads / group; // all
     if (s > 0) groups = s;
     else if (s == 0) {
         int dev = 0, l2 = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
-        groups = (int64_t)(0.5 * l2 / group_bytes);
-        if (groups < 1) groups = 1;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
+            groups = (int64_t)(l2 / 3.0 / group_bytes);
+            if (groups < 1) groups = 1;
+        } // (else every head in one section)
     }
     if (groups * group > heads) groups = heads / group;
     o->heads = (int)heads, o->tiles = tiles, o->hsec = (int)(groups * group);
