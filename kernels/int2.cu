@@ -1379,6 +1379,36 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     H100 in one run, 32K gs=16 125.8 -> 114.2 us, gs=128 86.4 -> 76.4 us (results/h100/int2-v3-1dc67b9).
 //     In the split a residual step weighs 4 units (v3_residual_weight).
 // ================================================================================================
+// The output of an av block (int2_av, v3's int2_av_native): the 4 warps' partial rows o[w][g][d] summed.
+// With several splits per head each split stores its sum in its slot of parts, and the last split to
+// arrive (counters[head]) adds the slots in split order, so that the result does not depend on which
+// split ends last; it resets the counter for the next launch.
+template <int D>
+__device__ __forceinline__ void av_store(float (*o)[MAXG][D], float *out, float *parts, int *counters, int *flag_s,
+                                         int64_t head, int64_t split, int nsplit, int G, int tid)
+{
+    if (nsplit == 1) {
+        for (int idx = tid; idx < G * D; idx += THREADS)
+            out[idx] = o[0][idx / D][idx % D] + o[1][idx / D][idx % D] + o[2][idx / D][idx % D] + o[3][idx / D][idx % D];
+        return;
+    }
+    float *part = parts + (head * nsplit + split) * G * D;
+    for (int idx = tid; idx < G * D; idx += THREADS)
+        part[idx] = o[0][idx / D][idx % D] + o[1][idx / D][idx % D] + o[2][idx / D][idx % D] + o[3][idx / D][idx % D];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *flag_s = atomicAdd(&counters[head], 1) == nsplit - 1;
+    __syncthreads();
+    if (!*flag_s) return;
+    __threadfence();
+    for (int idx = tid; idx < G * D; idx += THREADS) {
+        float v = 0.f;
+        for (int sp = 0; sp < nsplit; sp++) v += __ldcg(parts + (head * nsplit + sp) * G * D + idx);
+        out[idx] = v;
+    }
+    if (tid == 0) counters[head] = 0;
+}
+
 namespace v3 {
 
 using v2::State;
@@ -2040,29 +2070,7 @@ __global__ void __launch_bounds__(THREADS) av_native_kernel(AVNativeParams p)
                 ms.o[warp][2 * t][c] += z[0] * u0, ms.o[warp][2 * t + 1][c] += z[1] * u1;
     }
     __syncthreads();
-    float *out = p.out + (b * p.Hq + (int64_t)kvh * G) * D;
-    if (p.nsplit == 1) {
-        for (int idx = tid; idx < G * D; idx += THREADS)
-            out[idx] = ms.o[0][idx / D][idx % D] + ms.o[1][idx / D][idx % D] + ms.o[2][idx / D][idx % D] +
-                       ms.o[3][idx / D][idx % D];
-        return;
-    }
-    float *part = p.parts + (head * p.nsplit + split) * G * D;
-    for (int idx = tid; idx < G * D; idx += THREADS)
-        part[idx] = ms.o[0][idx / D][idx % D] + ms.o[1][idx / D][idx % D] + ms.o[2][idx / D][idx % D] +
-                    ms.o[3][idx / D][idx % D];
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) flag_s = atomicAdd(&p.counters[head], 1) == p.nsplit - 1;
-    __syncthreads();
-    if (!flag_s) return;
-    __threadfence();
-    for (int idx = tid; idx < G * D; idx += THREADS) {
-        float v = 0.f;
-        for (int sp = 0; sp < p.nsplit; sp++) v += __ldcg(p.parts + (head * p.nsplit + sp) * G * D + idx);
-        out[idx] = v;
-    }
-    if (tid == 0) p.counters[head] = 0;
+    av_store<D>(ms.o, p.out + (b * p.Hq + (int64_t)kvh * G) * D, p.parts, p.counters, &flag_s, head, split, p.nsplit, G, tid);
 }
 
 // ---- the native layout written on the device ----
@@ -2534,28 +2542,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
         }
     }
     __syncthreads();
-    float *out = p.out + (b * p.Hq + (int64_t)kvh * G) * D;
-    if (p.nsplit == 1) {
-        for (int idx = tid; idx < G * D; idx += THREADS)
-            out[idx] = o_s[0][idx / D][idx % D] + o_s[1][idx / D][idx % D] + o_s[2][idx / D][idx % D] +
-                       o_s[3][idx / D][idx % D];
-        return;
-    }
-    float *part = p.parts + (head * p.nsplit + split) * G * D;
-    for (int idx = tid; idx < G * D; idx += THREADS)
-        part[idx] = o_s[0][idx / D][idx % D] + o_s[1][idx / D][idx % D] + o_s[2][idx / D][idx % D] + o_s[3][idx / D][idx % D];
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) flag_s = atomicAdd(&p.counters[head], 1) == p.nsplit - 1;
-    __syncthreads();
-    if (!flag_s) return;
-    __threadfence();
-    for (int idx = tid; idx < G * D; idx += THREADS) {
-        float v = 0.f;
-        for (int sp = 0; sp < p.nsplit; sp++) v += __ldcg(p.parts + (head * p.nsplit + sp) * G * D + idx);
-        out[idx] = v;
-    }
-    if (tid == 0) p.counters[head] = 0;
+    av_store<D>(o_s, p.out + (b * p.Hq + (int64_t)kvh * G) * D, p.parts, p.counters, &flag_s, head, split, p.nsplit, G, tid);
 }
 
 // (D, gs) at compile time: f(integral_constant<int, D>, integral_constant<int, gs>); the layout checks
