@@ -16,8 +16,11 @@
 //   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
 //   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x;
 //   on an H100 with four (results/h100/s12-sattn-wg4-4ed0b36) forward 3.79 ms = 1.00x, column sums
-//   2.00 ms, both 5.76 ms = 1.53x at 16K, 1.45x at 32K. The column sums' two floors overlap only
-//   partly: at 4K their tensor pipe and their MUFU are each 60% busy (ncu; NOTES.md files).
+//   2.00 ms, both 5.76 ms = 1.53x at 16K, 1.45x at 32K; then with the CTAs in L2-sized sections of
+//   KV heads (results/h100/s13-sattn-order: the forward's DRAM reads 4.67 -> 0.42 GB) forward
+//   3.55 ms = 0.95x, column sums 1.95 ms, both 5.43 ms = 1.45x at 16K (1.47x in a second call),
+//   1.42x at 32K. The column sums' two floors overlap only partly: their tensor pipe and their MUFU
+//   are each 60-66% busy (ncu; NOTES.md files).
 //
 // Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
 // 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
@@ -690,8 +693,9 @@ bool col_pingpong()
 // The CTA order (Order): by default (KVB_SATTN_HSEC=l2) a section holds as many KV heads as a third of
 // the L2 holds of the operand their CTAs stream (K and V for the forward, Q and the LSE for the column
 // sums), at least one; =N sets N KV heads, =all one section of every head (heads fastest: the order
-// before sections). On an H100 at 16K, sections of 1-4 KV heads made the forward 5-7% and the column
-// sums 1-4% faster than all heads at once (results/h100/s13-sattn-order). A/B switch, read once.
+// before sections). On an H100, sections of 1-4 KV heads made the forward 3-8% and the column
+// sums 1-4% faster than all heads at once, the forward's DRAM reads 4.67 -> 0.42 GB at 16K
+// (results/h100/s13-sattn-order). A/B switch, read once.
 int hsec_setting()
 {
     static int v = -2; // -1: all, 0: l2, N > 0
