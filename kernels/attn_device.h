@@ -399,12 +399,10 @@ __device__ __forceinline__ void finish_head(const MergeSmem<D> &ms, int G, int64
     }
     const int stride = G * (D + 2);
     block_combine<D>(ms, G, parts + (head + k) * stride, nullptr, tid);
-    __threadfence();
     __syncthreads();
-    if (tid == 0) *flag_s = atomicAdd(&counters[head], 1) == (int)(last - first);
+    if (tid == 0) *flag_s = arrive_acq_rel_gpu(&counters[head]) == (int)(last - first);
     __syncthreads();
     if (*flag_s) {
-        __threadfence();
         merge_partials<D>(parts, head + first, (int)(last - first + 1), G, out, w_s, tid);
         if (tid == 0) counters[head] = 0; // ready for the next launch
     }

@@ -1395,12 +1395,10 @@ __device__ __forceinline__ void av_store(float (*o)[MAXG][D], float *out, float 
     float *part = parts + (head * nsplit + split) * G * D;
     for (int idx = tid; idx < G * D; idx += THREADS)
         part[idx] = o[0][idx / D][idx % D] + o[1][idx / D][idx % D] + o[2][idx / D][idx % D] + o[3][idx / D][idx % D];
-    __threadfence();
     __syncthreads();
-    if (tid == 0) *flag_s = atomicAdd(&counters[head], 1) == nsplit - 1;
+    if (tid == 0) *flag_s = arrive_acq_rel_gpu(&counters[head]) == nsplit - 1;
     __syncthreads();
     if (!*flag_s) return;
-    __threadfence();
     for (int idx = tid; idx < G * D; idx += THREADS) {
         float v = 0.f;
         for (int sp = 0; sp < nsplit; sp++) v += __ldcg(parts + (head * nsplit + sp) * G * D + idx);

@@ -319,6 +319,17 @@ __device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.b
 // Generic-proxy writes to shared memory made visible to the async proxy (before a TMA store reads them).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// A block's arrival on a count at GPU scope, by one thread after a __syncthreads: release (cumulative,
+// so it covers the writes the barrier ordered before it) and acquire (the next __syncthreads orders the
+// block's later reads after the earlier arrivals' writes), as cooperative groups' grid sync and
+// CUTLASS's semaphore do, instead of a sequentially consistent fence (__threadfence) in every thread.
+__device__ __forceinline__ int arrive_acq_rel_gpu(int *count)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+    return old;
+}
+
 // A barrier among `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads)
 {
