@@ -1438,17 +1438,34 @@ struct Rec {
     static_assert(REC % 16 == 0 && KMB % 16 == 0, "bulk copies: 16-byte multiples");
 };
 
-// Lane 0: the two runs of step `step` of head `head` into `rec`, completing on `bar`. The fence orders
-// this warp's earlier generic accesses to the record (its reads, the tail zeroing) before the copy.
+// Where a warp's step records come from: step `step` of head `head`'s two runs (Rec, Km). The warp's
+// later steps (step + k WARPS) are at fixed strides from them, so that the loop only adds.
 template <int D, int GS>
-__device__ __forceinline__ void issue_step(unsigned char *rec, uint64_t *bar, const NativePtrs &n, int64_t head,
-                                           int64_t step, int64_t Tcap)
+struct RecSrc {
+    static constexpr int64_t REC_STRIDE = (int64_t)WARPS * Rec<D, GS>::REC / 4; // uint32 of Rec per warp step
+    static constexpr int64_t KM_STRIDE = (int64_t)WARPS * 64 / GS * 2 * D;      // halves of Km (64 WARPS / GS rows)
+    static_assert(WARPS * 64 % GS == 0, "a warp's steps advance Km by whole rows");
+    const uint32_t *rec;
+    const __half *km;
+    __device__ __forceinline__ RecSrc(const NativePtrs &n, int64_t head, int64_t step, int64_t Tcap)
+        : rec(n.Rec + (head * (Tcap / 64) + step) * (Rec<D, GS>::REC / 4)),
+          km(n.Km + (head * (Tcap / GS) + (step * 64) / GS) * (2 * D))
+    {
+    }
+    __device__ __forceinline__ void advance(int64_t k) { rec += k * REC_STRIDE, km += k * KM_STRIDE; }
+};
+
+// Lane 0: the record at `src` into the ring slot at shared address `dst`, completing on the mbarrier at
+// shared address `bar`. The fence orders this warp's earlier generic accesses to the slot (its reads,
+// the tail zeroing) before the copy.
+template <int D, int GS>
+__device__ __forceinline__ void issue_step(uint32_t dst, uint32_t bar, const RecSrc<D, GS> &src)
 {
     using R = Rec<D, GS>;
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     mbar_expect_tx(bar, R::BYTES);
-    bulk_copy(rec, n.Rec + (head * (Tcap / 64) + step) * (R::REC / 4), R::REC, bar);
-    bulk_copy(rec + R::KM, n.Km + (head * (Tcap / GS) + (step * 64) / GS) * (2 * D), R::KMB, bar);
+    bulk_copy(dst, src.rec, R::REC, bar);
+    bulk_copy(dst + R::KM, src.km, R::KMB, bar);
 }
 
 constexpr uint32_t CODE_MASK = 0x00030003u;
@@ -1507,7 +1524,7 @@ __device__ __forceinline__ void step_scores(float (&s)[4][4], const unsigned cha
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    float bacc[4] = {0.f, 0.f, 0.f, 0.f}; // rows g < NGS: the step's key group g
+    float bacc[4] = {0.f, 0.f, 0.f, 0.f}; // rows g < NGS: the step's key group g (the others are not read)
     const uint2 *kc = reinterpret_cast<const uint2 *>(rec + R::KC) + lane;
     // Km row r: channel chunk (c/4) at (c/4 + 4r) % (D/4) (the rotation of int2.h)
     const unsigned char *ks = rec + R::KM + 8 * t;
@@ -1518,8 +1535,8 @@ __device__ __forceinline__ void step_scores(float (&s)[4][4], const unsigned cha
         const uint2 qm = PAIR ? qm_s[32 * j + lane] : make_uint2(0u, 0u);
         const uint2 w = kc[32 * j];
         const uint32_t w8x = w.x >> 8, w8y = w.y >> 8;
-        uint2 zk = make_uint2(0u, 0u);
-        if (g < NGS) zk = *reinterpret_cast<const uint2 *>(kz + 32 * ((j + (NGS > 1 ? g : 0)) % MT));
+        // rows g >= NGS load row 0's zeros (in bounds, no branch): rows of bacc that nothing reads
+        const uint2 zk = *reinterpret_cast<const uint2 *>(kz + 32 * ((j + (NGS > 1 ? g : 0)) % MT));
         mma_f16(bacc, zk.x, 0u, zk.y, 0u, qj.x, qj.y);
         uint32_t bh[2], bl[2];
 #pragma unroll
@@ -1579,21 +1596,16 @@ __device__ __forceinline__ void step_values(float (&o)[D / 16][4], float (&z)[4]
     constexpr int NGV = R::NGV;
     const int g = lane >> 2, t = lane & 3;
     const uint32_t one8 = g == 0 ? 0x3C003C00u : 0u; // A row 8: fp16 1.0 (the sum of p)
-    float zs[4] = {0.f, 0.f, 0.f, 0.f};
+    // the MMAs accumulate into the state itself (rescaled by the softmax before this step)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint2 zv = make_uint2(0u, 0u);
         if (g < NGV) zv = *reinterpret_cast<const uint2 *>(rec + R::VM + ((2 * i + 1) * NGV + g) * 32 + 8 * t);
-        mma_f16(zs, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
+        mma_f16(z, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
     }
-#pragma unroll
-    for (int e = 0; e < 4; e++) z[e] += zs[e];
     const unsigned char *vc = rec + R::VC + lane * (D / 8); // D/32 words per lane and k-step
 #pragma unroll
     for (int mh = 0; mh < D / 64; mh++) { // m-tiles 4mh .. 4mh + 3 (channels 64mh ..)
-        float os[4][4];
-#pragma unroll
-        for (int m = 0; m < 4; m++) os[m][0] = os[m][1] = os[m][2] = os[m][3] = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint2 w = *reinterpret_cast<const uint2 *>(vc + i * (32 * D / 8) + 8 * mh);
@@ -1606,14 +1618,10 @@ __device__ __forceinline__ void step_values(float (&o)[D / 16][4], float (&z)[4]
                     const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VM + (2 * i * NGV + gv) * 32 + 8 * t);
                     pp0 = v2::hmul2u(pb[i][0], sv.x), pp1 = v2::hmul2u(pb[i][1], sv.y);
                 }
-                mma_f16(os[m], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
+                mma_f16(o[mv], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
                         code_reg(w.y, w8y, 4 * m + 2), pp0, pp1);
             }
         }
-#pragma unroll
-        for (int m = 0; m < 4; m++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[4 * mh + m][e] += os[m][e];
     }
 }
 
@@ -1758,7 +1766,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
     mbar_init_fence();
     __syncwarp();
-    uint32_t issued = 0, used = 0; // this warp's step records so far (every lane keeps the count)
+    // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
+    // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
+    const uint32_t ring_a = smem_u32(ring), bar_a = smem_u32(bar);
+    int issue_slot = 0, use_slot = 0;
+    uint32_t use_phase = 0;
+    auto next_slot = [](int slot) { return slot + 1 == S ? 0 : slot + 1; };
 
     // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
     // time: its loads are not pipelined), then its nq 64-token steps, one unit each.
@@ -1777,10 +1790,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         auto fill = [&]() {
             const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
             const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
-            for (int k = 0; k < S - 1 && k < mine; k++, issued++)
-                if (lane == 0)
-                    issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head, qa + warp + (int64_t)k * WARPS,
-                                      p.Tcap);
+            RecSrc<D, GS> src(P.n, head, qa + warp, p.Tcap);
+            for (int k = 0; k < S - 1 && k < mine; k++, src.advance(1), issue_slot = next_slot(issue_slot))
+                if (lane == 0) issue_step<D, GS>(ring_a + issue_slot * BYTES, bar_a + issue_slot * 8, src);
         };
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
@@ -1809,15 +1821,16 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[1] = clock64();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             if (!P.early) fill();
-            for (int k = 0; k < mine; k++, used++) {
+            RecSrc<D, GS> src(P.n, head, qa + warp, p.Tcap); // the record S - 1 steps ahead
+            src.advance(S - 1);
+            for (int k = 0; k < mine; k++) {
                 if (k + S - 1 < mine) {
-                    if (lane == 0)
-                        issue_step<D, GS>(ring + (issued % S) * BYTES, bar + issued % S, P.n, head,
-                                          qa + warp + (int64_t)(k + S - 1) * WARPS, p.Tcap);
-                    issued++;
+                    if (lane == 0) issue_step<D, GS>(ring_a + issue_slot * BYTES, bar_a + issue_slot * 8, src);
+                    src.advance(1), issue_slot = next_slot(issue_slot);
                 }
-                unsigned char *rec = ring + (used % S) * BYTES;
-                mbar_wait(bar + used % S, (used / S) & 1);
+                unsigned char *rec = ring + use_slot * BYTES;
+                mbar_wait(bar_a + use_slot * 8, use_phase);
+                use_slot = next_slot(use_slot), use_phase ^= use_slot == 0;
                 if (TRACE && tid == 0 && k == 0) tr[2] = clock64();
                 const int64_t tok = (int64_t)(qa + warp + k * WARPS) * 64;
                 if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN

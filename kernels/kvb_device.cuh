@@ -258,16 +258,16 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
-// Arrive once and expect `bytes` of bulk copies to complete on the barrier.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+// Arrive once and expect `bytes` of bulk copies to complete on the barrier (at shared address `bar`).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes)
 {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) { mbar_expect_tx(smem_u32(bar), bytes); }
 
-// Spin until the barrier's phase of the given parity completes.
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+// Spin until the barrier's (at shared address `b`) phase of the given parity completes.
+__device__ __forceinline__ void mbar_wait(uint32_t b, unsigned parity)
 {
-    const uint32_t b = smem_u32(bar);
     uint32_t done = 0;
     do {
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
@@ -276,14 +276,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
                      : "memory");
     } while (!done);
 }
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) { mbar_wait(smem_u32(bar), parity); }
 
-// cp.async.bulk of `bytes` (a multiple of 16, 16-byte aligned) global -> shared, completing on `bar`.
+// cp.async.bulk of `bytes` (a multiple of 16, 16-byte aligned) global -> shared, completing on `bar`
+// (`dst` and `bar` as shared addresses).
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar)
 {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
+    bulk_copy(smem_u32(dst), src, bytes, smem_u32(bar));
 }
 
 
