@@ -280,11 +280,11 @@ __device__ __forceinline__ int64_t part_begin(int64_t k, int64_t N, int64_t grid
 // The block whose range holds step u: the largest k with k*N/grid <= u.
 __device__ __forceinline__ int64_t block_of(int64_t u, int64_t N, int64_t grid) { return ((u + 1) * grid - 1) / N; }
 
-// The merge buffer of a block: per warp and head the max, sum and O row.
-template <int D>
+// The merge buffer of a block of NW warps: per warp and head the max, sum and O row.
+template <int D, int NW = WARPS>
 struct MergeSmem {
-    float m[WARPS][MAXG], l[WARPS][MAXG];
-    float o[WARPS][MAXG][D];
+    float m[NW][MAXG], l[NW][MAXG];
+    float o[NW][MAXG][D];
 };
 
 // Every warp deposits its state (channel mapping VMAP) in shared memory.
@@ -308,22 +308,22 @@ __device__ __forceinline__ void warp_deposit(MergeSmem<D> &ms, WarpState<D / 16>
     }
 }
 
-// After a __syncthreads: combine the 4 warps of the block for heads [0, G) and either write the
+// After a __syncthreads: combine the NW warps of the block for heads [0, G) and either write the
 // final rows (out_bf16 / out_f32 != NULL, row stride D) or the block's partial into `part`
 // (layout per slot: O [G][D], then m [G], then l [G]).
-template <int D>
-__device__ __forceinline__ void block_combine(const MergeSmem<D> &ms, int G, float *part, __nv_bfloat16 *out_bf16,
+template <int D, int NW = WARPS>
+__device__ __forceinline__ void block_combine(const MergeSmem<D, NW> &ms, int G, float *part, __nv_bfloat16 *out_bf16,
                                               int tid)
 {
-    for (int idx = tid; idx < G * D; idx += THREADS) {
+    for (int idx = tid; idx < G * D; idx += 32 * NW) {
         const int h = idx / D, c = idx % D;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < WARPS; w++) M = fmaxf(M, ms.m[w][h]);
+        for (int w = 0; w < NW; w++) M = fmaxf(M, ms.m[w][h]);
         const float base = M == -INFINITY ? 0.f : M;
         float O = 0.f, L = 0.f;
 #pragma unroll
-        for (int w = 0; w < WARPS; w++) {
+        for (int w = 0; w < NW; w++) {
             const float a = ex2(ms.m[w][h] - base);
             O += a * ms.o[w][h][c];
             L += a * ms.l[w][h];
@@ -339,28 +339,28 @@ __device__ __forceinline__ void block_combine(const MergeSmem<D> &ms, int G, flo
 
 // The last of `n` contributors of a head merges their partials (slots first .. first+n-1 of
 // `parts`, each G*(D+2) floats) into the output row block out [G][D] (bf16). `w_s`: shared
-// scratch of at least 64*MAXG floats.
-template <int D>
+// scratch of at least 64*MAXG floats. NT: the block's threads.
+template <int D, int NT = THREADS>
 __device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
                                                __nv_bfloat16 *out, float *w_s, int tid)
 {
     const int stride = G * (D + 2);
     // running (M, L, O) per output element; weights of a chunk of 64 contributors in shared memory
     float M[8], L[8], O[8];
-    const int per = (G * D + THREADS - 1) / THREADS; // <= 8
+    const int per = (G * D + NT - 1) / NT; // <= 8
 #pragma unroll
     for (int e = 0; e < 8; e++) M[e] = -INFINITY, L[e] = 0.f, O[e] = 0.f;
     for (int c0 = 0; c0 < n; c0 += 64) {
         const int cn = min(64, n - c0);
         __syncthreads();
-        for (int k = tid; k < cn * G; k += THREADS) { // m of each contributor and head
+        for (int k = tid; k < cn * G; k += NT) { // m of each contributor and head
             const float *p = parts + (first + c0 + k / G) * stride;
             w_s[k] = __ldcg(p + G * D + k % G);
         }
         __syncthreads();
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            const int idx = tid + e * THREADS;
+            const int idx = tid + e * NT;
             if (e >= per || idx >= G * D) break;
             const int h = idx / D;
             float mloc = M[e];
@@ -379,7 +379,7 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
     }
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-        const int idx = tid + e * THREADS;
+        const int idx = tid + e * NT;
         if (e >= per || idx >= G * D) break;
         out[idx] = __float2bfloat16_rn(O[e] / L[e]);
     }
@@ -388,22 +388,22 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
 // Finish one head segment of a block: `ms` holds every warp's state (after a __syncthreads).
 // With one contributor, write o directly; otherwise deposit the partial in slot (head + k) and let
 // the last contributor (an arrival counter per head, reset by it) merge.
-template <int D>
-__device__ __forceinline__ void finish_head(const MergeSmem<D> &ms, int G, int64_t head, int64_t first, int64_t last,
+template <int D, int NW = WARPS>
+__device__ __forceinline__ void finish_head(const MergeSmem<D, NW> &ms, int G, int64_t head, int64_t first, int64_t last,
                                             int64_t k, float *parts, int *counters, __nv_bfloat16 *out, float *w_s,
                                             int *flag_s, int tid)
 {
     if (first == last) {
-        block_combine<D>(ms, G, nullptr, out, tid);
+        block_combine<D, NW>(ms, G, nullptr, out, tid);
         return;
     }
     const int stride = G * (D + 2);
-    block_combine<D>(ms, G, parts + (head + k) * stride, nullptr, tid);
+    block_combine<D, NW>(ms, G, parts + (head + k) * stride, nullptr, tid);
     __syncthreads();
     if (tid == 0) *flag_s = arrive_acq_rel_gpu(&counters[head]) == (int)(last - first);
     __syncthreads();
     if (*flag_s) {
-        merge_partials<D>(parts, head + first, (int)(last - first + 1), G, out, w_s, tid);
+        merge_partials<D, 32 * NW>(parts, head + first, (int)(last - first + 1), G, out, w_s, tid);
         if (tid == 0) counters[head] = 0; // ready for the next launch
     }
 }

@@ -72,6 +72,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cooperative_groups.h>
 #include <type_traits>
 #include <vector>
 
@@ -555,14 +556,16 @@ __device__ __forceinline__ void av_tile(float (&o)[D / 16][4], const unsigned ch
 }
 
 // q rows of one KV head's G query heads into shared memory (fp32) and, per head, the power of two
-// that brings max |q| into [2^(top-1), 2^top) (f_s; v1: top = 15) and its inverse (u_s).
+// that brings max |q| into [2^(top-1), 2^top) (f_s; v1: top = 15) and its inverse (u_s). NT: the
+// block's threads.
+template <int NT = THREADS>
 __device__ __forceinline__ void stage_q(float *q_s, float *f_s, float *u_s, const __nv_bfloat16 *qh, int G, int D,
                                         int tid, int top = 15)
 {
-    for (int idx = tid; idx < G * D; idx += THREADS) q_s[idx] = __bfloat162float(qh[idx]);
+    for (int idx = tid; idx < G * D; idx += NT) q_s[idx] = __bfloat162float(qh[idx]);
     __syncthreads();
     const int warp = tid >> 5, lane = tid & 31;
-    for (int h = warp; h < G; h += WARPS) {
+    for (int h = warp; h < G; h += NT / 32) {
         float mx = 0.f;
         for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(q_s[h * D + c]));
         mx = warp_max<16, 1>(mx);
@@ -1421,6 +1424,7 @@ struct Params {
     NativePtrs n;
     int early;    // 1: a segment's first records are requested before q is staged and the residual read
     int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
+    int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1438,13 +1442,9 @@ struct Rec {
     static_assert(REC % 16 == 0 && KMB % 16 == 0, "bulk copies: 16-byte multiples");
 };
 
-// Where a warp's step records come from: step `step` of head `head`'s two runs (Rec, Km). The warp's
-// later steps (step + k WARPS) are at fixed strides from them, so that the loop only adds.
+// Where the two runs (Rec, Km) of step `step` of head `head` lie.
 template <int D, int GS>
 struct RecSrc {
-    static constexpr int64_t REC_STRIDE = (int64_t)WARPS * Rec<D, GS>::REC / 4; // uint32 of Rec per warp step
-    static constexpr int64_t KM_STRIDE = (int64_t)WARPS * 64 / GS * 2 * D;      // halves of Km (64 WARPS / GS rows)
-    static_assert(WARPS * 64 % GS == 0, "a warp's steps advance Km by whole rows");
     const uint32_t *rec;
     const __half *km;
     __device__ __forceinline__ RecSrc(const NativePtrs &n, int64_t head, int64_t step, int64_t Tcap)
@@ -1452,7 +1452,6 @@ struct RecSrc {
           km(n.Km + (head * (Tcap / GS) + (step * 64) / GS) * (2 * D))
     {
     }
-    __device__ __forceinline__ void advance(int64_t k) { rec += k * REC_STRIDE, km += k * KM_STRIDE; }
 };
 
 // Lane 0: the record at `src` into the ring slot at shared address `dst`, completing on the mbarrier at
@@ -1667,7 +1666,8 @@ __device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&q
     }
 }
 
-template <int D>
+// The NW warps of the block take the residual steps s0, s0 + 1, ... in turn.
+template <int D, int NW>
 __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, const __nv_bfloat16 *Kr,
                                                      const __nv_bfloat16 *Vr, int64_t s0, int64_t r_end, int R,
                                                      float scale, int warp, int lane)
@@ -1676,7 +1676,7 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
     st.init();
     uint32_t qb[D / 16][2];
     q_frags_bf16<D>(qb, q_s, G, lane);
-    for (int64_t s = s0 + warp; s < r_end; s += WARPS) {
+    for (int64_t s = s0 + warp; s < r_end; s += NW) {
         v2::Dense<D> r;
         const int nv = (int)min((int64_t)16, R - s * 16);
         v2::dense_load_v2<D>(r, Kr, Vr, s * 16, nv, lane);
@@ -1686,8 +1686,8 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
 }
 
 // Every warp deposits its state: O^T rows back to channels and true units, plus Z (as v2, v3's units).
-template <int D, int GS>
-__device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &st, int warp, int lane)
+template <int D, int GS, int NW>
+__device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16> &st, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f);
@@ -1696,35 +1696,51 @@ __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &s
         ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
         ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
     }
+    // the zeros' term of channel c is Z of its value group c / GS, held by lane 4 (c / GS) + t: the same
+    // group for a whole m-tile (GS >= 16), so two shuffles per m-tile instead of a loop over a group's
+    // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~4 us at gs=128 in the
+    // trace, results/h100/s14-int2-12warps)
 #pragma unroll
     for (int mv = 0; mv < D / 16; mv++) {
-        const int c = 16 * mv + 2 * g;
+        const int c = 16 * mv + 2 * g, gv = (16 * mv) / GS;
+        const float z0 = __shfl_sync(0xffffffffu, st.z[0], 4 * gv + t), z1 = __shfl_sync(0xffffffffu, st.z[1], 4 * gv + t);
         const float r0 = exp2f((float)(24 - code_sh(4 * (mv % 4)))), r1 = exp2f((float)(24 - code_sh(4 * (mv % 4) + 2)));
-        ms.o[warp][2 * t][c] = st.o[mv][0] * r0;
-        ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0;
-        ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1;
-        ms.o[warp][2 * t + 1][c + 1] = st.o[mv][3] * r1;
+        ms.o[warp][2 * t][c] = st.o[mv][0] * r0 + z0; // r0, r1: powers of two, the product exact
+        ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0 + z1;
+        ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1 + z0;
+        ms.o[warp][2 * t + 1][c + 1] = st.o[mv][3] * r1 + z1;
     }
-    __syncwarp();
-    if (g < D / GS)
-        for (int c = g * GS; c < g * GS + GS; c++) ms.o[warp][2 * t][c] += st.z[0], ms.o[warp][2 * t + 1][c] += st.z[1];
 }
 
-// Stages per warp: as many records as fit in 64 KB per block (4 warps), 2 to 4, so that 3 blocks of
-// 168 registers (no spills) fit an SM's shared memory: 12 warps with 1-3 steps (8-24 KB at gs=16... 5 KB
-// at gs=128) in flight each. (4 blocks per SM need 128 registers: 120 bytes of spills at D=128.)
+// One block of NW = 12 warps per SM (168 registers each). Its warps take the segment's 64-token steps
+// from a shared counter as they go, so that they finish together: with 3 blocks of 4 warps, each warp
+// with a fixed share, an SM's blocks ended up to ~12 us apart at 32K (results/h100/s12-int2-rw-87684ff,
+// trace), the SM running on 8 or 4 warps meanwhile. (4 blocks of 4 warps per SM need 128 registers:
+// 120 bytes of spills at D=128.)
+constexpr int NW = 12, NT = 32 * NW;
+
+// Stages per warp: as many records as fit in 192 KB, 2 to 4: 1-3 steps (8-24 KB at gs=16... 5 KB at
+// gs=128) in flight per warp.
 template <int D, int GS>
 __host__ __device__ constexpr int stages()
 {
-    return 65536 / (WARPS * Rec<D, GS>::BYTES) >= 4 ? 4 : 65536 / (WARPS * Rec<D, GS>::BYTES) >= 2 ? 65536 / (WARPS * Rec<D, GS>::BYTES) : 2;
+    return 196608 / (NW * Rec<D, GS>::BYTES) >= 4 ? 4 : 196608 / (NW * Rec<D, GS>::BYTES) >= 2 ? 196608 / (NW * Rec<D, GS>::BYTES) : 2;
 }
-constexpr int MIN_BLOCKS = 3;
 
+// The rings; once drained, the merge buffer and then the block's partial (cluster_merge).
 template <int D, int GS>
 __host__ __device__ constexpr size_t ring_bytes()
 {
-    const size_t ring = (size_t)stages<D, GS>() * WARPS * Rec<D, GS>::BYTES;
-    return ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
+    const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
+    const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * MAXG * (D + 2);
+    return ring > merge ? ring : merge;
+}
+
+template <int D>
+__device__ __noinline__ void finish(const MergeSmem<D, NW> &ms, int G, int64_t head, int64_t first, int64_t last, int64_t k,
+                                    float *parts, int *counters, __nv_bfloat16 *out, float *w_s, int *flag_s, int tid)
+{
+    finish_head<D, NW>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
 }
 
 template <int D, int GS>
@@ -1743,8 +1759,41 @@ __device__ __forceinline__ uint64_t global_ns()
     return t;
 }
 
+// The merge of a head whose C blocks form one cluster (C = the cluster's size, rank = the block's rank):
+// each block combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) in its
+// own shared memory, and rank 0 merges the C partials through distributed shared memory, in rank order,
+// into the output rows. No global round trip: under the kernel's own stream of reads a partial's write,
+// the arrival fence and the merger's reads each waited for the memory queue (~6 us per block at 32K
+// in the trace, results/h100/s14-int2-12warps).
+template <int D>
+__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *part_s, int G, __nv_bfloat16 *out, int tid)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = (int)cluster.num_blocks();
+    block_combine<D, NW>(ms, G, part_s, nullptr, tid);
+    cluster.sync(); // every block's partial is written (release / acquire at cluster scope)
+    if (cluster.block_rank() == 0) {
+        for (int idx = tid; idx < G * D; idx += NT) {
+            const int h = idx / D;
+            float M = -INFINITY;
+            for (int r = 0; r < C; r++) M = fmaxf(M, cluster.map_shared_rank(part_s, r)[G * D + h]);
+            const float base = M == -INFINITY ? 0.f : M;
+            float O = 0.f, L = 0.f;
+            for (int r = 0; r < C; r++) {
+                const float *pr = cluster.map_shared_rank(part_s, r);
+                const float a = ex2(pr[G * D + h] - base);
+                O += a * pr[idx];
+                L += a * pr[G * D + G + h];
+            }
+            out[idx] = __float2bfloat16_rn(O / L);
+        }
+    }
+    cluster.sync(); // rank 0 is done reading the others' shared memory before they exit or reuse it
+}
+
 template <int D, int GS, bool TRACE = false>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
+__global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
     long long tr[6] = {0, 0, 0, 0, 0, 0};
@@ -1752,11 +1801,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
     if (TRACE && threadIdx.x == 0) tr_g0 = global_ns(), tr[0] = clock64();
     const AttnParams &p = P.a;
     extern __shared__ __align__(128) unsigned char smem[];
-    MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the rings once drained
+    MergeSmem<D, NW> &ms = *reinterpret_cast<MergeSmem<D, NW> *>(smem); // aliases the rings once drained
     float *q_s = reinterpret_cast<float *>(smem + ring_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
-    __shared__ __align__(8) uint64_t bars[WARPS * S];
+    __shared__ int next_s;             // the segment's next unclaimed 64-token step
+    __shared__ int slot_step_s[NW][S]; // the step a ring slot holds (-1: none; the segment's steps ran out)
+    __shared__ __align__(8) uint64_t bars[NW * S];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3;
     const int G = p.G;
@@ -1784,30 +1835,36 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
         const int64_t s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
         const int64_t b = head / p.Hkv;
         const int kvh = (int)(head % p.Hkv);
-        __syncthreads(); // the previous segment is done with shared memory
-        // this warp's steps: qa + warp, qa + warp + WARPS, ... (recomputed where used: nothing of it is
-        // kept live across the residual steps' call)
+        // the segment's 64-token steps [qa, qe), claimed one at a time by the warps (lane 0 claims the
+        // step, records it for the slot and issues its copy)
+        const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
+        if (tid == 0) next_s = qa; // nobody claims before the barrier: the previous segment is done
+        __syncthreads();           // the previous segment is done with shared memory
+        auto claim = [&]() {
+            if (lane == 0) {
+                const int got = qa < qe ? atomicAdd(&next_s, 1) : qe;
+                slot_step_s[warp][issue_slot] = got < qe ? got : -1;
+                if (got < qe)
+                    issue_step<D, GS>(ring_a + issue_slot * BYTES, bar_a + issue_slot * 8, RecSrc<D, GS>(P.n, head, got, p.Tcap));
+            }
+            issue_slot = next_slot(issue_slot);
+        };
         auto fill = [&]() {
-            const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
-            const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
-            RecSrc<D, GS> src(P.n, head, qa + warp, p.Tcap);
-            for (int k = 0; k < S - 1 && k < mine; k++, src.advance(1), issue_slot = next_slot(issue_slot))
-                if (lane == 0) issue_step<D, GS>(ring_a + issue_slot * BYTES, bar_a + issue_slot * 8, src);
+            for (int k = 0; k < S - 1; k++) claim();
         };
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
         if (P.early) fill();
-        stage_q(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
+        stage_q<NT>(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         State<MT> st;
         st.init();
         // residual step r belongs to the segment holding its first unit r W
         const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
         if (r_beg < r_end)
-            st = residual_steps<D>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
-                                   p.scale, warp, lane);
-        const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
-        const int mine = qa + warp < qe ? (qe - 1 - qa - warp) / WARPS + 1 : 0;
+            st = residual_steps<D, NW>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
+                                       p.scale, warp, lane);
+        int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
             // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
@@ -1821,18 +1878,15 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[1] = clock64();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             if (!P.early) fill();
-            RecSrc<D, GS> src(P.n, head, qa + warp, p.Tcap); // the record S - 1 steps ahead
-            src.advance(S - 1);
-            for (int k = 0; k < mine; k++) {
-                if (k + S - 1 < mine) {
-                    if (lane == 0) issue_step<D, GS>(ring_a + issue_slot * BYTES, bar_a + issue_slot * 8, src);
-                    src.advance(1), issue_slot = next_slot(issue_slot);
-                }
+            __syncwarp(); // lane 0's slot_step_s entries
+            for (;; steps++) {
+                const int cur = slot_step_s[warp][use_slot];
+                if (cur < 0) break; // and every later claim of the segment came back empty
+                claim();             // into the slot the previous step freed
                 unsigned char *rec = ring + use_slot * BYTES;
                 mbar_wait(bar_a + use_slot * 8, use_phase);
-                use_slot = next_slot(use_slot), use_phase ^= use_slot == 0;
-                if (TRACE && tid == 0 && k == 0) tr[2] = clock64();
-                const int64_t tok = (int64_t)(qa + warp + k * WARPS) * 64;
+                if (TRACE && tid == 0 && steps == 0) tr[2] = clock64();
+                const int64_t tok = (int64_t)cur * 64;
                 if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
                     constexpr int BLKW = Rec<D, GS>::NGV * 16;   // words of one 16-token block's scales and zeros
                     uint32_t *vm = reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VM);
@@ -1843,22 +1897,31 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(Params P)
                 if (pair) step<D, GS, true>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 else step<D, GS, false>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 __syncwarp(); // every lane is done with the record before it is refilled
+                use_slot = next_slot(use_slot), use_phase ^= use_slot == 0;
             }
+            // the slots from use_slot on were claimed empty and never issued: the next segment fills
+            // them in order
+            issue_slot = use_slot;
             if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
         if (TRACE && tid == 0) tr[4] = clock64();
-        deposit<D, GS>(ms, st, warp, lane);
+        deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
-        const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
-        v2::finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
+        if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
+            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
+                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid);
+        } else {
+            const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
+            finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
                       &flag_s, tid);
+        }
         if (TRACE && tid == 0) {
             unsigned smid;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
             tr[5] = clock64();
             printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld\n", (int)kb, smid, (long long)head,
-                   (long long)s0, (long long)s1, mine, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
+                   (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
                    tr[1] - tr[0], tr[2] - tr[0], tr[3] - tr[0], tr[4] - tr[0], tr[5] - tr[0]);
         }
         u = hoff + s1;
@@ -2628,7 +2691,7 @@ int attn_capacity_of(const int2_layout *l, int version, int *cap)
         if (version == ATTN_V3) {
             constexpr size_t smem = v3::smem_bytes<D, GS>();
             CUDA_TRY(cudaFuncSetAttribute(v3::attn_kernel<D, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v3::attn_kernel<D, GS>, THREADS, smem));
+            CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v3::attn_kernel<D, GS>, v3::NT, smem));
             *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
             return KVB_OK;
         }
@@ -3058,6 +3121,13 @@ static bool v3_trace()
     static const bool v = getenv("KVB_INT2_V3_TRACE") && getenv("KVB_INT2_V3_TRACE")[0] == '1';
     return v;
 }
+// v3's merge through a cluster per head where the head-aligned grid gives each head 2 to 8 blocks
+// (KVB_INT2_V3_CLUSTER=0: the global partials and arrival counter instead; an A/B switch, read once).
+static bool v3_cluster()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_CLUSTER") && getenv("KVB_INT2_V3_CLUSTER")[0] == '0');
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3113,14 +3183,34 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             } else {
                 P.n = v3::NativePtrs{};
             }
-            if (v3_trace()) {
-                CUDA_TRY(cudaFuncSetAttribute(v3::attn_kernel<D, GS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)v3::smem_bytes<D, GS>()));
-                v3::attn_kernel<D, GS, true><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
-            } else {
-                v3::attn_kernel<D, GS><<<grid, THREADS, v3::smem_bytes<D, GS>(), stream>>>(P);
+            void (*kernel)(v3::Params) = v3_trace() ? v3::attn_kernel<D, GS, true> : v3::attn_kernel<D, GS>;
+            CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v3::smem_bytes<D, GS>()));
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3((unsigned)grid);
+            cfg.blockDim = dim3(v3::NT);
+            cfg.dynamicSmemBytes = v3::smem_bytes<D, GS>();
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[1];
+            // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
+            // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
+            const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
+            P.cluster = 0;
+            if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && p.nr * P.rw + p.nq >= bph) {
+                attr[0].id = cudaLaunchAttributeClusterDimension;
+                attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+                cfg.attrs = attr, cfg.numAttrs = 1;
+                // resident clusters of this instance and size, asked once (not on every launch)
+                static int resident_of[2][2][8][9] = {}; // [trace][D == 128][log2 GS][bph] + 1
+                int &known = resident_of[v3_trace() ? 1 : 0][D == 128][__builtin_ctz(GS) & 7][bph];
+                if (!known) {
+                    int n = 0;
+                    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+                    known = n + 1;
+                }
+                if ((int64_t)(known - 1) * bph >= grid) P.cluster = (int)bph;
+                else cfg.attrs = nullptr, cfg.numAttrs = 0;
             }
-            CUDA_TRY(cudaGetLastError());
+            CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, P));
             return KVB_OK;
         }
         void (*kernel)(AttnParams);
