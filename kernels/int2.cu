@@ -1732,7 +1732,7 @@ template <int D, int GS>
 __host__ __device__ constexpr size_t ring_bytes()
 {
     const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
-    const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * MAXG * (D + 2);
+    const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2); // + cluster_merge's 8 slots
     return ring > merge ? ring : merge;
 }
 
@@ -1759,37 +1759,39 @@ __device__ __forceinline__ uint64_t global_ns()
     return t;
 }
 
-// The merge of a head whose C blocks form one cluster (C = the cluster's size, rank = the block's rank):
-// each block combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) in its
-// own shared memory, and rank 0 merges the C partials through distributed shared memory, in rank order,
-// into the output rows. No global round trip: under the kernel's own stream of reads a partial's write,
-// the arrival fence and the merger's reads each waited for the memory queue (~6 us per block at 32K
-// in the trace, results/h100/s14-int2-12warps).
+// The merge of a head whose C blocks form one cluster (C <= 8, rank = the block's rank): each block
+// combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) and stores it in
+// slot `rank` of rank 0's shared memory (parts_s: C slots; distributed shared memory, stores only, so
+// that no block waits on a remote load); after the cluster barrier rank 0 merges the C slots, in rank
+// order, into the output rows. No global round trip: under the kernel's own stream of reads, a
+// partial's write, the arrival fence and the merger's reads each waited in the memory queue.
+// Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
+// alias rank 0's rings.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 template <int D>
-__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *part_s, int G, __nv_bfloat16 *out, int tid)
+__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    const int C = (int)cluster.num_blocks();
-    block_combine<D, NW>(ms, G, part_s, nullptr, tid);
-    cluster.sync(); // every block's partial is written (release / acquire at cluster scope)
-    if (cluster.block_rank() == 0) {
-        for (int idx = tid; idx < G * D; idx += NT) {
-            const int h = idx / D;
-            float M = -INFINITY;
-            for (int r = 0; r < C; r++) M = fmaxf(M, cluster.map_shared_rank(part_s, r)[G * D + h]);
-            const float base = M == -INFINITY ? 0.f : M;
-            float O = 0.f, L = 0.f;
-            for (int r = 0; r < C; r++) {
-                const float *pr = cluster.map_shared_rank(part_s, r);
-                const float a = ex2(pr[G * D + h] - base);
-                O += a * pr[idx];
-                L += a * pr[G * D + G + h];
-            }
-            out[idx] = __float2bfloat16_rn(O / L);
+    const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); // every block's rings are drained
+    block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + cluster.block_rank() * stride, nullptr, tid);
+    cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
+                    // shared memory after it, so the others may exit
+    if (cluster.block_rank() != 0) return;
+    for (int idx = tid; idx < G * D; idx += NT) {
+        const int h = idx / D;
+        float M = -INFINITY;
+        for (int r = 0; r < C; r++) M = fmaxf(M, parts_s[r * stride + G * D + h]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float O = 0.f, L = 0.f;
+        for (int r = 0; r < C; r++) {
+            const float a = ex2(parts_s[r * stride + G * D + h] - base);
+            O += a * parts_s[r * stride + idx];
+            L += a * parts_s[r * stride + G * D + G + h];
         }
+        out[idx] = __float2bfloat16_rn(O / L);
     }
-    cluster.sync(); // rank 0 is done reading the others' shared memory before they exit or reuse it
 }
 
 template <int D, int GS, bool TRACE = false>
@@ -1905,6 +1907,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
+        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
         if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
