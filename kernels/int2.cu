@@ -1433,6 +1433,7 @@ struct Params {
     int early;    // 1: a segment's first records are requested before q is staged and the residual read
     int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
+    int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1759,7 +1760,7 @@ constexpr size_t smem_bytes()
 
 // TRACE (KVB_INT2_V3_TRACE=1, a diagnostic build of the same kernel): thread 0 of each block prints its
 // segment, warp 0's count of steps, when the segment starts (globaltimer, ns), and the SM clocks from
-// then to q staged (after the residual steps), warp 0's first record, warp 0's last step, every warp's
+// then to q staged, warp 0's first record, warp 0's last step, every warp's
 // last step, and the merge done.
 __device__ __forceinline__ uint64_t global_ns()
 {
@@ -1868,6 +1869,23 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
         if (P.early) fill();
         stage_q<NT>(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
+        // the quantized steps' q fragments, before the residual steps: the warps without residual steps
+        // then start on the quantized ones at once instead of waiting at a block barrier behind them
+        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
+        // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
+        const bool pair = G <= 4;
+        uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
+        auto store_frags = [&]() {
+            if (qa < qe) { // block-uniform
+                if (warp == 0) {
+                    if (pair) q_frags_store_pair<D>(qf_s, qm_s, q_s, f_s, G, lane);
+                    else v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
+                }
+                __syncthreads();
+            }
+        };
+        if (!P.frags_late) store_frags();
+        if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
         st.init();
         // residual step r belongs to the segment holding its first unit r W
@@ -1875,18 +1893,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (r_beg < r_end)
             st = residual_steps<D, NW>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
                                        p.scale, warp, lane);
+        if (P.frags_late) store_frags();
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
-            uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
-            // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
-            const bool pair = G <= 4;
-            uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
-            if (warp == 0) {
-                if (pair) q_frags_store_pair<D>(qf_s, qm_s, q_s, f_s, G, lane);
-                else v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
-            }
-            __syncthreads();
-            if (TRACE && tid == 0) tr[1] = clock64();
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             if (!P.early) fill();
             __syncwarp(); // lane 0's slot_step_s entries
@@ -3140,6 +3149,13 @@ static bool v3_cluster()
     static const bool v = !(getenv("KVB_INT2_V3_CLUSTER") && getenv("KVB_INT2_V3_CLUSTER")[0] == '0');
     return v;
 }
+// v3 stores q's fragments after the residual steps, so that every warp waits for them at the block
+// barrier (KVB_INT2_V3_FRAGS=late; an A/B switch against the default, before them).
+static bool v3_frags_late()
+{
+    static const bool v = getenv("KVB_INT2_V3_FRAGS") && !strcmp(getenv("KVB_INT2_V3_FRAGS"), "late");
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3190,6 +3206,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.a = p;
             P.early = v3_early();
             P.rw = v3_residual_weight();
+            P.frags_late = v3_frags_late();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
