@@ -1386,9 +1386,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     (with fixed shares, an SM's blocks ended up to ~12 us apart at 32K); where the head-aligned grid
 //     gives a head 2 to 8 blocks, they form a cluster and merge through distributed shared memory
 //     (cluster_merge) instead of global partials and an arrival counter; and deposit's zeros term from
-//     two shuffles per m-tile, not a loop over a group's channels (~4 us at gs=128). On an H100, all
-//     B=8 cases 4-16% faster than before in one call; 32K gs=128 at 81% of the read rate, 5.56x dense
-//     (results/h100/s14-int2-12warps).
+//     two shuffles per m-tile, not a loop over a group's channels (~4 us at gs=128); q's fragments are
+//     stored before the residual steps. On an H100, all B=8 cases 4-16% faster than before in one call;
+//     32K gs=128 at 79.8-81.0% of the read rate, 5.56x dense (results/h100/s14-int2-12warps).
 // ================================================================================================
 // The output of an av block (int2_av, v3's int2_av_native): the 4 warps' partial rows o[w][g][d] summed.
 // With several splits per head each split stores its sum in its slot of parts, and the last split to
