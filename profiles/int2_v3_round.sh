@@ -8,7 +8,9 @@
 #   ab        v3's launch variants back to back, each a list of environment settings named in AB_VARIANTS
 #             (default: new = early first records and the head-aligned grid, old = neither, early, aligned;
 #             then new and old again, to see the drift; rw2, rw3, rw4 = a residual step weighing 2, 3, 4
-#             units of the stream-K split), over the v3 bench cases at B=8 T=8K and 32K
+#             units of the stream-K split; nocluster = the merge through global partials where a head's
+#             blocks would form a cluster; fragslate = q's fragments stored after the residual steps),
+#             over the v3 bench cases at B=8 T=8K and 32K
 #             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
 #             MemoryWorkloadAnalysis) on v2 and v3 at NCU_SHAPE (default B=8 T=32K gs=16) -> ncu_v2.txt, ncu_v3.txt
@@ -43,7 +45,8 @@ for ph in "${phases[@]}"; do
         grep -E '^int2_decode_attn .*impl=kernel_v3 tier=bench' "$cases/int2.cases" |
             grep -E 'B=8 .*gs=(16|128) T=(8192|32768) |B=8 .*gs=16 T=131072 |B=1 .*gs=16 T=131072 ' >"$out/cases_ab.cases"
         declare -A envs=([new]="" [old]="KVB_INT2_V3_EARLY=0 KVB_INT2_V3_GRID=stream" [early]="KVB_INT2_V3_GRID=stream"
-            [aligned]="KVB_INT2_V3_EARLY=0" [rw2]="KVB_INT2_V3_RW=2" [rw3]="KVB_INT2_V3_RW=3" [rw4]="KVB_INT2_V3_RW=4")
+            [aligned]="KVB_INT2_V3_EARLY=0" [rw2]="KVB_INT2_V3_RW=2" [rw3]="KVB_INT2_V3_RW=3" [rw4]="KVB_INT2_V3_RW=4"
+            [nocluster]="KVB_INT2_V3_CLUSTER=0" [fragslate]="KVB_INT2_V3_FRAGS=late")
         n=0
         for v in ${AB_VARIANTS:-new old early aligned new old}; do
             n=$((n + 1))
