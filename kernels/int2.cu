@@ -1386,7 +1386,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 //     (with fixed shares, an SM's blocks ended up to ~12 us apart at 32K); where the head-aligned grid
 //     gives a head 2 to 8 blocks, they form a cluster and merge through distributed shared memory
 //     (cluster_merge) instead of global partials and an arrival counter; and deposit's zeros term from
-//     two shuffles per m-tile, not a loop over a group's channels (~4 us at gs=128); q's fragments are
+//     two shuffles per m-tile, not a loop over a group's channels (~2.6 us at gs=128); q's fragments are
 //     stored before the residual steps. On an H100, all B=8 cases 4-16% faster than before in one call;
 //     32K gs=128 at 79.8-81.0% of the read rate, 5.56x dense (results/h100/s14-int2-12warps).
 // ================================================================================================
@@ -1707,7 +1707,7 @@ __device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16
     }
     // the zeros' term of channel c is Z of its value group c / GS, held by lane 4 (c / GS) + t: the same
     // group for a whole m-tile (GS >= 16), so two shuffles per m-tile instead of a loop over a group's
-    // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~4 us at gs=128 in the
+    // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~2.6 us at gs=128 in the
     // trace, results/h100/s14-int2-12warps)
 #pragma unroll
     for (int mv = 0; mv < D / 16; mv++) {
