@@ -1434,6 +1434,7 @@ struct Params {
     int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
+    int fill0;      // records a warp requests before its first step (1..S-1; the ring fills up in the steps)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1861,8 +1862,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             }
             issue_slot = next_slot(issue_slot);
         };
+        // the first fill requests fill0 records; each of the first steps then claims one more until
+        // S - 1 are ahead of the one in use
+        int ramp = 0;
         auto fill = [&]() {
-            for (int k = 0; k < S - 1; k++) claim();
+            const int n = P.fill0 < 1 ? 1 : P.fill0 > S - 1 ? S - 1 : P.fill0;
+            for (int k = 0; k < n; k++) claim();
+            ramp = S - 1 - n;
         };
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
@@ -1885,6 +1891,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             }
         };
         if (!P.frags_late) store_frags();
+        if (!P.early && !P.frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
         st.init();
@@ -1897,12 +1904,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            if (!P.early) fill();
+            if (!P.early && P.frags_late) fill();
             __syncwarp(); // lane 0's slot_step_s entries
             for (;; steps++) {
                 const int cur = slot_step_s[warp][use_slot];
                 if (cur < 0) break; // and every later claim of the segment came back empty
                 claim();             // into the slot the previous step freed
+                if (ramp > 0) claim(), ramp--;
                 unsigned char *rec = ring + use_slot * BYTES;
                 mbar_wait(bar_a + use_slot * 8, use_phase);
                 if (TRACE && tid == 0 && steps == 0) tr[2] = clock64();
@@ -3113,7 +3121,7 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 }
 
 // v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
-// staged and the residual read (as first built); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
+// staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
 // (blocks straddling heads) instead of the head-aligned one.
 static bool v3_early()
 {
@@ -3154,6 +3162,13 @@ static bool v3_cluster()
 static bool v3_frags_late()
 {
     static const bool v = getenv("KVB_INT2_V3_FRAGS") && !strcmp(getenv("KVB_INT2_V3_FRAGS"), "late");
+    return v;
+}
+// v3's first fill: KVB_INT2_V3_FILL=n records per warp before its first step (default: the ring's S - 1;
+// clamped to 1..S-1); the steps then claim an extra record each until S - 1 are in flight.
+static int v3_fill0()
+{
+    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 99;
     return v;
 }
 static bool v3_head_aligned()
@@ -3207,6 +3222,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.early = v3_early();
             P.rw = v3_residual_weight();
             P.frags_late = v3_frags_late();
+            P.fill0 = v3_fill0();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
