@@ -1430,7 +1430,10 @@ struct NativePtrs {
 struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
-    int early;    // 1: a segment's first records are requested before q is staged and the residual read
+    int early;    // 1: a segment's first records are requested before q is staged and the residual read;
+                  // 0: after q is staged; 2 (warm): as 0, but a warp without residual steps first runs one
+                  // step on its own ring slot (the result discarded) so that the step's code is fetched
+                  // before the records' requests fill the memory queues
     int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
@@ -1809,7 +1812,7 @@ template <int D, int GS, bool TRACE = false>
 __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
-    long long tr[6] = {0, 0, 0, 0, 0, 0};
+    long long tr[14] = {};
     uint64_t tr_g0 = 0;
     if (TRACE && threadIdx.x == 0) tr_g0 = global_ns(), tr[0] = clock64();
     const AttnParams &p = P.a;
@@ -1853,6 +1856,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
         if (tid == 0) next_s = qa; // nobody claims before the barrier: the previous segment is done
         __syncthreads();           // the previous segment is done with shared memory
+        if (TRACE && tid == 0) tr[12] = clock64();
         auto claim = [&]() {
             if (lane == 0) {
                 const int got = qa < qe ? atomicAdd(&next_s, 1) : qe;
@@ -1873,7 +1877,8 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
-        if (P.early) fill();
+        if (P.early == 1) fill();
+        if (TRACE && tid == 0) tr[6] = clock64();
         stage_q<NT>(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         // the quantized steps' q fragments, before the residual steps: the warps without residual steps
         // then start on the quantized ones at once instead of waiting at a block barrier behind them
@@ -1890,13 +1895,16 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 __syncthreads();
             }
         };
+        if (TRACE && tid == 0) tr[7] = clock64();
         if (!P.frags_late) store_frags();
-        if (!P.early && !P.frags_late && qa < qe) fill(); // q staged: the records' requests follow it
+        // residual step r belongs to the segment holding its first unit r W
+        const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
+        // warm: this warp's first step is a dry run (below) before its records are requested
+        bool dry = P.early == 2 && !P.frags_late && qa < qe && warp >= r_end - r_beg;
+        if (P.early != 1 && !P.frags_late && qa < qe && !dry) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
         st.init();
-        // residual step r belongs to the segment holding its first unit r W
-        const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
         if (r_beg < r_end)
             st = residual_steps<D, NW>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
                                        p.scale, warp, lane);
@@ -1904,18 +1912,25 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            if (!P.early && P.frags_late) fill();
+            if (P.early != 1 && P.frags_late) fill();
             __syncwarp(); // lane 0's slot_step_s entries
             for (;; steps++) {
-                const int cur = slot_step_s[warp][use_slot];
-                if (cur < 0) break; // and every later claim of the segment came back empty
-                claim();             // into the slot the previous step freed
-                if (ramp > 0) claim(), ramp--;
                 unsigned char *rec = ring + use_slot * BYTES;
-                mbar_wait(bar_a + use_slot * 8, use_phase);
+                int cur = 0;
+                if (dry) { // the slot is not requested yet (no fill): any bytes do, the state is reset after
+                    if (TRACE && tid == 0) tr[8] = clock64();
+                } else {
+                    cur = slot_step_s[warp][use_slot];
+                    if (cur < 0) break; // and every later claim of the segment came back empty
+                    claim();             // into the slot the previous step freed
+                    if (ramp > 0) claim(), ramp--;
+                    mbar_wait(bar_a + use_slot * 8, use_phase);
+                }
                 if (TRACE && tid == 0 && steps == 0) tr[2] = clock64();
+                if (TRACE && tid == 0 && steps == 1) tr[9] = clock64();
+                if (TRACE && tid == 0 && steps == 2) tr[10] = clock64();
                 const int64_t tok = (int64_t)cur * 64;
-                if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
+                if (tok + 64 > p.T && !dry) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
                     constexpr int BLKW = Rec<D, GS>::NGV * 16;   // words of one 16-token block's scales and zeros
                     uint32_t *vm = reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VM);
                     for (int o = lane; o < 4 * BLKW; o += 32)
@@ -1925,6 +1940,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 if (pair) step<D, GS, true>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 else step<D, GS, false>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 __syncwarp(); // every lane is done with the record before it is refilled
+                if (dry) {
+                    st.init();
+                    dry = false, steps = -1;
+                    fill();
+                    __syncwarp(); // lane 0's slot_step_s entries
+                    continue;
+                }
                 use_slot = next_slot(use_slot), use_phase ^= use_slot == 0;
             }
             // the slots from use_slot on were claimed empty and never issued: the next segment fills
@@ -1937,6 +1959,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
+        if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
                              p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid);
@@ -1949,9 +1972,11 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             unsigned smid;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
             tr[5] = clock64();
-            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld\n", (int)kb, smid, (long long)head,
-                   (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
-                   tr[1] - tr[0], tr[2] - tr[0], tr[3] - tr[0], tr[4] - tr[0], tr[5] - tr[0]);
+            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", (int)kb,
+                   smid, (long long)head, (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0,
+                   (unsigned long long)global_ns(), tr[1] - tr[0], tr[2] - tr[0], tr[3] - tr[0], tr[4] - tr[0],
+                   tr[5] - tr[0], tr[6] - tr[0], tr[7] - tr[0], tr[8] ? tr[8] - tr[0] : -1, tr[9] - tr[0],
+                   tr[10] - tr[0], tr[11] - tr[0], tr[12] - tr[0]);
         }
         u = hoff + s1;
     }
@@ -3123,9 +3148,11 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 // v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
 // staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
 // (blocks straddling heads) instead of the head-aligned one.
-static bool v3_early()
+static int v3_early()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
+    static const int v = getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0'   ? 0
+                         : getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '2' ? 2
+                                                                                                 : 1;
     return v;
 }
 // v3's weight of a residual step in the stream-K split (KVB_INT2_V3_RW=1..4, default 4; an A/B switch,
