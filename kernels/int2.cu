@@ -1783,16 +1783,20 @@ __device__ __forceinline__ uint64_t global_ns()
 // alias rank 0's rings.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 template <int D>
-__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid)
+__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
+                                              long long *tr = nullptr)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); // every block's rings are drained
+    if (tr && tid == 0) tr[17] = clock64();
     block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + cluster.block_rank() * stride, nullptr, tid);
+    if (tr && tid == 0) tr[18] = clock64();
     cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
                     // shared memory after it, so the others may exit
     if (cluster.block_rank() != 0) return;
+    if (tr && tid == 0) tr[19] = clock64();
     for (int idx = tid; idx < G * D; idx += NT) {
         const int h = idx / D;
         float M = -INFINITY;
@@ -1812,7 +1816,7 @@ template <int D, int GS, bool TRACE = false>
 __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
-    long long tr[14] = {};
+    long long tr[21] = {};
     uint64_t tr_g0 = 0;
     if (TRACE && threadIdx.x == 0) tr_g0 = global_ns(), tr[0] = clock64();
     const AttnParams &p = P.a;
@@ -1833,6 +1837,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
     mbar_init_fence();
     __syncwarp();
+    if (TRACE && tid == 0) tr[13] = clock64();
     // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
     // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
     const uint32_t ring_a = smem_u32(ring), bar_a = smem_u32(bar);
@@ -1846,6 +1851,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     const int64_t per_head = nrw + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     int64_t u = part_begin(kb, N, grid);
     const int64_t u1 = part_begin(kb + 1, N, grid);
+    if (TRACE && tid == 0) tr[14] = clock64();
     while (u < u1) {
         const int64_t head = u / per_head, hoff = head * per_head;
         const int64_t s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
@@ -1854,6 +1860,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // the segment's 64-token steps [qa, qe), claimed one at a time by the warps (lane 0 claims the
         // step, records it for the slot and issues its copy)
         const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
+        if (TRACE && tid == 0) tr[15] = clock64();
         if (tid == 0) next_s = qa; // nobody claims before the barrier: the previous segment is done
         __syncthreads();           // the previous segment is done with shared memory
         if (TRACE && tid == 0) tr[12] = clock64();
@@ -1891,6 +1898,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 if (warp == 0) {
                     if (pair) q_frags_store_pair<D>(qf_s, qm_s, q_s, f_s, G, lane);
                     else v2::q_frags_store<D>(qf_s, q_s, f_s, G, lane);
+                    if (TRACE && tid == 0) tr[16] = clock64();
                 }
                 __syncthreads();
             }
@@ -1962,7 +1970,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
-                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid);
+                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -1972,11 +1980,11 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             unsigned smid;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
             tr[5] = clock64();
-            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", (int)kb,
-                   smid, (long long)head, (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0,
-                   (unsigned long long)global_ns(), tr[1] - tr[0], tr[2] - tr[0], tr[3] - tr[0], tr[4] - tr[0],
-                   tr[5] - tr[0], tr[6] - tr[0], tr[7] - tr[0], tr[8] ? tr[8] - tr[0] : -1, tr[9] - tr[0],
-                   tr[10] - tr[0], tr[11] - tr[0], tr[12] - tr[0]);
+            // TR3 kb smid head s0 s1 steps g0 gend, then tr[1..20] - tr[0] (-1: not reached)
+            auto d = [&](int i) { return tr[i] ? tr[i] - tr[0] : -1LL; };
+            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", (int)kb, smid, (long long)head,
+                   (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
+                   d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(8), d(9), d(10), d(11), d(12), d(13), d(14), d(15), d(16), d(17), d(18), d(19), d(20));
         }
         u = hoff + s1;
     }
