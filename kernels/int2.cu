@@ -1438,6 +1438,7 @@ struct Params {
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
     int fill0;      // records a warp requests before its first step (1..S-1; the ring fills up in the steps)
+    int merge_direct; // cluster of 2: both blocks' warps deposit into rank 0, which combines them all
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1746,7 +1747,8 @@ __host__ __device__ constexpr size_t ring_bytes()
 {
     const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
     const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2); // + cluster_merge's 8 slots
-    return ring > merge ? ring : merge;
+    const size_t pair = sizeof(MergeSmem<D, 2 * NW>);                                  // a pair's direct merge
+    return ring > merge ? (ring > pair ? ring : pair) : (merge > pair ? merge : pair);
 }
 
 template <int D>
@@ -1782,6 +1784,7 @@ __device__ __forceinline__ uint64_t global_ns()
 // Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
 // alias rank 0's rings.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
                                               long long *tr = nullptr)
@@ -1789,7 +1792,7 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); // every block's rings are drained
+    cluster_wait(); // every block's rings are drained
     if (tr && tid == 0) tr[17] = clock64();
     block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + cluster.block_rank() * stride, nullptr, tid);
     if (tr && tid == 0) tr[18] = clock64();
@@ -1878,6 +1881,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         int ramp = 0;
         auto fill = [&]() {
             const int n = P.fill0 < 1 ? 1 : P.fill0 > S - 1 ? S - 1 : P.fill0;
+#pragma unroll 1 // a cold start fetches every byte of code it runs: the loop, not 4 copies of it
             for (int k = 0; k < n; k++) claim();
             ramp = S - 1 - n;
         };
@@ -1965,6 +1969,24 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         __syncthreads(); // the merge buffer aliases the rings
         if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
         if (TRACE && tid == 0) tr[4] = clock64();
+        if (P.cluster == 2 && P.merge_direct) {
+            // a pair: every warp of both blocks deposits its state straight into rank 0's merge buffer
+            // (once both blocks' rings are drained), rank 0 combines the 2 NW states: one deposit, one
+            // combine, no partials
+            namespace cg = cooperative_groups;
+            cg::cluster_group cluster = cg::this_cluster();
+            using M2 = MergeSmem<D, 2 * NW>;
+            const int rank = (int)cluster.block_rank();
+            cluster_wait();
+            if (TRACE && tid == 0) tr[17] = clock64();
+            deposit<D, GS, 2 * NW>(*cluster.map_shared_rank(reinterpret_cast<M2 *>(smem), 0), st, rank * NW + warp, lane);
+            if (TRACE && tid == 0) tr[11] = clock64();
+            cluster.sync(); // every state is in rank 0 (release / acquire at cluster scope)
+            if (TRACE && tid == 0) tr[19] = clock64();
+            if (rank == 0)
+                block_combine<D, 2 * NW, NT>(*reinterpret_cast<const M2 *>(smem), G, nullptr,
+                                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid);
+        } else {
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
         if (TRACE && tid == 0) tr[11] = clock64();
@@ -1975,6 +1997,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
                       &flag_s, tid);
+        }
         }
         if (TRACE && tid == 0) {
             unsigned smid;
@@ -3203,7 +3226,14 @@ static bool v3_frags_late()
 // clamped to 1..S-1); the steps then claim an extra record each until S - 1 are in flight.
 static int v3_fill0()
 {
-    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 99;
+    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 1;
+    return v;
+}
+// v3's merge of a 2-block cluster: KVB_INT2_V3_MERGE=direct deposits every warp's state into rank 0
+// (one combine of 2 NW states); the default combines each block's warps, then rank 0 merges the partials.
+static bool v3_merge_direct()
+{
+    static const bool v = getenv("KVB_INT2_V3_MERGE") && !strcmp(getenv("KVB_INT2_V3_MERGE"), "direct");
     return v;
 }
 static bool v3_head_aligned()
@@ -3258,6 +3288,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.rw = v3_residual_weight();
             P.frags_late = v3_frags_late();
             P.fill0 = v3_fill0();
+            P.merge_direct = v3_merge_direct();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
