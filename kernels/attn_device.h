@@ -308,14 +308,14 @@ __device__ __forceinline__ void warp_deposit(MergeSmem<D> &ms, WarpState<D / 16>
     }
 }
 
-// After a __syncthreads: combine the NW warp states (by NT threads, default the block's 32 NW) for
-// heads [0, G) and either write the final rows (out_bf16 / out_f32 != NULL, row stride D) or the block's partial into `part`
+// After a __syncthreads: combine the NW warps of the block for heads [0, G) and either write the
+// final rows (out_bf16 / out_f32 != NULL, row stride D) or the block's partial into `part`
 // (layout per slot: O [G][D], then m [G], then l [G]).
-template <int D, int NW = WARPS, int NT = 32 * NW>
+template <int D, int NW = WARPS>
 __device__ __forceinline__ void block_combine(const MergeSmem<D, NW> &ms, int G, float *part, __nv_bfloat16 *out_bf16,
                                               int tid)
 {
-    for (int idx = tid; idx < G * D; idx += NT) {
+    for (int idx = tid; idx < G * D; idx += 32 * NW) {
         const int h = idx / D, c = idx % D;
         float M = -INFINITY;
 #pragma unroll

@@ -1430,15 +1430,11 @@ struct NativePtrs {
 struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
-    int early;    // 1: a segment's first records are requested before q is staged and the residual read;
-                  // 0: after q is staged; 2 (warm): as 0, but a warp without residual steps first runs one
-                  // step on its own ring slot (the result discarded) so that the step's code is fetched
-                  // before the records' requests fill the memory queues
+    int early;    // 1: a segment's first records are requested before q is staged and the residual read
     int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
-    int fill0;      // records a warp requests before its first step (1..S-1; the ring fills up in the steps)
-    int merge_direct; // cluster of 2: both blocks' warps deposit into rank 0, which combines them all
+    int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1747,8 +1743,7 @@ __host__ __device__ constexpr size_t ring_bytes()
 {
     const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
     const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2); // + cluster_merge's 8 slots
-    const size_t pair = sizeof(MergeSmem<D, 2 * NW>);                                  // a pair's direct merge
-    return ring > merge ? (ring > pair ? ring : pair) : (merge > pair ? merge : pair);
+    return ring > merge ? ring : merge;
 }
 
 template <int D>
@@ -1819,9 +1814,14 @@ template <int D, int GS, bool TRACE = false>
 __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
-    long long tr[21] = {};
+    // the trace's clocks in shared memory: a local array would add spills (and their latency) to the
+    // prologue it measures
+    __shared__ long long tr[TRACE ? 21 : 1];
     uint64_t tr_g0 = 0;
-    if (TRACE && threadIdx.x == 0) tr_g0 = global_ns(), tr[0] = clock64();
+    if (TRACE && threadIdx.x == 0) {
+        for (int i = 1; i < 21; i++) tr[i] = 0;
+        tr_g0 = global_ns(), tr[0] = clock64();
+    }
     const AttnParams &p = P.a;
     extern __shared__ __align__(128) unsigned char smem[];
     MergeSmem<D, NW> &ms = *reinterpret_cast<MergeSmem<D, NW> *>(smem); // aliases the rings once drained
@@ -1876,11 +1876,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             }
             issue_slot = next_slot(issue_slot);
         };
-        // the first fill requests fill0 records; each of the first steps then claims one more until
-        // S - 1 are ahead of the one in use
+        // the first fill requests fill0 records per warp (0: one where the segment is at most 8 steps a
+        // warp, else S - 1); each of the first steps then claims one more until S - 1 are ahead of the
+        // one in use
         int ramp = 0;
         auto fill = [&]() {
-            const int n = P.fill0 < 1 ? 1 : P.fill0 > S - 1 ? S - 1 : P.fill0;
+            const int want = P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1;
+            const int n = want > S - 1 ? S - 1 : want;
 #pragma unroll 1 // a cold start fetches every byte of code it runs: the loop, not 4 copies of it
             for (int k = 0; k < n; k++) claim();
             ramp = S - 1 - n;
@@ -1888,7 +1890,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
-        if (P.early == 1) fill();
+        if (P.early) fill();
         if (TRACE && tid == 0) tr[6] = clock64();
         stage_q<NT>(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
         // the quantized steps' q fragments, before the residual steps: the warps without residual steps
@@ -1911,9 +1913,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (!P.frags_late) store_frags();
         // residual step r belongs to the segment holding its first unit r W
         const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
-        // warm: this warp's first step is a dry run (below) before its records are requested
-        bool dry = P.early == 2 && !P.frags_late && qa < qe && warp >= r_end - r_beg;
-        if (P.early != 1 && !P.frags_late && qa < qe && !dry) fill(); // q staged: the records' requests follow it
+        if (!P.early && !P.frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
         st.init();
@@ -1924,25 +1924,18 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            if (P.early != 1 && P.frags_late) fill();
+            if (!P.early && P.frags_late) fill();
             __syncwarp(); // lane 0's slot_step_s entries
             for (;; steps++) {
+                const int cur = slot_step_s[warp][use_slot];
+                if (cur < 0) break; // and every later claim of the segment came back empty
+                claim();             // into the slot the previous step freed
+                if (ramp > 0) claim(), ramp--;
                 unsigned char *rec = ring + use_slot * BYTES;
-                int cur = 0;
-                if (dry) { // the slot is not requested yet (no fill): any bytes do, the state is reset after
-                    if (TRACE && tid == 0) tr[8] = clock64();
-                } else {
-                    cur = slot_step_s[warp][use_slot];
-                    if (cur < 0) break; // and every later claim of the segment came back empty
-                    claim();             // into the slot the previous step freed
-                    if (ramp > 0) claim(), ramp--;
-                    mbar_wait(bar_a + use_slot * 8, use_phase);
-                }
-                if (TRACE && tid == 0 && steps == 0) tr[2] = clock64();
-                if (TRACE && tid == 0 && steps == 1) tr[9] = clock64();
-                if (TRACE && tid == 0 && steps == 2) tr[10] = clock64();
+                mbar_wait(bar_a + use_slot * 8, use_phase);
+                if (TRACE && tid == 0 && steps < 3) tr[steps == 0 ? 2 : 7 + steps] = clock64();
                 const int64_t tok = (int64_t)cur * 64;
-                if (tok + 64 > p.T && !dry) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
+                if (tok + 64 > p.T) { // value scales and zeros past T may be anything (NaN), and 0 * NaN is NaN
                     constexpr int BLKW = Rec<D, GS>::NGV * 16;   // words of one 16-token block's scales and zeros
                     uint32_t *vm = reinterpret_cast<uint32_t *>(rec + Rec<D, GS>::VM);
                     for (int o = lane; o < 4 * BLKW; o += 32)
@@ -1952,13 +1945,6 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 if (pair) step<D, GS, true>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 else step<D, GS, false>(st, rec, qf_s, qm_s, uf, lane, tok, p.T);
                 __syncwarp(); // every lane is done with the record before it is refilled
-                if (dry) {
-                    st.init();
-                    dry = false, steps = -1;
-                    fill();
-                    __syncwarp(); // lane 0's slot_step_s entries
-                    continue;
-                }
                 use_slot = next_slot(use_slot), use_phase ^= use_slot == 0;
             }
             // the slots from use_slot on were claimed empty and never issued: the next segment fills
@@ -1969,24 +1955,6 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         __syncthreads(); // the merge buffer aliases the rings
         if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
         if (TRACE && tid == 0) tr[4] = clock64();
-        if (P.cluster == 2 && P.merge_direct) {
-            // a pair: every warp of both blocks deposits its state straight into rank 0's merge buffer
-            // (once both blocks' rings are drained), rank 0 combines the 2 NW states: one deposit, one
-            // combine, no partials
-            namespace cg = cooperative_groups;
-            cg::cluster_group cluster = cg::this_cluster();
-            using M2 = MergeSmem<D, 2 * NW>;
-            const int rank = (int)cluster.block_rank();
-            cluster_wait();
-            if (TRACE && tid == 0) tr[17] = clock64();
-            deposit<D, GS, 2 * NW>(*cluster.map_shared_rank(reinterpret_cast<M2 *>(smem), 0), st, rank * NW + warp, lane);
-            if (TRACE && tid == 0) tr[11] = clock64();
-            cluster.sync(); // every state is in rank 0 (release / acquire at cluster scope)
-            if (TRACE && tid == 0) tr[19] = clock64();
-            if (rank == 0)
-                block_combine<D, 2 * NW, NT>(*reinterpret_cast<const M2 *>(smem), G, nullptr,
-                                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid);
-        } else {
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
         if (TRACE && tid == 0) tr[11] = clock64();
@@ -1997,7 +1965,6 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
                       &flag_s, tid);
-        }
         }
         if (TRACE && tid == 0) {
             unsigned smid;
@@ -3179,11 +3146,9 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 // v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
 // staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
 // (blocks straddling heads) instead of the head-aligned one.
-static int v3_early()
+static bool v3_early()
 {
-    static const int v = getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0'   ? 0
-                         : getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '2' ? 2
-                                                                                                 : 1;
+    static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
     return v;
 }
 // v3's weight of a residual step in the stream-K split (KVB_INT2_V3_RW=1..4, default 4; an A/B switch,
@@ -3222,19 +3187,16 @@ static bool v3_frags_late()
     static const bool v = getenv("KVB_INT2_V3_FRAGS") && !strcmp(getenv("KVB_INT2_V3_FRAGS"), "late");
     return v;
 }
-// v3's first fill: KVB_INT2_V3_FILL=n records per warp before its first step (default: the ring's S - 1;
-// clamped to 1..S-1); the steps then claim an extra record each until S - 1 are in flight.
+// v3's first fill: KVB_INT2_V3_FILL=n records per warp before its first step (clamped to 1..S-1; the
+// steps then claim an extra record each until S - 1 are in flight). Default: 1 where a segment holds at
+// most 8 steps a warp (T = 8K at B = 8), S - 1 elsewhere. A smaller first fill leaves shorter memory
+// queues for the cold start's own misses (q, the code, fetched after the L2 flush), which delay a short
+// segment's first step. On an H100, fill 1 against 2 (S = 3, gs >= 64): 8K gs=64 and 128 3-5% faster,
+// 32K gs=128 0.9% faster in one call and 2.5% slower in another (results/h100/s15-int2-start/).
 static int v3_fill0()
 {
-    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 1;
-    return v;
-}
-// v3's merge of a 2-block cluster: KVB_INT2_V3_MERGE=direct deposits every warp's state into rank 0
-// (one combine of 2 NW states); the default combines each block's warps, then rank 0 merges the partials.
-static bool v3_merge_direct()
-{
-    static const bool v = getenv("KVB_INT2_V3_MERGE") && !strcmp(getenv("KVB_INT2_V3_MERGE"), "direct");
-    return v;
+    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 0;
+    return v < 0 ? 0 : v;
 }
 static bool v3_head_aligned()
 {
@@ -3288,7 +3250,6 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.rw = v3_residual_weight();
             P.frags_late = v3_frags_late();
             P.fill0 = v3_fill0();
-            P.merge_direct = v3_merge_direct();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
