@@ -1435,6 +1435,7 @@ struct Params {
     int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
     int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
+    int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1890,9 +1891,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
+        const __nv_bfloat16 *qh = p.q + (b * p.Hq + (int64_t)kvh * G) * D;
+        // q's lines requested ahead of the records: its loads then wait for q alone, not behind the
+        // records' queue
+        if (P.q_prefetch && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
         if (P.early) fill();
         if (TRACE && tid == 0) tr[6] = clock64();
-        stage_q<NT>(q_s, f_s, u_s, p.q + (b * p.Hq + (int64_t)kvh * G) * D, G, D, tid, 1);
+        stage_q<NT>(q_s, f_s, u_s, qh, G, D, tid, 1);
         // the quantized steps' q fragments, before the residual steps: the warps without residual steps
         // then start on the quantized ones at once instead of waiting at a block barrier behind them
         uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
@@ -3198,6 +3203,12 @@ static int v3_fill0()
     static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 0;
     return v < 0 ? 0 : v;
 }
+// v3 prefetches q into L2 before a segment's first records (KVB_INT2_V3_QPF=1; an A/B switch).
+static bool v3_q_prefetch()
+{
+    static const bool v = getenv("KVB_INT2_V3_QPF") && getenv("KVB_INT2_V3_QPF")[0] == '1';
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3250,6 +3261,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.rw = v3_residual_weight();
             P.frags_late = v3_frags_late();
             P.fill0 = v3_fill0();
+            P.q_prefetch = v3_q_prefetch();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {

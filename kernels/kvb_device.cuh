@@ -247,6 +247,9 @@ __device__ __forceinline__ void warp_sum(float &x, float &y)
     }
 }
 
+// The 128-byte line holding p into L2 (no register written, nothing to wait for).
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // ---- mbarriers and bulk copies (sm_90) ----
 
 // An mbarrier in shared memory expecting `count` arrivals; mbar_init_fence makes the inits visible to
