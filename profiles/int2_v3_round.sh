@@ -9,7 +9,8 @@
 #             (default: new = early first records and the head-aligned grid, old = neither, early, aligned;
 #             then new and old again, to see the drift; rw2, rw3, rw4 = a residual step weighing 2, 3, 4
 #             units of the stream-K split; nocluster = the merge through global partials where a head's
-#             blocks would form a cluster; fragslate = q's fragments stored after the residual steps),
+#             blocks would form a cluster; fragslate = q's fragments stored after the residual steps;
+#             fill2 = a first fill of 2 records a warp at every length; noqpf = q not prefetched into L2),
 #             over the v3 bench cases at B=8 T=8K and 32K
 #             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
@@ -46,7 +47,8 @@ for ph in "${phases[@]}"; do
             grep -E 'B=8 .*gs=(16|128) T=(8192|32768) |B=8 .*gs=16 T=131072 |B=1 .*gs=16 T=131072 ' >"$out/cases_ab.cases"
         declare -A envs=([new]="" [old]="KVB_INT2_V3_EARLY=0 KVB_INT2_V3_GRID=stream" [early]="KVB_INT2_V3_GRID=stream"
             [aligned]="KVB_INT2_V3_EARLY=0" [rw2]="KVB_INT2_V3_RW=2" [rw3]="KVB_INT2_V3_RW=3" [rw4]="KVB_INT2_V3_RW=4"
-            [nocluster]="KVB_INT2_V3_CLUSTER=0" [fragslate]="KVB_INT2_V3_FRAGS=late")
+            [nocluster]="KVB_INT2_V3_CLUSTER=0" [fragslate]="KVB_INT2_V3_FRAGS=late" [fill2]="KVB_INT2_V3_FILL=2"
+            [noqpf]="KVB_INT2_V3_QPF=0")
         n=0
         for v in ${AB_VARIANTS:-new old early aligned new old}; do
             n=$((n + 1))
