@@ -1878,8 +1878,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             issue_slot = next_slot(issue_slot);
         };
         // the first fill requests fill0 records per warp (0: one where the segment is at most 8 steps a
-        // warp, else S - 1); each of the first steps then claims one more until S - 1 are ahead of the
-        // one in use
+        // warp, else S - 1); the rest follow once q is staged, before the first step
         int ramp = 0;
         auto fill = [&]() {
             const int want = P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1;
@@ -1930,12 +1929,15 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             if (!P.early && P.frags_late) fill();
+            // the rest of a short first fill, now that q is staged: the ring's S - 1 ahead before the
+            // first step (not in the step loop: its code stays as it was)
+#pragma unroll 1
+            for (; ramp > 0; ramp--) claim();
             __syncwarp(); // lane 0's slot_step_s entries
             for (;; steps++) {
                 const int cur = slot_step_s[warp][use_slot];
                 if (cur < 0) break; // and every later claim of the segment came back empty
                 claim();             // into the slot the previous step freed
-                if (ramp > 0) claim(), ramp--;
                 unsigned char *rec = ring + use_slot * BYTES;
                 mbar_wait(bar_a + use_slot * 8, use_phase);
                 if (TRACE && tid == 0 && steps < 3) tr[steps == 0 ? 2 : 7 + steps] = clock64();
@@ -3192,8 +3194,8 @@ static bool v3_frags_late()
     static const bool v = getenv("KVB_INT2_V3_FRAGS") && !strcmp(getenv("KVB_INT2_V3_FRAGS"), "late");
     return v;
 }
-// v3's first fill: KVB_INT2_V3_FILL=n records per warp before its first step (clamped to 1..S-1; the
-// steps then claim an extra record each until S - 1 are in flight). Default: 1 where a segment holds at
+// v3's first fill: KVB_INT2_V3_FILL=n records per warp requested at the segment's start (clamped to
+// 1..S-1), the rest of the ring's S - 1 once q is staged. Default: 1 where a segment holds at
 // most 8 steps a warp (T = 8K at B = 8), S - 1 elsewhere. A smaller first fill leaves shorter memory
 // queues for the cold start's own misses (q, the code, fetched after the L2 flush), which delay a short
 // segment's first step. On an H100, fill 1 against 2 (S = 3, gs >= 64): 8K gs=64 and 128 3-5% faster,
