@@ -1761,9 +1761,9 @@ constexpr size_t smem_bytes()
 }
 
 // TRACE (KVB_INT2_V3_TRACE=1, a diagnostic build of the same kernel): thread 0 of each block prints its
-// segment, warp 0's count of steps, when the segment starts (globaltimer, ns), and the SM clocks from
-// then to q staged, warp 0's first record, warp 0's last step, every warp's
-// last step, and the merge done.
+// segment, warp 0's count of steps, when the segment starts and ends (globaltimer, ns), and the SM
+// clocks from the start to 20 points of the prologue, warp 0's first steps, the end of the steps and
+// the merge (tr[i]; profiles/int2_v3_trace.py names them and prints their medians).
 __device__ __forceinline__ uint64_t global_ns()
 {
     uint64_t t;
@@ -1977,11 +1977,14 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             unsigned smid;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
             tr[5] = clock64();
-            // TR3 kb smid head s0 s1 steps g0 gend, then tr[1..20] - tr[0] (-1: not reached)
+            // TR3 kb smid head s0 s1 steps g0 gend, then tr[1..20] - tr[0] (-1: not reached); one printf,
+            // so that the blocks' lines do not interleave
             auto d = [&](int i) { return tr[i] ? tr[i] - tr[0] : -1LL; };
-            printf("TR3 %d %u %lld %lld %lld %d %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", (int)kb, smid, (long long)head,
-                   (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0, (unsigned long long)global_ns(),
-                   d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(8), d(9), d(10), d(11), d(12), d(13), d(14), d(15), d(16), d(17), d(18), d(19), d(20));
+            printf("TR3 %d %u %lld %lld %lld %d %llu %llu "
+                   "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+                   (int)kb, smid, (long long)head, (long long)s0, (long long)s1, steps, (unsigned long long)tr_g0,
+                   (unsigned long long)global_ns(), d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(8), d(9), d(10), d(11),
+                   d(12), d(13), d(14), d(15), d(16), d(17), d(18), d(19), d(20));
         }
         u = hoff + s1;
     }
@@ -3195,11 +3198,12 @@ static bool v3_frags_late()
     return v;
 }
 // v3's first fill: KVB_INT2_V3_FILL=n records per warp requested at the segment's start (clamped to
-// 1..S-1), the rest of the ring's S - 1 once q is staged. Default: 1 where a segment holds at
-// most 8 steps a warp (T = 8K at B = 8), S - 1 elsewhere. A smaller first fill leaves shorter memory
-// queues for the cold start's own misses (q, the code, fetched after the L2 flush), which delay a short
-// segment's first step. On an H100, fill 1 against 2 (S = 3, gs >= 64): 8K gs=64 and 128 3-5% faster,
-// 32K gs=128 0.9% faster in one call and 2.5% slower in another (results/h100/s15-int2-start/).
+// 1..S-1), the rest of the ring's S - 1 once q is staged. Default: 1 where a segment holds at most 8
+// steps a warp (T = 8K at B = 8), S - 1 elsewhere. A smaller first fill leaves shorter memory queues
+// for the cold start's own requests (q, the kernel's code and parameters, all fetched from DRAM after
+// the L2 flush), which delay a short segment's first step. On an H100 (results/h100/s15-int2-start/),
+// 1 against 2 (S = 3 at gs >= 64): 8K gs=64 3.8% and gs=128 6.6% faster (r5); 32K gs=128 0.9% faster
+// in one call (r1) and 2.5% slower in another (r4), so a longer segment keeps S - 1.
 static int v3_fill0()
 {
     static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 0;

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""int2_v3_trace.py TRACE...: medians of the per-block clocks of int2_decode_attn v3's trace.
+
+A trace is `KVB_INT2_V3_TRACE=1 kvbench profile CASE` output: per launch one line per block,
+  TR3 kb smid head s0 s1 steps t0_ns end_ns c1 .. c20
+where c_i is the SM clock at point i minus the clock at the block's start (-1: not reached) and the
+two globaltimer stamps give the clock rate. Only the last launch (the profiled one, the last 128 or
+fewer lines with the same start) is read. Blocks are split by whether they hold the head's residual
+steps (s0 == 0: rank 0 of the head's cluster) or not. Times in us from the first block's start."""
+import statistics as st
+import sys
+
+# point i of the kernel's trace (kernels/int2.cu, v3::attn_kernel), in program order
+POINTS = [(13, "mbar init"), (14, "split"), (15, "segment"), (12, "barrier 0"), (6, "first fill"),
+          (7, "q staged"), (16, "q frags (warp 0)"), (1, "q frags (barrier)"), (2, "first step"),
+          (8, "after 1 step"), (9, "after 2 steps"), (3, "warp 0 done"), (4, "all warps done"),
+          (11, "deposited"), (17, "cluster wait"), (18, "combined"), (19, "cluster sync"), (5, "merged")]
+
+
+def summarize(path):
+    rows = [l.split() for l in open(path) if l.startswith("TR3")]
+    if not rows:
+        return f"{path}: no TR3 lines"
+    rows = rows[-128:]
+    t0 = min(int(r[7]) for r in rows)
+    ghz = st.median([int(r[8 + 5]) / (int(r[8]) - int(r[7])) for r in rows])  # clocks per ns to "merged"
+    out = [f"{path} (clock {ghz:.2f} GHz, {len(rows)} blocks)", "| point | rank 0 (residual) us | other us |",
+           "|---|---:|---:|"]
+    groups = [[r for r in rows if int(r[4]) == 0], [r for r in rows if int(r[4]) != 0]]
+    for i, name in POINTS:
+        cells = []
+        for g in groups:
+            v = [(int(r[7]) - t0) / 1000 + int(r[8 + i]) / ghz / 1000 for r in g if int(r[8 + i]) > 0]
+            cells.append(f"{st.median(v):.2f}" if v else "-")
+        out.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    ends = [[(int(r[8]) - t0) / 1000 for r in g] for g in groups]
+    out.append("| block end | " + " | ".join(f"{st.median(e):.2f}" if e else "-" for e in ends) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    print("\n\n".join(summarize(p) for p in sys.argv[1:]))
