@@ -3290,15 +3290,19 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
                 attr[0].id = cudaLaunchAttributeClusterDimension;
                 attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
                 cfg.attrs = attr, cfg.numAttrs = 1;
-                // resident clusters of this instance and size, asked once (not on every launch)
-                static int resident_of[2][2][8][9] = {}; // [trace][D == 128][log2 GS][bph] + 1
-                int &known = resident_of[v3_trace() ? 1 : 0][D == 128][__builtin_ctz(GS) & 7][bph];
-                if (!known) {
+                // resident clusters of this instance and size on this device, asked once per device (not
+                // on every launch; devices past the 8th ask every time)
+                static int resident_of[8][2][2][8][9] = {}; // [device][trace][D == 128][log2 GS][bph] + 1
+                int dev = 0, asked = 0;
+                CUDA_TRY(cudaGetDevice(&dev));
+                int *known = &asked;
+                if (dev >= 0 && dev < 8) known = &resident_of[dev][v3_trace() ? 1 : 0][D == 128][__builtin_ctz(GS) & 7][bph];
+                if (!*known) {
                     int n = 0;
                     CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                    known = n + 1;
+                    *known = n + 1;
                 }
-                if ((int64_t)(known - 1) * bph >= grid) P.cluster = (int)bph;
+                if ((int64_t)(*known - 1) * bph >= grid) P.cluster = (int)bph;
                 else cfg.attrs = nullptr, cfg.numAttrs = 0;
             }
             CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, P));
