@@ -1436,6 +1436,8 @@ struct Params {
     int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
     int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
     int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
+    int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
+    int arrive_relaxed; // 1: the cluster arrive after the steps without release semantics (no membar)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1517,6 +1519,54 @@ __device__ __forceinline__ void q_frags_store_pair(uint2 *qf_s, uint2 *qm_s, con
         const float *r = q_s + h * D + 16 * j + 4 * t;
         qf_s[32 * j + lane] = ok ? make_uint2(pack_f16(r[0] * f, r[1] * f), pack_f16(r[2] * f, r[3] * f)) : make_uint2(0u, 0u);
         qm_s[32 * j + lane] = ok ? make_uint2(pack_f16(r[0] * fm, r[1] * fm), pack_f16(r[2] * fm, r[3] * fm)) : make_uint2(0u, 0u);
+    }
+}
+
+// Warp 0's q (P.q_warp0): lane 0 requests the G rows of the KV head (contiguous, G D bf16) with one bulk
+// copy into qraw_s, completing on `bar`, before the block's first barrier, so that q's latency runs
+// alongside the prologue's and ahead of the records' queue (no registers held: a load into registers
+// was spilled, and the spill waited for q).
+__device__ __forceinline__ void q_rows_issue(__nv_bfloat16 *qraw_s, const __nv_bfloat16 *qh, unsigned bytes, uint64_t *bar)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // warp 0's earlier reads of qraw_s first
+    mbar_expect_tx(bar, bytes);
+    bulk_copy(qraw_s, qh, bytes, bar);
+}
+
+// From warp 0's q (qraw_s, landed): what stage_q (top = 1) and q_frags_store(_pair) write, bit for bit:
+// q's rows in fp32 (q_s, for the residual steps), the powers of two f_s and u_s, the fp16 fragments qf_s
+// (and qm_s, PAIR). Lane (g, t) takes head h = g & 3 (PAIR) or g at channels 16j + 4t .. + 3, j < D / 16
+// (zeros past G). One warp, and no block barrier between q's arrival and the fragments.
+template <int D>
+__device__ __forceinline__ void q_rows_finish(const __nv_bfloat16 *qraw_s, float *q_s, float *f_s, float *u_s, uint2 *qf_s,
+                                              uint2 *qm_s, int G, bool pair, int lane)
+{
+    const int g = lane >> 2, t = lane & 3, h = pair ? g & 3 : g;
+    uint2 qr[D / 16];
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        qr[j] = h < G ? *reinterpret_cast<const uint2 *>(qraw_s + h * D + 16 * j + 4 * t) : make_uint2(0u, 0u);
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        mx = fmaxf(fmaxf(mx, fmaxf(fabsf(bf16_lo(qr[j].x)), fabsf(bf16_hi(qr[j].x)))),
+                   fmaxf(fabsf(bf16_lo(qr[j].y)), fabsf(bf16_hi(qr[j].y))));
+    mx = warp_max<1, 2>(mx); // the 4 lanes t of a row hold its D channels
+    int e = 0;
+    if (mx > 0.f) {
+        int E;
+        frexpf(mx, &E); // mx in [2^(E-1), 2^E)
+        e = 1 - E;
+    }
+    const bool own = h < G && h == g; // the lanes that write head h's row (PAIR: rows g < 4)
+    if (own && t == 0) f_s[h] = ldexpf(1.f, e), u_s[h] = ldexpf(1.f, -e);
+    const float f = h < G ? ldexpf(1.f, e) : 0.f, fm = pair && g >= 4 ? -f : 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++) {
+        const float r0 = bf16_lo(qr[j].x), r1 = bf16_hi(qr[j].x), r2 = bf16_lo(qr[j].y), r3 = bf16_hi(qr[j].y);
+        if (own) *reinterpret_cast<float4 *>(q_s + h * D + 16 * j + 4 * t) = make_float4(r0, r1, r2, r3);
+        qf_s[32 * j + lane] = make_uint2(pack_f16(r0 * f, r1 * f), pack_f16(r2 * f, r3 * f));
+        if (pair) qm_s[32 * j + lane] = make_uint2(pack_f16(r0 * fm, r1 * fm), pack_f16(r2 * fm, r3 * fm));
     }
 }
 
@@ -1757,7 +1807,7 @@ __device__ __noinline__ void finish(const MergeSmem<D, NW> &ms, int G, int64_t h
 template <int D, int GS>
 constexpr size_t smem_bytes()
 {
-    return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG) + sizeof(__nv_bfloat16) * MAXG * D;
 }
 
 // TRACE (KVB_INT2_V3_TRACE=1, a diagnostic build of the same kernel): thread 0 of each block prints its
@@ -1780,6 +1830,13 @@ __device__ __forceinline__ uint64_t global_ns()
 // Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
 // alias rank 0's rings.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+// The arrive after the steps only says "my rings are read": a write-after-read across blocks. Every read
+// of the rings has delivered its value (consumed before the block barrier ahead of the arrive), so no
+// release (MEMBAR.GPU, waited for by every warp) is needed for the remote deposits to follow them.
+__device__ __forceinline__ void cluster_arrive_relaxed()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
@@ -1828,8 +1885,10 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     MergeSmem<D, NW> &ms = *reinterpret_cast<MergeSmem<D, NW> *>(smem); // aliases the rings once drained
     float *q_s = reinterpret_cast<float *>(smem + ring_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
+    __nv_bfloat16 *qraw_s = reinterpret_cast<__nv_bfloat16 *>(u_s + MAXG); // q as loaded (P.q_warp0)
     __shared__ int flag_s;
     __shared__ int next_s;             // the segment's next unclaimed 64-token step
+    __shared__ __align__(8) uint64_t qbar; // qraw_s's bulk copy (P.q_warp0), one phase a segment
     __shared__ int slot_step_s[NW][S]; // the step a ring slot holds (-1: none; the segment's steps ran out)
     __shared__ __align__(8) uint64_t bars[NW * S];
 
@@ -1839,6 +1898,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     uint64_t *bar = bars + warp * S;
     if (lane == 0)
         for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
+    if (tid == 0) mbar_init(&qbar, 1);
     mbar_init_fence();
     __syncwarp();
     if (TRACE && tid == 0) tr[13] = clock64();
@@ -1846,7 +1906,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
     const uint32_t ring_a = smem_u32(ring), bar_a = smem_u32(bar);
     int issue_slot = 0, use_slot = 0;
-    uint32_t use_phase = 0;
+    uint32_t use_phase = 0, q_phase = 0;
     auto next_slot = [](int slot) { return slot + 1 == S ? 0 : slot + 1; };
 
     // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
@@ -1865,6 +1925,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // step, records it for the slot and issues its copy)
         const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
         if (TRACE && tid == 0) tr[15] = clock64();
+        const __nv_bfloat16 *qh = p.q + (b * p.Hq + (int64_t)kvh * G) * D;
+        const bool pair = G <= 4; // the PAIR step
+        if (P.q_warp0 && tid == 0) q_rows_issue(qraw_s, qh, (unsigned)(G * D * 2), &qbar);
         if (tid == 0) next_s = qa; // nobody claims before the barrier: the previous segment is done
         __syncthreads();           // the previous segment is done with shared memory
         if (TRACE && tid == 0) tr[12] = clock64();
@@ -1890,19 +1953,37 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
         if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
-        const __nv_bfloat16 *qh = p.q + (b * p.Hq + (int64_t)kvh * G) * D;
         // q's lines requested ahead of the records: its loads then wait for q alone, not behind the
         // records' queue
-        if (P.q_prefetch && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
+        if (!P.q_warp0 && P.q_prefetch && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
         if (P.early) fill();
         if (TRACE && tid == 0) tr[6] = clock64();
-        stage_q<NT>(q_s, f_s, u_s, qh, G, D, tid, 1);
+        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
+        // PAIR (G <= 4): -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
+        uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
+        const bool frags_late = P.frags_late && !P.q_warp0;
+        if (P.q_warp0) {
+            // warp 0 turns q into the fragments while the others request the rest of their first fill;
+            // named barrier 1: warp 0 arrives, the others wait (the residual steps read q_s, the
+            // quantized steps qf_s, qm_s and u_s)
+            if (warp == 0) {
+                mbar_wait(&qbar, q_phase);
+                q_rows_finish<D>(qraw_s, q_s, f_s, u_s, qf_s, qm_s, G, pair, lane);
+                if (TRACE && tid == 0) tr[7] = tr[16] = clock64();
+                named_barrier_arrive(1, NT);
+            } else {
+                if (qa < qe) {
+#pragma unroll 1
+                    for (int k = 0; k < ramp; k++) claim();
+                    ramp = 0;
+                }
+                named_barrier(1, NT);
+            }
+        } else {
+            stage_q<NT>(q_s, f_s, u_s, qh, G, D, tid, 1);
+        }
         // the quantized steps' q fragments, before the residual steps: the warps without residual steps
         // then start on the quantized ones at once instead of waiting at a block barrier behind them
-        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
-        // G <= 4: the PAIR step, -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
-        const bool pair = G <= 4;
-        uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
         auto store_frags = [&]() {
             if (qa < qe) { // block-uniform
                 if (warp == 0) {
@@ -1913,22 +1994,24 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 __syncthreads();
             }
         };
-        if (TRACE && tid == 0) tr[7] = clock64();
-        if (!P.frags_late) store_frags();
+        if (!P.q_warp0) {
+            if (TRACE && tid == 0) tr[7] = clock64();
+            if (!frags_late) store_frags();
+        }
         // residual step r belongs to the segment holding its first unit r W
         const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
-        if (!P.early && !P.frags_late && qa < qe) fill(); // q staged: the records' requests follow it
+        if (!P.early && !frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
         st.init();
         if (r_beg < r_end)
             st = residual_steps<D, NW>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
                                        p.scale, warp, lane);
-        if (P.frags_late) store_frags();
+        if (frags_late) store_frags();
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            if (!P.early && P.frags_late) fill();
+            if (!P.early && frags_late) fill();
             // the rest of a short first fill, now that q is staged: the ring's S - 1 ahead before the
             // first step (not in the step loop: its code stays as it was)
 #pragma unroll 1
@@ -1960,7 +2043,10 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
-        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
+        if (P.cluster > 1) { // this block's rings may now take the cluster's partials
+            if (P.arrive_relaxed) cluster_arrive_relaxed();
+            else cluster_arrive();
+        }
         if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
@@ -1986,6 +2072,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                    (unsigned long long)global_ns(), d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(8), d(9), d(10), d(11),
                    d(12), d(13), d(14), d(15), d(16), d(17), d(18), d(19), d(20));
         }
+        q_phase ^= 1u;
         u = hoff + s1;
     }
 }
@@ -3216,6 +3303,20 @@ static bool v3_q_prefetch()
     static const bool v = !(getenv("KVB_INT2_V3_QPF") && getenv("KVB_INT2_V3_QPF")[0] == '0');
     return v;
 }
+// v3's q by warp 0 alone (q_rows_load, q_rows_finish; KVB_INT2_V3_QW0=0: stage_q by the block, then
+// the fragments by warp 0 between two block barriers; an A/B switch, read once).
+static bool v3_q_warp0()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_QW0") && getenv("KVB_INT2_V3_QW0")[0] == '0');
+    return v;
+}
+// v3's cluster arrive after the steps without release semantics (KVB_INT2_V3_ARRIVE=release: with; an
+// A/B switch, read once).
+static bool v3_arrive_relaxed()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_ARRIVE") && !strcmp(getenv("KVB_INT2_V3_ARRIVE"), "release"));
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3269,6 +3370,8 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.frags_late = v3_frags_late();
             P.fill0 = v3_fill0();
             P.q_prefetch = v3_q_prefetch();
+            P.q_warp0 = v3_q_warp0() && (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
+            P.arrive_relaxed = v3_arrive_relaxed();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
