@@ -1437,7 +1437,6 @@ struct Params {
     int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
     int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
     int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
-    int merge_mbar; // 1 (with cluster > 1): the partials' slots past the rings, rank 0's mbarrier (cluster_merge)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1827,46 +1826,24 @@ __device__ __forceinline__ uint64_t global_ns()
 // that no block waits on a remote load); after the cluster barrier rank 0 merges the C slots, in rank
 // order, into the output rows. No global round trip: under the kernel's own stream of reads, a
 // partial's write, the arrival fence and the merger's reads each waited in the memory queue.
-// Two ways (P.merge_mbar):
-// - barrier: the slots alias rank 0's rings, so every block arrived on the cluster barrier
-//   (cluster_arrive) once its rings were drained; here it waits for the others, stores its partial
-//   into rank 0's slot, and a cluster.sync tells rank 0 every slot is written (the others may exit).
-// - mbar: the slots lie past the rings (launched with C G (D + 2) floats more), so nobody waits for
-//   another block's rings. Rank 0 armed its `merge_bar` for the other slots' bytes at the start, and
-//   every block arrived on the cluster barrier after the mbarrier inits; here each waits for that
-//   (long past), combines its warps into its own slot locally, and ranks > 0 send their slot to rank
-//   0's with st.async, whose bytes complete on merge_bar: no fence and no second cluster barrier.
-//   Rank 0 merges once its bar completes; the others may exit once their stores are issued.
+// Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
+// alias rank 0's rings.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
-                                              uint64_t *merge_bar, long long *tr = nullptr)
+                                              long long *tr = nullptr)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    const int C = (int)cluster.num_blocks(), stride = G * (D + 2), rank = (int)cluster.block_rank();
-    cluster_wait(); // barrier: every block's rings are drained; mbar: every merge_bar is initialized
+    const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
+    cluster_wait(); // every block's rings are drained
     if (tr && tid == 0) tr[17] = clock64();
-    if (merge_bar) {
-        float *mine = parts_s + rank * stride;
-        block_combine<D, NW>(ms, G, mine, nullptr, tid);
-        __syncthreads(); // the slot is whole
-        if (tr && tid == 0) tr[18] = clock64();
-        if (rank != 0) {
-            const uint32_t src = smem_u32(mine), dst = map_shared_rank_u32(src, 0), bar = map_shared_rank_u32(smem_u32(merge_bar), 0);
-            for (int i = tid; 2 * i < stride; i += NT) // stride is even: 8-byte pieces
-                st_async_v2(dst + 8 * i, *reinterpret_cast<const float2 *>(mine + 2 * i), bar);
-            return;
-        }
-        mbar_wait(merge_bar, 0); // every other slot's bytes have landed
-    } else {
-        block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + rank * stride, nullptr, tid);
-        if (tr && tid == 0) tr[18] = clock64();
-        cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
-                        // shared memory after it, so the others may exit
-        if (rank != 0) return;
-    }
+    block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + cluster.block_rank() * stride, nullptr, tid);
+    if (tr && tid == 0) tr[18] = clock64();
+    cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
+                    // shared memory after it, so the others may exit
+    if (cluster.block_rank() != 0) return;
     if (tr && tid == 0) tr[19] = clock64();
     for (int idx = tid; idx < G * D; idx += NT) {
         const int h = idx / D;
@@ -1901,11 +1878,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     float *q_s = reinterpret_cast<float *>(smem + ring_bytes<D, GS>());
     float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
     __nv_bfloat16 *qraw_s = reinterpret_cast<__nv_bfloat16 *>(u_s + MAXG); // q as loaded (P.q_warp0)
-    float *slots_s = reinterpret_cast<float *>(qraw_s + MAXG * D);           // the cluster's partials (P.merge_mbar)
     __shared__ int flag_s;
     __shared__ int next_s;             // the segment's next unclaimed 64-token step
     __shared__ __align__(8) uint64_t qbar; // qraw_s's bulk copy (P.q_warp0), one phase a segment
-    __shared__ __align__(8) uint64_t merge_bar; // rank 0's: the other ranks' slots (P.merge_mbar)
     __shared__ int slot_step_s[NW][S]; // the step a ring slot holds (-1: none; the segment's steps ran out)
     __shared__ __align__(8) uint64_t bars[NW * S];
 
@@ -1915,13 +1890,8 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     uint64_t *bar = bars + warp * S;
     if (lane == 0)
         for (int s = 0; s < S; s++) mbar_init(bar + s, 1);
-    if (tid == 0) mbar_init(&qbar, 1), mbar_init(&merge_bar, 1);
+    if (tid == 0) mbar_init(&qbar, 1);
     mbar_init_fence();
-    if (P.merge_mbar) { // rank 0 expects the other slots' bytes; the others may send once they see the inits
-        if (tid == 0 && cooperative_groups::this_cluster().block_rank() == 0)
-            mbar_expect_tx(&merge_bar, (unsigned)((P.cluster - 1) * p.G * (D + 2) * sizeof(float)));
-        cluster_arrive();
-    }
     __syncwarp();
     if (TRACE && tid == 0) tr[13] = clock64();
     // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
@@ -1986,21 +1956,19 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         const bool frags_late = P.frags_late && !P.q_warp0;
         if (P.q_warp0) {
             // warp 0 turns q into the fragments while the others request the rest of their first fill;
-            // named barrier 1: warp 0 arrives, the others wait (the residual steps read q_s, the
-            // quantized steps qf_s, qm_s and u_s)
+            // then one block barrier (the residual steps read q_s, the quantized steps qf_s, qm_s and
+            // u_s). (With warp 0 arriving on a named barrier without waiting, compute-sanitizer's
+            // racecheck reported hazards between the merge's accesses: results/h100/s16-int2-q/.)
             if (warp == 0) {
                 mbar_wait(&qbar, q_phase);
                 q_rows_finish<D>(qraw_s, q_s, f_s, u_s, qf_s, qm_s, G, pair, lane);
                 if (TRACE && tid == 0) tr[7] = tr[16] = clock64();
-                named_barrier_arrive(1, NT);
-            } else {
-                if (qa < qe) {
+            } else if (qa < qe) {
 #pragma unroll 1
-                    for (int k = 0; k < ramp; k++) claim();
-                    ramp = 0;
-                }
-                named_barrier(1, NT);
+                for (int k = 0; k < ramp; k++) claim();
+                ramp = 0;
             }
+            __syncthreads();
         } else {
             stage_q<NT>(q_s, f_s, u_s, qh, G, D, tid, 1);
         }
@@ -2065,15 +2033,14 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
-        if (P.cluster > 1 && !P.merge_mbar) cluster_arrive(); // this block's rings may now take the cluster's partials
+        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
         if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
-            cluster_merge<D>(ms, P.merge_mbar ? slots_s : reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
-                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_mbar ? &merge_bar : nullptr,
-                             TRACE ? tr : nullptr);
+            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
+                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -3330,13 +3297,6 @@ static bool v3_q_warp0()
     static const bool v = !(getenv("KVB_INT2_V3_QW0") && getenv("KVB_INT2_V3_QW0")[0] == '0');
     return v;
 }
-// v3's cluster merge through slots of their own and rank 0's mbarrier (KVB_INT2_V3_MERGE=barrier: slots
-// in the drained rings and two cluster barriers; an A/B switch, read once).
-static bool v3_merge_mbar()
-{
-    static const bool v = !(getenv("KVB_INT2_V3_MERGE") && !strcmp(getenv("KVB_INT2_V3_MERGE"), "barrier"));
-    return v;
-}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3407,38 +3367,25 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
             // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
             const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
-            P.cluster = 0, P.merge_mbar = 0;
+            P.cluster = 0;
             if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && p.nr * P.rw + p.nq >= bph) {
                 attr[0].id = cudaLaunchAttributeClusterDimension;
                 attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
                 cfg.attrs = attr, cfg.numAttrs = 1;
-                int dev = 0, asked = 0, optin = 0;
-                CUDA_TRY(cudaGetDevice(&dev));
-                // the merge's slots past the rings, where they fit (bph G (D + 2) floats)
-                const size_t slots = (size_t)bph * p.G * (D + 2) * sizeof(float);
-                CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-                const int mbar = v3_merge_mbar() && cfg.dynamicSmemBytes + slots <= (size_t)optin;
-                if (mbar) {
-                    cfg.dynamicSmemBytes += slots;
-                    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg.dynamicSmemBytes));
-                }
                 // resident clusters of this instance and size on this device, asked once per device (not
-                // on every launch; devices past the 8th ask every time). One block an SM at every size
-                // (more than half an SM's shared memory), so the slots' G does not change the count.
-                static int resident_of[8][2][2][2][8][9] = {}; // [device][trace][mbar][D == 128][log2 GS][bph] + 1
+                // on every launch; devices past the 8th ask every time)
+                static int resident_of[8][2][2][8][9] = {}; // [device][trace][D == 128][log2 GS][bph] + 1
+                int dev = 0, asked = 0;
+                CUDA_TRY(cudaGetDevice(&dev));
                 int *known = &asked;
-                if (dev >= 0 && dev < 8) known = &resident_of[dev][v3_trace() ? 1 : 0][mbar][D == 128][__builtin_ctz(GS) & 7][bph];
+                if (dev >= 0 && dev < 8) known = &resident_of[dev][v3_trace() ? 1 : 0][D == 128][__builtin_ctz(GS) & 7][bph];
                 if (!*known) {
                     int n = 0;
                     CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
                     *known = n + 1;
                 }
-                if ((int64_t)(*known - 1) * bph >= grid) {
-                    P.cluster = (int)bph, P.merge_mbar = mbar;
-                } else {
-                    cfg.attrs = nullptr, cfg.numAttrs = 0;
-                    cfg.dynamicSmemBytes = v3::smem_bytes<D, GS>();
-                }
+                if ((int64_t)(*known - 1) * bph >= grid) P.cluster = (int)bph;
+                else cfg.attrs = nullptr, cfg.numAttrs = 0;
             }
             CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, P));
             return KVB_OK;

@@ -295,25 +295,6 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
 }
 
 
-// ---- distributed shared memory (clusters, sm_90) ----
-
-// The shared::cluster address of shared::cta address `a` in the cluster's block `rank`.
-__device__ __forceinline__ uint32_t map_shared_rank_u32(uint32_t a, unsigned rank)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-
-// Store 8 bytes at shared::cluster address `a` (another block's shared memory), completing them on the
-// mbarrier at shared::cluster address `bar` of the same block (its phase waits for the bytes it expects).
-__device__ __forceinline__ void st_async_v2(uint32_t a, float2 v, uint32_t bar)
-{
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(a), "f"(v.x),
-                 "f"(v.y), "r"(bar)
-                 : "memory");
-}
-
 // Arrive once on the barrier (no transaction bytes).
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
 {
