@@ -3283,15 +3283,19 @@ static int v3_fill0()
     static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 0;
     return v < 0 ? 0 : v;
 }
-// v3 prefetches q into L2 before a segment's first records (KVB_INT2_V3_QPF=0: not; an A/B switch). On
-// an H100, in one call, every case of the A/B 0.2-2.4% faster with it (results/h100/s15-int2-start/).
+// v3's old q path (QW0=0) prefetches q into L2 before a segment's first records (KVB_INT2_V3_QPF=0:
+// not; an A/B switch). On an H100, in one call, every case of the A/B 0.2-2.4% faster with it
+// (results/h100/s15-int2-start/).
 static bool v3_q_prefetch()
 {
     static const bool v = !(getenv("KVB_INT2_V3_QPF") && getenv("KVB_INT2_V3_QPF")[0] == '0');
     return v;
 }
-// v3's q by warp 0 alone (q_rows_load, q_rows_finish; KVB_INT2_V3_QW0=0: stage_q by the block, then
-// the fragments by warp 0 between two block barriers; an A/B switch, read once).
+// v3's q by warp 0 alone (q_rows_issue, q_rows_finish; KVB_INT2_V3_QW0=0: stage_q by the block, then
+// the fragments by warp 0 between two block barriers, the path a q not 16-byte aligned takes; an A/B
+// switch, read once). On an H100 (results/h100/s16-int2-q/), the first step at 8K gs=128 4.6 us after
+// the block's start instead of 6.9; against the old path in one bundle, 8K 2-6% and 32K gs=128 2-3%
+// faster (r2).
 static bool v3_q_warp0()
 {
     static const bool v = !(getenv("KVB_INT2_V3_QW0") && getenv("KVB_INT2_V3_QW0")[0] == '0');
