@@ -555,6 +555,19 @@ __device__ __forceinline__ void av_tile(float (&o)[D / 16][4], const unsigned ch
     }
 }
 
+// The exponent e that brings max |q| (mx) into [2^(top-1), 2^top) as mx 2^e (0 for mx = 0): q's
+// power-of-two scale, f = 2^e, u = 2^-e.
+__device__ __forceinline__ int q_scale_exp(float mx, int top)
+{
+    int e = 0;
+    if (mx > 0.f) {
+        int E;
+        frexpf(mx, &E); // mx in [2^(E-1), 2^E)
+        e = top - E;
+    }
+    return e;
+}
+
 // q rows of one KV head's G query heads into shared memory (fp32) and, per head, the power of two
 // that brings max |q| into [2^(top-1), 2^top) (f_s; v1: top = 15) and its inverse (u_s). NT: the
 // block's threads.
@@ -569,12 +582,7 @@ __device__ __forceinline__ void stage_q(float *q_s, float *f_s, float *u_s, cons
         float mx = 0.f;
         for (int c = lane; c < D; c += 32) mx = fmaxf(mx, fabsf(q_s[h * D + c]));
         mx = warp_max<16, 1>(mx);
-        int e = 0;
-        if (mx > 0.f) {
-            int E;
-            frexpf(mx, &E); // mx in [2^(E-1), 2^E)
-            e = top - E;
-        }
+        const int e = q_scale_exp(mx, top);
         if (lane == 0) f_s[h] = ldexpf(1.f, e), u_s[h] = ldexpf(1.f, -e);
     }
     __syncthreads();
@@ -1551,12 +1559,7 @@ __device__ __forceinline__ void q_rows_finish(const __nv_bfloat16 *qraw_s, float
         mx = fmaxf(fmaxf(mx, fmaxf(fabsf(bf16_lo(qr[j].x)), fabsf(bf16_hi(qr[j].x)))),
                    fmaxf(fabsf(bf16_lo(qr[j].y)), fabsf(bf16_hi(qr[j].y))));
     mx = warp_max<1, 2>(mx); // the 4 lanes t of a row hold its D channels
-    int e = 0;
-    if (mx > 0.f) {
-        int E;
-        frexpf(mx, &E); // mx in [2^(E-1), 2^E)
-        e = 1 - E;
-    }
+    const int e = q_scale_exp(mx, 1);  // stage_q's scale at top = 1
     const bool own = h < G && h == g; // the lanes that write head h's row (PAIR: rows g < 4)
     if (own && t == 0) f_s[h] = ldexpf(1.f, e), u_s[h] = ldexpf(1.f, -e);
     const float f = h < G ? ldexpf(1.f, e) : 0.f, fm = pair && g >= 4 ? -f : 0.f;
