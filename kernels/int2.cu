@@ -1445,6 +1445,8 @@ struct Params {
     int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
     int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
     int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
+    int instant;    // 1: a block's first fill is requested before its first barrier (static steps)
+    int split_merge; // 1 (clusters): the merge split by channels over the cluster's ranks (split_deposit)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1748,17 +1750,16 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
     return st;
 }
 
-// Every warp deposits its state: O^T rows back to channels and true units, plus Z (as v2, v3's units).
-template <int D, int GS, int NW>
-__device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16> &st, int warp, int lane)
+// A warp's state as the merge takes it: O^T rows back to channels and true units, plus Z (as v2, v3's
+// units). ml(h, m, l) for heads h = 2t, 2t + 1 (lanes g = 0), o(h, c, value) for head h = 2t, 2t + 1 and
+// channel c (lane (g, t): c = 16 mv + 2g, + 1 for every m-tile mv).
+template <int D, int GS, typename ML, typename OV>
+__device__ __forceinline__ void deposit_to(const State<D / 16> &st, int lane, ML ml, OV ov)
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f);
     warp_sum<4, 16>(l0, l1);
-    if (g == 0) {
-        ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
-        ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
-    }
+    if (g == 0) ml(2 * t, st.m[0], l0), ml(2 * t + 1, st.m[1], l1);
     // the zeros' term of channel c is Z of its value group c / GS, held by lane 4 (c / GS) + t: the same
     // group for a whole m-tile (GS >= 16), so two shuffles per m-tile instead of a loop over a group's
     // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~2.6 us at gs=128 in the
@@ -1768,11 +1769,20 @@ __device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16
         const int c = 16 * mv + 2 * g, gv = (16 * mv) / GS;
         const float z0 = __shfl_sync(0xffffffffu, st.z[0], 4 * gv + t), z1 = __shfl_sync(0xffffffffu, st.z[1], 4 * gv + t);
         const float r0 = exp2f((float)(24 - code_sh(4 * (mv % 4)))), r1 = exp2f((float)(24 - code_sh(4 * (mv % 4) + 2)));
-        ms.o[warp][2 * t][c] = st.o[mv][0] * r0 + z0; // r0, r1: powers of two, the product exact
-        ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0 + z1;
-        ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1 + z0;
-        ms.o[warp][2 * t + 1][c + 1] = st.o[mv][3] * r1 + z1;
+        ov(2 * t, c, st.o[mv][0] * r0 + z0); // r0, r1: powers of two, the product exact
+        ov(2 * t + 1, c, st.o[mv][1] * r0 + z1);
+        ov(2 * t, c + 1, st.o[mv][2] * r1 + z0);
+        ov(2 * t + 1, c + 1, st.o[mv][3] * r1 + z1);
     }
+}
+
+// Every warp deposits its state in the block's merge buffer (block_combine's).
+template <int D, int GS, int NW>
+__device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16> &st, int warp, int lane)
+{
+    deposit_to<D, GS>(
+        st, lane, [&](int h, float m, float l) { ms.m[warp][h] = m, ms.l[warp][h] = l; },
+        [&](int h, int c, float v) { ms.o[warp][h][c] = v; });
 }
 
 // One block of NW = 12 warps per SM (168 registers each). Its warps take the segment's 64-token steps
@@ -1796,6 +1806,8 @@ __host__ __device__ constexpr size_t ring_bytes()
 {
     const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
     const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2); // + cluster_merge's 8 slots
+    static_assert(sizeof(float) * NW * MAXG * (D + 3 * 8) <= sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2),
+                  "the split merge's buffer, C <= 8");
     return ring > merge ? ring : merge;
 }
 
@@ -1831,6 +1843,12 @@ __device__ __forceinline__ uint64_t global_ns()
 // partial's write, the arrival fence and the merger's reads each waited in the memory queue.
 // Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
 // alias rank 0's rings.
+__device__ __forceinline__ unsigned cluster_ctarank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
@@ -1860,6 +1878,56 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
             L += a * parts_s[r * stride + G * D + G + h];
         }
         out[idx] = __float2bfloat16_rn(O / L);
+    }
+}
+
+// The split merge of a head's cluster of C blocks (P.split_merge): rank r owns the output channels
+// [ceil(r D / C), ceil((r + 1) D / C)) (channel c: rank c C / D). Once every warp of the cluster is done
+// with its ring (a cluster barrier), each warp sends its m and l to every rank and each of its O
+// elements to the element's rank (distributed shared memory, stores only); after a second barrier
+// every rank combines its channels over the cluster's C NW warps and writes them: no block-wide
+// combine, no partial per block, and the C ranks share the final merge instead of rank 0 alone.
+// Each rank's buffer (over its drained rings), for warp wi = rank NW + warp of the cluster:
+// m [C NW][G], l [C NW][G], o [C NW][G][DW], DW = ceil(D / C) floats: C NW G (2 + DW) <= NW MAXG (D + 24)
+// floats for C <= 8 (ring_bytes' static_assert).
+template <int D, int GS>
+__device__ __forceinline__ void split_deposit(float *buf, const State<D / 16> &st, int G, int C, int rank, int warp,
+                                              int lane)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int CW = C * NW, wi = rank * NW + warp, DW = (D + C - 1) / C;
+    deposit_to<D, GS>(
+        st, lane,
+        [&](int h, float m, float l) {
+            if (h < G)
+                for (int r = 0; r < C; r++) {
+                    float *b = cluster.map_shared_rank(buf, r);
+                    b[wi * G + h] = m, b[CW * G + wi * G + h] = l;
+                }
+        },
+        [&](int h, int c, float v) {
+            const int r = c * C / D;
+            if (h < G) cluster.map_shared_rank(buf, r)[2 * CW * G + (wi * G + h) * DW + c - (r * D + C - 1) / C] = v;
+        });
+}
+template <int D>
+__device__ __forceinline__ void split_combine(const float *buf, int G, int C, int rank, __nv_bfloat16 *out, int tid)
+{
+    const int CW = C * NW, DW = (D + C - 1) / C, c0 = (rank * D + C - 1) / C, width = ((rank + 1) * D + C - 1) / C - c0;
+    const float *m = buf, *l = buf + CW * G, *o = buf + 2 * CW * G;
+    for (int idx = tid; idx < G * width; idx += NT) {
+        const int h = idx / width, cl = idx - h * width;
+        float M = -INFINITY;
+        for (int w = 0; w < CW; w++) M = fmaxf(M, m[w * G + h]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float O = 0.f, L = 0.f;
+        for (int w = 0; w < CW; w++) {
+            const float a = ex2(m[w * G + h] - base);
+            O += a * o[(w * G + h) * DW + cl];
+            L += a * l[w * G + h];
+        }
+        out[h * D + c0 + cl] = __float2bfloat16_rn(O / L);
     }
 }
 
@@ -1906,25 +1974,60 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 
     // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
     // time: its loads are not pipelined), then its nq 64-token steps, one unit each.
-    const int64_t W = P.rw, nrw = p.nr * W;
-    const int64_t per_head = nrw + p.nq, N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
-    int64_t u = part_begin(kb, N, grid);
-    const int64_t u1 = part_begin(kb + 1, N, grid);
+    // (a head's line is below 2^31 units: the host's int2_attn_check bounds T; the heads, B Hkv, are ints)
+    const int W = P.rw, nrw = p.nr * W, per_head = nrw + (int)p.nq;
+    const int64_t N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
+    // clusters (P.cluster = C > 1): one segment a block, the head kb / C's units [r per_head / C,
+    // (r + 1) per_head / C) for rank r = kb % C, as part_begin's split; in 32 bits (the host keeps C
+    // per_head below 2^31), so the start runs no 64-bit division: its subroutine lies apart from the
+    // kernel's code, a cold fetch of its own after the bench's L2 flush, before the first request
+    const int C = P.cluster > 1 ? P.cluster : 1;
+    const int chead = (int)blockIdx.x / C, crank = (int)blockIdx.x - chead * C;
+    int64_t u, u1;
+    if (C > 1) {
+        u = (int64_t)chead * per_head + crank * per_head / C;
+        u1 = (int64_t)chead * per_head + (crank + 1) * per_head / C;
+    } else {
+        u = part_begin(kb, N, grid), u1 = part_begin(kb + 1, N, grid);
+    }
+    const int64_t u_first = u;
+    // P.instant (clusters): q and the first fill requested first thing, with no more arithmetic than their
+    // addresses take (the loop's first segment then skips them), each warp's k-th record step
+    // qa + k NW + warp (what the shared counter would hand out, in another order; it then starts past them)
+    int fill_first = 0; // records a warp requested here
+    if (P.instant && C > 1) {
+        const int qa = max(crank * per_head / C, nrw) - nrw, qe = (crank + 1) * per_head / C - nrw;
+        if (qa < qe) {
+            fill_first = min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1);
+            if (P.q_warp0 && tid == 0) q_rows_issue(qraw_s, p.q + (int64_t)chead * G * D, (unsigned)(G * D * 2), &qbar);
+            if (lane == 0)
+                for (int k = 0; k < fill_first; k++) {
+                    const int got = qa + k * NW + warp;
+                    slot_step_s[warp][k] = got < qe ? got : -1;
+                    if (got < qe) issue_step<D, GS>(ring_a + k * BYTES, bar_a + k * 8, RecSrc<D, GS>(P.n, chead, got, p.Tcap));
+                }
+            issue_slot = fill_first; // < S
+        }
+    }
     if (TRACE && tid == 0) tr[14] = clock64();
     while (u < u1) {
-        const int64_t head = u / per_head, hoff = head * per_head;
-        const int64_t s0 = u - hoff, s1 = min(u1, hoff + per_head) - hoff;
-        const int64_t b = head / p.Hkv;
-        const int kvh = (int)(head % p.Hkv);
+        // (clusters: the head again, not held through the steps of the segment before: registers)
+        const int64_t head = C > 1 ? (int64_t)(blockIdx.x / (unsigned)P.cluster) : u / per_head, hoff = head * per_head;
+        const int s0 = (int)(u - hoff), s1 = (int)(min(u1, hoff + per_head) - hoff);
+        const int b = (int)head / p.Hkv, kvh = (int)head - b * p.Hkv;
         // the segment's 64-token steps [qa, qe), claimed one at a time by the warps (lane 0 claims the
         // step, records it for the slot and issues its copy)
-        const int qa = (int)(max(s0, nrw) - nrw), qe = (int)(s1 - nrw);
+        const int qa = max(s0, nrw) - nrw, qe = s1 - nrw;
         if (TRACE && tid == 0) tr[15] = clock64();
-        const __nv_bfloat16 *qh = p.q + (b * p.Hq + (int64_t)kvh * G) * D;
+        const __nv_bfloat16 *qh = p.q + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
         const bool pair = G <= 4; // the PAIR step
-        if (P.q_warp0 && tid == 0) q_rows_issue(qraw_s, qh, (unsigned)(G * D * 2), &qbar);
-        if (tid == 0) next_s = qa; // nobody claims before the barrier: the previous segment is done
-        __syncthreads();           // the previous segment is done with shared memory
+        const bool instant = fill_first > 0; // the first segment: q and the first fill requested above
+        if (P.q_warp0 && tid == 0 && !instant) q_rows_issue(qraw_s, qh, (unsigned)(G * D * 2), &qbar);
+        const int fill_n = instant ? fill_first : min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1);
+        fill_first = 0;
+        if (tid == 0) next_s = qa + (instant ? fill_n * NW : 0); // nobody claims before the barrier: the
+                                                                // previous segment is done
+        __syncthreads(); // the previous segment is done with shared memory
         if (TRACE && tid == 0) tr[12] = clock64();
         auto claim = [&]() {
             if (lane == 0) {
@@ -1937,17 +2040,17 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         };
         // the first fill requests fill0 records per warp (0: one where the segment is at most 8 steps a
         // warp, else S - 1); the rest follow once q is staged, before the first step
-        int ramp = 0;
+        int ramp = instant ? S - 1 - fill_n : 0;
+        bool filled = instant;
         auto fill = [&]() {
-            const int want = P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1;
-            const int n = want > S - 1 ? S - 1 : want;
+            if (filled) return;
 #pragma unroll 1 // a cold start fetches every byte of code it runs: the loop, not 4 copies of it
-            for (int k = 0; k < n; k++) claim();
-            ramp = S - 1 - n;
+            for (int k = 0; k < fill_n; k++) claim();
+            ramp = S - 1 - fill_n, filled = true;
         };
         // early: the first records' latency overlaps q's staging and the residual steps' loads instead
         // of following them (a segment is only ~5 steps per warp at T = 8K)
-        if (TRACE && tid == 0 && u != part_begin(kb, N, grid)) tr_g0 = global_ns(), tr[0] = clock64();
+        if (TRACE && tid == 0 && u != u_first) tr_g0 = global_ns(), tr[0] = clock64();
         // q's lines requested ahead of the records: its loads then wait for q alone, not behind the
         // records' queue
         if (!P.q_warp0 && P.q_prefetch && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
@@ -1992,7 +2095,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (!frags_late) store_frags();
         }
         // residual step r belongs to the segment holding its first unit r W
-        const int64_t r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int64_t)p.nr);
+        const int r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int)p.nr);
         if (!P.early && !frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
         State<MT> st;
@@ -2035,19 +2138,34 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             issue_slot = use_slot;
             if (TRACE && tid == 0) tr[3] = clock64();
         }
-        __syncthreads(); // the merge buffer aliases the rings
-        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
-        if (TRACE && tid == 0) tr[4] = clock64();
-        deposit<D, GS, NW>(ms, st, warp, lane);
-        __syncthreads();
-        if (TRACE && tid == 0) tr[11] = clock64();
-        if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
-            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
-                             p.o + (b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
+        if (P.cluster > 1 && P.split_merge) {
+            cluster_arrive(); // this warp is done with its ring; then every warp of the cluster is
+            cluster_wait();
+            if (TRACE && tid == 0) tr[4] = clock64();
+            float *buf = reinterpret_cast<float *>(smem);
+            const int rank = (int)cluster_ctarank(); // = crank (not held through the steps)
+            split_deposit<D, GS>(buf, st, G, P.cluster, rank, warp, lane);
+            cluster_arrive(); // release: this warp's deposits; acquire: everyone's
+            cluster_wait();
+            if (TRACE && tid == 0) tr[11] = clock64();
+            split_combine<D>(buf, G, P.cluster, rank, p.o + head * G * D, tid);
+            if (TRACE && tid == 0) tr[17] = clock64();
+            // no block reads another's shared memory after the second barrier: each may exit
         } else {
-            const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
-            finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
-                      &flag_s, tid);
+            __syncthreads(); // the merge buffer aliases the rings
+            if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
+            if (TRACE && tid == 0) tr[4] = clock64();
+            deposit<D, GS, NW>(ms, st, warp, lane);
+            __syncthreads();
+            if (TRACE && tid == 0) tr[11] = clock64();
+            if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
+                cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
+                                 p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
+            } else {
+                const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
+                finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D,
+                          w_s, &flag_s, tid);
+            }
         }
         if (TRACE && tid == 0) {
             unsigned smid;
@@ -3304,6 +3422,20 @@ static bool v3_q_warp0()
     static const bool v = !(getenv("KVB_INT2_V3_QW0") && getenv("KVB_INT2_V3_QW0")[0] == '0');
     return v;
 }
+// v3's first fill before the block's first barrier, each warp's records statically (P.instant;
+// KVB_INT2_V3_INSTANT=0: claimed from the shared counter after it; an A/B switch, read once).
+static bool v3_instant()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_INSTANT") && getenv("KVB_INT2_V3_INSTANT")[0] == '0');
+    return v;
+}
+// v3's cluster merge split by channels over the ranks (P.split_merge; KVB_INT2_V3_SPLIT=0: each block
+// combines its warps and rank 0 merges the partials, cluster_merge; an A/B switch, read once).
+static bool v3_split_merge()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_SPLIT") && getenv("KVB_INT2_V3_SPLIT")[0] == '0');
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3324,6 +3456,8 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
         return rc;
     }
     if (l->R > 0 && (!c->Kr || !c->Vr)) return kvb_fail(KVB_EINVAL, "%s: Kr or Vr is NULL with R=%d", who, l->R);
+    if (version == ATTN_V3 && l->T / 64 + 64 >= ((int64_t)1 << 31)) // v3 counts a head's steps in 32 bits
+        return kvb_fail(KVB_EINVAL, "%s: T=%lld: v3 takes T < 64 (2^31 - 64) tokens", who, (long long)l->T);
     if (!q || !o) return kvb_fail(KVB_EINVAL, "%s: q or o is NULL", who);
     if (!workspace)
         return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate int2_decode_attn_workspace_bytes(), zeroed once)", who);
@@ -3358,6 +3492,8 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.fill0 = v3_fill0();
             P.q_prefetch = v3_q_prefetch();
             P.q_warp0 = v3_q_warp0() && (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
+            P.instant = v3_instant();
+            P.split_merge = v3_split_merge();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
@@ -3375,7 +3511,10 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
             const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
             P.cluster = 0;
-            if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && p.nr * P.rw + p.nq >= bph) {
+            // (the kernel splits a head among its cluster in 32 bits: bph (nr rw + nq) < 2^31)
+            const int64_t per_head = p.nr * P.rw + p.nq;
+            if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && per_head >= bph &&
+                bph * per_head < ((int64_t)1 << 31)) {
                 attr[0].id = cudaLaunchAttributeClusterDimension;
                 attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
                 cfg.attrs = attr, cfg.numAttrs = 1;
