@@ -1446,7 +1446,6 @@ struct Params {
     int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
     int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
     int instant;    // 1: a block's first fill is requested before its first barrier (static steps)
-    int split_merge; // 1 (clusters): the merge split by channels over the cluster's ranks (split_deposit)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1750,16 +1749,17 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
     return st;
 }
 
-// A warp's state as the merge takes it: O^T rows back to channels and true units, plus Z (as v2, v3's
-// units). ml(h, m, l) for heads h = 2t, 2t + 1 (lanes g = 0), o(h, c, value) for head h = 2t, 2t + 1 and
-// channel c (lane (g, t): c = 16 mv + 2g, + 1 for every m-tile mv).
-template <int D, int GS, typename ML, typename OV>
-__device__ __forceinline__ void deposit_to(const State<D / 16> &st, int lane, ML ml, OV ov)
+// Every warp deposits its state: O^T rows back to channels and true units, plus Z (as v2, v3's units).
+template <int D, int GS, int NW>
+__device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16> &st, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0] + (g == 0 ? st.z[2] : 0.f), l1 = st.l[1] + (g == 0 ? st.z[3] : 0.f);
     warp_sum<4, 16>(l0, l1);
-    if (g == 0) ml(2 * t, st.m[0], l0), ml(2 * t + 1, st.m[1], l1);
+    if (g == 0) {
+        ms.m[warp][2 * t] = st.m[0], ms.m[warp][2 * t + 1] = st.m[1];
+        ms.l[warp][2 * t] = l0, ms.l[warp][2 * t + 1] = l1;
+    }
     // the zeros' term of channel c is Z of its value group c / GS, held by lane 4 (c / GS) + t: the same
     // group for a whole m-tile (GS >= 16), so two shuffles per m-tile instead of a loop over a group's
     // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~2.6 us at gs=128 in the
@@ -1769,20 +1769,11 @@ __device__ __forceinline__ void deposit_to(const State<D / 16> &st, int lane, ML
         const int c = 16 * mv + 2 * g, gv = (16 * mv) / GS;
         const float z0 = __shfl_sync(0xffffffffu, st.z[0], 4 * gv + t), z1 = __shfl_sync(0xffffffffu, st.z[1], 4 * gv + t);
         const float r0 = exp2f((float)(24 - code_sh(4 * (mv % 4)))), r1 = exp2f((float)(24 - code_sh(4 * (mv % 4) + 2)));
-        ov(2 * t, c, st.o[mv][0] * r0 + z0); // r0, r1: powers of two, the product exact
-        ov(2 * t + 1, c, st.o[mv][1] * r0 + z1);
-        ov(2 * t, c + 1, st.o[mv][2] * r1 + z0);
-        ov(2 * t + 1, c + 1, st.o[mv][3] * r1 + z1);
+        ms.o[warp][2 * t][c] = st.o[mv][0] * r0 + z0; // r0, r1: powers of two, the product exact
+        ms.o[warp][2 * t + 1][c] = st.o[mv][1] * r0 + z1;
+        ms.o[warp][2 * t][c + 1] = st.o[mv][2] * r1 + z0;
+        ms.o[warp][2 * t + 1][c + 1] = st.o[mv][3] * r1 + z1;
     }
-}
-
-// Every warp deposits its state in the block's merge buffer (block_combine's).
-template <int D, int GS, int NW>
-__device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16> &st, int warp, int lane)
-{
-    deposit_to<D, GS>(
-        st, lane, [&](int h, float m, float l) { ms.m[warp][h] = m, ms.l[warp][h] = l; },
-        [&](int h, int c, float v) { ms.o[warp][h][c] = v; });
 }
 
 // One block of NW = 12 warps per SM (168 registers each). Its warps take the segment's 64-token steps
@@ -1806,8 +1797,6 @@ __host__ __device__ constexpr size_t ring_bytes()
 {
     const size_t ring = (size_t)stages<D, GS>() * NW * Rec<D, GS>::BYTES;
     const size_t merge = sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2); // + cluster_merge's 8 slots
-    static_assert(sizeof(float) * NW * MAXG * (D + 3 * 8) <= sizeof(MergeSmem<D, NW>) + sizeof(float) * 8 * MAXG * (D + 2),
-                  "the split merge's buffer, C <= 8");
     return ring > merge ? ring : merge;
 }
 
@@ -1843,12 +1832,6 @@ __device__ __forceinline__ uint64_t global_ns()
 // partial's write, the arrival fence and the merger's reads each waited in the memory queue.
 // Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
 // alias rank 0's rings.
-__device__ __forceinline__ unsigned cluster_ctarank()
-{
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
@@ -1878,56 +1861,6 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
             L += a * parts_s[r * stride + G * D + G + h];
         }
         out[idx] = __float2bfloat16_rn(O / L);
-    }
-}
-
-// The split merge of a head's cluster of C blocks (P.split_merge): rank r owns the output channels
-// [ceil(r D / C), ceil((r + 1) D / C)) (channel c: rank c C / D). Once every warp of the cluster is done
-// with its ring (a cluster barrier), each warp sends its m and l to every rank and each of its O
-// elements to the element's rank (distributed shared memory, stores only); after a second barrier
-// every rank combines its channels over the cluster's C NW warps and writes them: no block-wide
-// combine, no partial per block, and the C ranks share the final merge instead of rank 0 alone.
-// Each rank's buffer (over its drained rings), for warp wi = rank NW + warp of the cluster:
-// m [C NW][G], l [C NW][G], o [C NW][G][DW], DW = ceil(D / C) floats: C NW G (2 + DW) <= NW MAXG (D + 24)
-// floats for C <= 8 (ring_bytes' static_assert).
-template <int D, int GS>
-__device__ __forceinline__ void split_deposit(float *buf, const State<D / 16> &st, int G, int C, int rank, int warp,
-                                              int lane)
-{
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int CW = C * NW, wi = rank * NW + warp, DW = (D + C - 1) / C;
-    deposit_to<D, GS>(
-        st, lane,
-        [&](int h, float m, float l) {
-            if (h < G)
-                for (int r = 0; r < C; r++) {
-                    float *b = cluster.map_shared_rank(buf, r);
-                    b[wi * G + h] = m, b[CW * G + wi * G + h] = l;
-                }
-        },
-        [&](int h, int c, float v) {
-            const int r = c * C / D;
-            if (h < G) cluster.map_shared_rank(buf, r)[2 * CW * G + (wi * G + h) * DW + c - (r * D + C - 1) / C] = v;
-        });
-}
-template <int D>
-__device__ __forceinline__ void split_combine(const float *buf, int G, int C, int rank, __nv_bfloat16 *out, int tid)
-{
-    const int CW = C * NW, DW = (D + C - 1) / C, c0 = (rank * D + C - 1) / C, width = ((rank + 1) * D + C - 1) / C - c0;
-    const float *m = buf, *l = buf + CW * G, *o = buf + 2 * CW * G;
-    for (int idx = tid; idx < G * width; idx += NT) {
-        const int h = idx / width, cl = idx - h * width;
-        float M = -INFINITY;
-        for (int w = 0; w < CW; w++) M = fmaxf(M, m[w * G + h]);
-        const float base = M == -INFINITY ? 0.f : M;
-        float O = 0.f, L = 0.f;
-        for (int w = 0; w < CW; w++) {
-            const float a = ex2(m[w * G + h] - base);
-            O += a * o[(w * G + h) * DW + cl];
-            L += a * l[w * G + h];
-        }
-        out[h * D + c0 + cl] = __float2bfloat16_rn(O / L);
     }
 }
 
@@ -1974,7 +1907,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 
     // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
     // time: its loads are not pipelined), then its nq 64-token steps, one unit each.
-    // (a head's line is below 2^31 units: the host's int2_attn_check bounds T; the heads, B Hkv, are ints)
+    // (a head's line is below 2^31 units: decode_attn_launch bounds T; the heads, B Hkv, are ints)
     const int W = P.rw, nrw = p.nr * W, per_head = nrw + (int)p.nq;
     const int64_t N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     // clusters (P.cluster = C > 1): one segment a block, the head kb / C's units [r per_head / C,
@@ -2138,34 +2071,19 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             issue_slot = use_slot;
             if (TRACE && tid == 0) tr[3] = clock64();
         }
-        if (P.cluster > 1 && P.split_merge) {
-            cluster_arrive(); // this warp is done with its ring; then every warp of the cluster is
-            cluster_wait();
-            if (TRACE && tid == 0) tr[4] = clock64();
-            float *buf = reinterpret_cast<float *>(smem);
-            const int rank = (int)cluster_ctarank(); // = crank (not held through the steps)
-            split_deposit<D, GS>(buf, st, G, P.cluster, rank, warp, lane);
-            cluster_arrive(); // release: this warp's deposits; acquire: everyone's
-            cluster_wait();
-            if (TRACE && tid == 0) tr[11] = clock64();
-            split_combine<D>(buf, G, P.cluster, rank, p.o + head * G * D, tid);
-            if (TRACE && tid == 0) tr[17] = clock64();
-            // no block reads another's shared memory after the second barrier: each may exit
+        __syncthreads(); // the merge buffer aliases the rings
+        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
+        if (TRACE && tid == 0) tr[4] = clock64();
+        deposit<D, GS, NW>(ms, st, warp, lane);
+        __syncthreads();
+        if (TRACE && tid == 0) tr[11] = clock64();
+        if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
+            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
+                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
         } else {
-            __syncthreads(); // the merge buffer aliases the rings
-            if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
-            if (TRACE && tid == 0) tr[4] = clock64();
-            deposit<D, GS, NW>(ms, st, warp, lane);
-            __syncthreads();
-            if (TRACE && tid == 0) tr[11] = clock64();
-            if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
-                cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
-                                 p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
-            } else {
-                const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
-                finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D,
-                          w_s, &flag_s, tid);
-            }
+            const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
+            finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
+                      &flag_s, tid);
         }
         if (TRACE && tid == 0) {
             unsigned smid;
@@ -3429,13 +3347,6 @@ static bool v3_instant()
     static const bool v = !(getenv("KVB_INT2_V3_INSTANT") && getenv("KVB_INT2_V3_INSTANT")[0] == '0');
     return v;
 }
-// v3's cluster merge split by channels over the ranks (P.split_merge; KVB_INT2_V3_SPLIT=0: each block
-// combines its warps and rank 0 merges the partials, cluster_merge; an A/B switch, read once).
-static bool v3_split_merge()
-{
-    static const bool v = !(getenv("KVB_INT2_V3_SPLIT") && getenv("KVB_INT2_V3_SPLIT")[0] == '0');
-    return v;
-}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3493,7 +3404,6 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.q_prefetch = v3_q_prefetch();
             P.q_warp0 = v3_q_warp0() && (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
             P.instant = v3_instant();
-            P.split_merge = v3_split_merge();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
