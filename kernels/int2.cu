@@ -3342,9 +3342,9 @@ static bool v3_q_warp0()
 }
 // v3's first fill before the block's first barrier, each warp's records statically (P.instant;
 // KVB_INT2_V3_INSTANT=0: claimed from the shared counter after it; an A/B switch, read once). On an
-// H100 (results/h100/s17-int2-instant/r2), against INSTANT=0 in one bundle: 8K 1.5-4% faster, 32K
-// 0.3-0.8%, B=1 128K level; q then lands no sooner (its one request queues behind the records'),
-// but the records are in flight ~1 us earlier.
+// H100 (results/h100/s17-int2-instant/r2), against INSTANT=0 in one bundle: 8K gs=16-64 1.8-4.1%
+// faster (gs=128: 7.5% and -0.5%), 32K 0.4-0.9%, B=1 128K (no clusters) level. q lands no sooner
+// (its one request queues with the records'), but the records are in flight ~0.7 us earlier.
 static bool v3_instant()
 {
     static const bool v = !(getenv("KVB_INT2_V3_INSTANT") && getenv("KVB_INT2_V3_INSTANT")[0] == '0');
