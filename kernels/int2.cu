@@ -1446,6 +1446,7 @@ struct Params {
     int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
     int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
     int instant;    // 1: a block's first fill is requested before its first barrier (static steps)
+    int merge_last; // 1 (clusters): the last rank merges the cluster's partials (cluster_merge), not rank 0
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1826,28 +1827,32 @@ __device__ __forceinline__ uint64_t global_ns()
 
 // The merge of a head whose C blocks form one cluster (C <= 8, rank = the block's rank): each block
 // combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) and stores it in
-// slot `rank` of rank 0's shared memory (parts_s: C slots; distributed shared memory, stores only, so
-// that no block waits on a remote load); after the cluster barrier rank 0 merges the C slots, in rank
-// order, into the output rows. No global round trip: under the kernel's own stream of reads, a
-// partial's write, the arrival fence and the merger's reads each waited in the memory queue.
-// Every block arrived on the cluster barrier (cluster_arrive) once its rings were drained: the slots
-// alias rank 0's rings.
+// slot `rank` of the merger's shared memory (parts_s: C slots; distributed shared memory, stores only,
+// so that no block waits on a remote load); after the cluster barrier the merger (the last rank, or rank
+// 0) merges the C slots, in rank order, into the output rows. No global round trip: under the kernel's
+// own stream of reads, a partial's write, the arrival fence and the merger's reads each waited in the
+// memory queue. Every block arrived on the cluster barrier (cluster_arrive) once its rings were
+// drained: the slots alias the merger's rings.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
-                                              long long *tr = nullptr)
+                                              bool merge_last, long long *tr = nullptr)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
+    // the merging rank: the last (merge_last), whose steps end last (rank 0 holds the head's residual
+    // steps, weighted so that it ends first), so that its own partial stays local and the others' arrive
+    // while it still runs; or rank 0
+    const int merger = merge_last ? C - 1 : 0;
     cluster_wait(); // every block's rings are drained
     if (tr && tid == 0) tr[17] = clock64();
-    block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, 0) + cluster.block_rank() * stride, nullptr, tid);
+    block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, merger) + cluster.block_rank() * stride, nullptr, tid);
     if (tr && tid == 0) tr[18] = clock64();
     cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
                     // shared memory after it, so the others may exit
-    if (cluster.block_rank() != 0) return;
+    if ((int)cluster.block_rank() != merger) return;
     if (tr && tid == 0) tr[19] = clock64();
     for (int idx = tid; idx < G * D; idx += NT) {
         const int h = idx / D;
@@ -2079,7 +2084,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
-                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, TRACE ? tr : nullptr);
+                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_last, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -3350,6 +3355,13 @@ static bool v3_instant()
     static const bool v = !(getenv("KVB_INT2_V3_INSTANT") && getenv("KVB_INT2_V3_INSTANT")[0] == '0');
     return v;
 }
+// v3's cluster merge by the last rank (P.merge_last; KVB_INT2_V3_MERGER=0: by rank 0; an A/B switch,
+// read once).
+static bool v3_merge_last()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_MERGER") && getenv("KVB_INT2_V3_MERGER")[0] == '0');
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3407,6 +3419,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             P.q_prefetch = v3_q_prefetch();
             P.q_warp0 = v3_q_warp0() && (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
             P.instant = v3_instant();
+            P.merge_last = v3_merge_last();
             if (nat) {
                 P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
             } else {
