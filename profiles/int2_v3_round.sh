@@ -12,7 +12,8 @@
 #             blocks would form a cluster; fragslate = q's fragments stored after the residual steps;
 #             fill2 = a first fill of 2 records a warp at every length; noqpf = q not prefetched into L2
 #             (the old q path); oldq = q staged by the block, not by warp 0 alone; noinst = a cluster
-#             block's first records claimed after its first barrier, not requested before it),
+#             block's first records claimed after its first barrier, not requested before it; rank0 =
+#             the cluster's partials merged by rank 0, not by the last rank),
 #             over the v3 bench cases at B=8 T=8K and 32K
 #             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
@@ -50,7 +51,8 @@ for ph in "${phases[@]}"; do
         declare -A envs=([new]="" [old]="KVB_INT2_V3_EARLY=0 KVB_INT2_V3_GRID=stream" [early]="KVB_INT2_V3_GRID=stream"
             [aligned]="KVB_INT2_V3_EARLY=0" [rw2]="KVB_INT2_V3_RW=2" [rw3]="KVB_INT2_V3_RW=3" [rw4]="KVB_INT2_V3_RW=4"
             [nocluster]="KVB_INT2_V3_CLUSTER=0" [fragslate]="KVB_INT2_V3_FRAGS=late" [fill2]="KVB_INT2_V3_FILL=2"
-            [noqpf]="KVB_INT2_V3_QPF=0" [oldq]="KVB_INT2_V3_QW0=0" [noinst]="KVB_INT2_V3_INSTANT=0")
+            [noqpf]="KVB_INT2_V3_QPF=0" [oldq]="KVB_INT2_V3_QW0=0" [noinst]="KVB_INT2_V3_INSTANT=0"
+            [rank0]="KVB_INT2_V3_MERGER=0")
         n=0
         for v in ${AB_VARIANTS:-new old early aligned new old}; do
             n=$((n + 1))
