@@ -3274,9 +3274,15 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 // v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
 // staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
 // (blocks straddling heads) instead of the head-aligned one.
+// An on-by-default A/B switch: off only where the variable is set and starts with '0'.
+static bool env_on(const char *name)
+{
+    const char *e = getenv(name);
+    return !(e && e[0] == '0');
+}
 static bool v3_early()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_EARLY") && getenv("KVB_INT2_V3_EARLY")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_EARLY");
     return v;
 }
 // v3's weight of a residual step in the stream-K split (KVB_INT2_V3_RW=1..4, default 4; an A/B switch,
@@ -3305,7 +3311,7 @@ static bool v3_trace()
 // (KVB_INT2_V3_CLUSTER=0: the global partials and arrival counter instead; an A/B switch, read once).
 static bool v3_cluster()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_CLUSTER") && getenv("KVB_INT2_V3_CLUSTER")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_CLUSTER");
     return v;
 }
 // v3 stores q's fragments after the residual steps, so that every warp waits for them at the block
@@ -3332,7 +3338,7 @@ static int v3_fill0()
 // (results/h100/s15-int2-start/).
 static bool v3_q_prefetch()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_QPF") && getenv("KVB_INT2_V3_QPF")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_QPF");
     return v;
 }
 // v3's q by warp 0 alone (q_rows_issue, q_rows_finish; KVB_INT2_V3_QW0=0: stage_q by the block, then
@@ -3342,7 +3348,7 @@ static bool v3_q_prefetch()
 // faster (r2).
 static bool v3_q_warp0()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_QW0") && getenv("KVB_INT2_V3_QW0")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_QW0");
     return v;
 }
 // v3's first fill before the block's first barrier, each warp's records statically (P.instant;
@@ -3352,7 +3358,7 @@ static bool v3_q_warp0()
 // (its one request queues with the records'), but the records are in flight ~0.7 us earlier.
 static bool v3_instant()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_INSTANT") && getenv("KVB_INT2_V3_INSTANT")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_INSTANT");
     return v;
 }
 // v3's cluster merge by the last rank (P.merge_last; KVB_INT2_V3_MERGER=0: by rank 0; an A/B switch,
@@ -3360,7 +3366,7 @@ static bool v3_instant()
 // 1.2% faster, every other case within 1% either way; the 8K gs=128 trace ends 0.24 us sooner.
 static bool v3_merge_last()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_MERGER") && getenv("KVB_INT2_V3_MERGER")[0] == '0');
+    static const bool v = env_on("KVB_INT2_V3_MERGER");
     return v;
 }
 static bool v3_head_aligned()
