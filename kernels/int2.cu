@@ -1932,11 +1932,14 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     // P.instant (clusters): q and the first fill requested first thing, with no more arithmetic than their
     // addresses take (the loop's first segment then skips them), each warp's k-th record step
     // qa + k NW + warp (what the shared counter would hand out, in another order; it then starts past them)
+    // records a warp requests before its first step: P.fill0, or 1 where the segment [qa, qe) is at most 8
+    // steps a warp (T = 8K at B = 8), else S - 1; at most S - 1
+    auto fill_count = [&](int qa, int qe) { return min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1); };
     int fill_first = 0; // records a warp requested here
     if (P.instant && C > 1) {
         const int qa = max(crank * per_head / C, nrw) - nrw, qe = (crank + 1) * per_head / C - nrw;
         if (qa < qe) {
-            fill_first = min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1);
+            fill_first = fill_count(qa, qe);
             if (P.q_warp0 && tid == 0) q_rows_issue(qraw_s, p.q + (int64_t)chead * G * D, (unsigned)(G * D * 2), &qbar);
             if (lane == 0)
                 for (int k = 0; k < fill_first; k++) {
@@ -1961,7 +1964,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         const bool pair = G <= 4; // the PAIR step
         const bool instant = fill_first > 0; // the first segment: q and the first fill requested above
         if (P.q_warp0 && tid == 0 && !instant) q_rows_issue(qraw_s, qh, (unsigned)(G * D * 2), &qbar);
-        const int fill_n = instant ? fill_first : min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1);
+        const int fill_n = instant ? fill_first : fill_count(qa, qe);
         fill_first = 0;
         if (tid == 0) next_s = qa + (instant ? fill_n * NW : 0); // nobody claims before the barrier: the
                                                                 // previous segment is done
