@@ -1447,6 +1447,8 @@ struct Params {
     int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
     int instant;    // 1: a block's first fill is requested before its first barrier (static steps)
     int merge_last; // 1 (clusters): the last rank merges the cluster's partials (cluster_merge), not rank 0
+    int slots_apart; // 1 (clusters): the merger's partial slots lie past the rings (dynamic shared memory from
+                     // smem_bytes() on), not over them
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1810,7 +1812,7 @@ __device__ __noinline__ void finish(const MergeSmem<D, NW> &ms, int G, int64_t h
 }
 
 template <int D, int GS>
-constexpr size_t smem_bytes()
+__host__ __device__ constexpr size_t smem_bytes()
 {
     return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG) + sizeof(__nv_bfloat16) * MAXG * D;
 }
@@ -1832,9 +1834,12 @@ __device__ __forceinline__ uint64_t global_ns()
 // so that no block waits on a remote load); after the cluster barrier the merger (the last rank, or rank
 // 0) merges the C slots, in rank order, into the output rows. No global round trip: under the kernel's
 // own stream of reads, a partial's write, the arrival fence and the merger's reads each waited in the
-// memory queue. Every block arrived on the cluster barrier (cluster_arrive) once its rings were
-// drained: the slots alias the merger's rings.
+// memory queue. Where the slots alias the merger's rings, every block arrived on the cluster barrier
+// (cluster_arrive) once its rings were drained; where they lie past them (P.slots_apart), every block
+// arrived at its start, and one that is done writes its partial while the merger still runs.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+// (the start's arrival, P.slots_apart: it orders nothing, it only tells the others that this block runs)
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
@@ -1903,6 +1908,10 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     if (tid == 0) mbar_init(&qbar, 1);
     mbar_init_fence();
     __syncwarp();
+    // P.slots_apart: the cluster barrier's first phase at the start. The merger's partial slots lie apart
+    // from its rings, so the other blocks need not wait for its rings to drain, only for it to have
+    // started (distributed shared memory's rule); they write their partials as soon as they are done.
+    if (P.cluster > 1 && P.slots_apart) cluster_arrive_relaxed();
     if (TRACE && tid == 0) tr[13] = clock64();
     // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
     // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
@@ -2089,13 +2098,13 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (TRACE && tid == 0) tr[3] = clock64();
         }
         __syncthreads(); // the merge buffer aliases the rings
-        if (P.cluster > 1) cluster_arrive(); // this block's rings may now take the cluster's partials
+        if (P.cluster > 1 && !P.slots_apart) cluster_arrive(); // this block's rings may now take the cluster's partials
         if (TRACE && tid == 0) tr[4] = clock64();
         deposit<D, GS, NW>(ms, st, warp, lane);
         __syncthreads();
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
-            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D, NW>)), G,
+            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>))), G,
                              p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_last, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
@@ -3397,6 +3406,14 @@ static bool v3_warm()
     static const bool v = getenv("KVB_INT2_V3_WARM") && getenv("KVB_INT2_V3_WARM")[0] == '1';
     return v;
 }
+// v3's cluster partial slots past the rings (P.slots_apart; KVB_INT2_V3_SLOTS=ring: over the merger's
+// rings, as before; an A/B switch, read once). Where the launch's shared memory cannot take them
+// (C G (D + 2) floats more), the slots go over the rings.
+static bool v3_slots_apart()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_SLOTS") && !strcmp(getenv("KVB_INT2_V3_SLOTS"), "ring"));
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3461,17 +3478,18 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
                 P.n = v3::NativePtrs{};
             }
             void (*kernel)(v3::Params) = v3_trace() ? v3::attn_kernel<D, GS, true> : v3::attn_kernel<D, GS>;
-            CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v3::smem_bytes<D, GS>()));
+            const size_t smem = v3::smem_bytes<D, GS>();
+            CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = dim3((unsigned)grid);
             cfg.blockDim = dim3(v3::NT);
-            cfg.dynamicSmemBytes = v3::smem_bytes<D, GS>();
+            cfg.dynamicSmemBytes = smem;
             cfg.stream = stream;
             cudaLaunchAttribute attr[1];
             // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
             // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
             const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
-            P.cluster = 0;
+            P.cluster = 0, P.slots_apart = 0;
             // (the kernel splits a head among its cluster in 32 bits: bph (nr rw + nq) < 2^31)
             const int64_t per_head = p.nr * P.rw + p.nq;
             if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && per_head >= bph &&
@@ -3479,20 +3497,35 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
                 attr[0].id = cudaLaunchAttributeClusterDimension;
                 attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
                 cfg.attrs = attr, cfg.numAttrs = 1;
-                // resident clusters of this instance and size on this device, asked once per device (not
-                // on every launch; devices past the 8th ask every time)
-                static int resident_of[8][2][2][8][9] = {}; // [device][trace][D == 128][log2 GS][bph] + 1
-                int dev = 0, asked = 0;
-                CUDA_TRY(cudaGetDevice(&dev));
-                int *known = &asked;
-                if (dev >= 0 && dev < 8) known = &resident_of[dev][v3_trace() ? 1 : 0][D == 128][__builtin_ctz(GS) & 7][bph];
-                if (!*known) {
-                    int n = 0;
-                    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                    *known = n + 1;
+                // the partial slots past the rings where the block's shared memory takes them (the device's
+                // opt-in limit refuses the attribute otherwise: then over the rings)
+                if (v3_slots_apart()) {
+                    const size_t apart = smem + sizeof(float) * (size_t)bph * p.G * (D + 2);
+                    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)apart) == cudaSuccess)
+                        cfg.dynamicSmemBytes = apart, P.slots_apart = 1;
+                    else
+                        (void)cudaGetLastError();
                 }
-                if ((int64_t)(*known - 1) * bph >= grid) P.cluster = (int)bph;
-                else cfg.attrs = nullptr, cfg.numAttrs = 0;
+                // resident clusters of this instance, size and shared memory on this device, asked once (not
+                // on every launch) for the first 16 such shapes of the process
+                struct Known { int dev, trace, D, GS, bph; size_t smem; int n; };
+                static Known known[16];
+                static int n_known = 0;
+                int dev = 0, n = -1;
+                CUDA_TRY(cudaGetDevice(&dev));
+                for (int i = 0; i < n_known && n < 0; i++)
+                    if (known[i].dev == dev && known[i].trace == (int)v3_trace() && known[i].D == D && known[i].GS == GS &&
+                        known[i].bph == (int)bph && known[i].smem == cfg.dynamicSmemBytes)
+                        n = known[i].n;
+                if (n < 0) {
+                    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+                    if (n_known < 16) known[n_known++] = Known{dev, (int)v3_trace(), D, GS, (int)bph, cfg.dynamicSmemBytes, n};
+                }
+                if ((int64_t)n * bph >= grid) {
+                    P.cluster = (int)bph;
+                } else {
+                    cfg.attrs = nullptr, cfg.numAttrs = 0, cfg.dynamicSmemBytes = smem, P.slots_apart = 0;
+                }
             }
             if (v3_warm() && P.cluster > 1) {
                 cudaLaunchConfig_t warm = cfg;
