@@ -24,6 +24,7 @@ cp harness/plots.gp "$out/" # beside plot_report.py (harness/*.py below), for `p
 cp harness/gpu_round.sh harness/gate.sh "$out/"
 cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/*.py "$out/" 2>/dev/null || true # optional external peers timed in the same run (torch_peers.py)
+cp profiles/int2_v3_trace.py "$out/" # int2_v3_round.sh trace: the medians of v3's per-block trace
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
 if [ -n "${BUNDLE_FROM_HOST:-}" ]; then skip="$skip|^(${BUNDLE_FROM_HOST})"; fi
 for b in "$@"; do

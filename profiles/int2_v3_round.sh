@@ -18,6 +18,12 @@
 #             (gs=16, 128), T=128K gs=16 and B=1 T=128K gs=16 -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
 #   ncu       Nsight Compute (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats, SchedulerStats,
 #             MemoryWorkloadAnalysis) on v2 and v3 at NCU_SHAPE (default B=8 T=32K gs=16) -> ncu_v2.txt, ncu_v3.txt
+#   stalls    Nsight Compute's stall reasons per issued instruction, issue activity, instructions and DRAM
+#             bytes of v3 at 8K gs=16 and 128 and 128K gs=128 (STALL_SHAPES: "name:keys" items), with ncu's
+#             cache flush and without it (STALL_CACHE, default "all none": the bench keeps the SMs'
+#             instruction caches, ncu's default flush does not) -> ncu_stalls_<name>_cc<all|none>.txt
+#   trace     v3's per-block trace (KVB_INT2_V3_TRACE=1, a diagnostic instance) at B=8 T=8K gs=16 and 128
+#             -> trace_gs<gs>.txt and their medians (int2_v3_trace.py) in trace_summary.md
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: int2_v3_round.sh OUT [check|sanitize|bench|ncu...]}
@@ -59,6 +65,24 @@ for ph in "${phases[@]}"; do
             env ${envs[$v]:-} "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_${n}_$v.json" >"$out/ab_${n}_$v.log" 2>&1
             echo "ab $n $v (${envs[$v]:-defaults}): exit $? ($(tail -n 1 "$out/ab_${n}_$v.log"))"
         done ;;
+    stalls)
+        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel_v3'
+        for cc in ${STALL_CACHE:-all none}; do
+            for x in ${STALL_SHAPES:-8k_gs16:gs=16,T=8192 8k_gs128:gs=128,T=8192 128k_gs128:gs=128,T=131072}; do
+                n=${x%%:*} k=${x#*:}
+                timeout 200 ncu --clock-control none --cache-control "$cc" --profile-from-start off --section WarpStateStats \
+                    --section SpeedOfLight --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',smsp__inst_executed.sum,dram__bytes_read.sum,smsp__issue_active.avg.pct_of_peak_sustained_active \
+                    "$kv" profile "${base/T=8192/${k/,/ }}" >"$out/ncu_stalls_${n}_cc$cc.txt" 2>&1
+                echo "stalls $n $cc: exit $?"
+            done
+        done ;;
+    trace)
+        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel_v3'
+        for g in 16 128; do
+            KVB_INT2_V3_TRACE=1 "$kv" profile "${base/T=8192/gs=$g T=8192}" >"$out/trace_gs$g.txt" 2>&1
+            echo "trace gs=$g: exit $?"
+        done
+        python3 "$here/int2_v3_trace.py" "$out"/trace_gs16.txt "$out"/trace_gs128.txt >"$out/trace_summary.md" 2>&1 ;;
     ncu)
         shape=${NCU_SHAPE:-int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1}
         for v in kernel:v2 kernel_v3:v3; do
