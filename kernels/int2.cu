@@ -1449,6 +1449,8 @@ struct Params {
     int merge_last; // 1 (clusters): the last rank merges the cluster's partials (cluster_merge), not rank 0
     int slots_apart; // 1 (clusters): the merger's partial slots lie past the rings (dynamic shared memory from
                      // smem_bytes() on), not over them
+    int wait_early;  // 1 (slots_apart): the cluster barrier's first phase waited once q is staged, not at the merge
+    int relaxed_merger; // 1 (clusters): the merger's second arrival relaxed (its own slot written locally)
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1843,7 +1845,7 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
-                                              bool merge_last, long long *tr = nullptr)
+                                              bool merge_last, bool waited, bool relaxed_merger, long long *tr = nullptr)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -1852,13 +1854,26 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
     // steps, weighted so that it ends first), so that its own partial stays local and the others' arrive
     // while it still runs; or rank 0
     const int merger = merge_last ? C - 1 : 0;
-    cluster_wait(); // every block's rings are drained
+    if (!waited) cluster_wait(); // every block's rings are drained (or, P.wait_early: waited at the start)
     if (tr && tid == 0) tr[17] = clock64();
-    block_combine<D, NW>(ms, G, cluster.map_shared_rank(parts_s, merger) + cluster.block_rank() * stride, nullptr, tid);
+    const int rank = (int)cluster.block_rank();
+    const bool me = rank == merger;
+    // (relaxed_merger: the merger's own slot through its own window, so that a block barrier orders it)
+    block_combine<D, NW>(ms, G, (relaxed_merger && me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride,
+                         nullptr, tid);
     if (tr && tid == 0) tr[18] = clock64();
-    cluster.sync(); // every slot is written (release / acquire at cluster scope); no block touches another's
-                    // shared memory after it, so the others may exit
-    if ((int)cluster.block_rank() != merger) return;
+    // every slot is written (release / acquire at cluster scope); no block touches another's shared memory
+    // after it, so the others may exit. relaxed_merger: the merger has nothing to publish, so it arrives
+    // relaxed after a block barrier, without the release's GPU-scope MEMBAR (the 8K gs=128 trace: 0.10 us
+    // from "combined" to past the wait, against 0.48; results/h100/s19-int2-grid/r8)
+    if (relaxed_merger && me) {
+        __syncthreads();
+        cluster_arrive_relaxed();
+    } else {
+        cluster_arrive();
+    }
+    cluster_wait();
+    if (!me) return;
     if (tr && tid == 0) tr[19] = clock64();
     for (int idx = tid; idx < G * D; idx += NT) {
         const int h = idx / D;
@@ -1912,6 +1927,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     // from its rings, so the other blocks need not wait for its rings to drain, only for it to have
     // started (distributed shared memory's rule); they write their partials as soon as they are done.
     if (P.cluster > 1 && P.slots_apart) cluster_arrive_relaxed();
+    const bool wait_early = P.cluster > 1 && P.slots_apart && P.wait_early;
     if (TRACE && tid == 0) tr[13] = clock64();
     // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
     // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
@@ -2054,6 +2070,14 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         const int r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int)p.nr);
         if (!P.early && !frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
+        // P.wait_early: the first phase (every block arrived at its start) waited here, where a block
+        // waits for its first records anyway, instead of at the merge: its acquire (the SM's L1
+        // invalidation, CCTL.IVALL) then lies off the end of the kernel. Every thread passes here once (a
+        // cluster block has one segment).
+        if (wait_early) {
+            __syncwarp();
+            cluster_wait();
+        }
         State<MT> st;
         st.init();
         if (r_beg < r_end)
@@ -2105,7 +2129,8 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             cluster_merge<D>(ms, reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>))), G,
-                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_last, TRACE ? tr : nullptr);
+                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_last, wait_early,
+                             P.relaxed_merger, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -3414,6 +3439,20 @@ static bool v3_slots_apart()
     static const bool v = !(getenv("KVB_INT2_V3_SLOTS") && !strcmp(getenv("KVB_INT2_V3_SLOTS"), "ring"));
     return v;
 }
+// v3's cluster barrier's first phase (P.slots_apart) waited early, once q is staged (default), or at the
+// merge (KVB_INT2_V3_CWAIT=late, as before; an A/B switch, read once).
+static bool v3_wait_early()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_CWAIT") && !strcmp(getenv("KVB_INT2_V3_CWAIT"), "late"));
+    return v;
+}
+// v3's cluster merger arriving relaxed on the second phase (default), or with release as the others
+// (KVB_INT2_V3_MREL=release, as before; an A/B switch, read once).
+static bool v3_relaxed_merger()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_MREL") && !strcmp(getenv("KVB_INT2_V3_MREL"), "release"));
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3489,7 +3528,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
             // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
             const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
-            P.cluster = 0, P.slots_apart = 0;
+            P.cluster = 0, P.slots_apart = 0, P.wait_early = 0, P.relaxed_merger = v3_relaxed_merger();
             // (the kernel splits a head among its cluster in 32 bits: bph (nr rw + nq) < 2^31)
             const int64_t per_head = p.nr * P.rw + p.nq;
             if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && per_head >= bph &&
@@ -3502,7 +3541,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
                 if (v3_slots_apart()) {
                     const size_t apart = smem + sizeof(float) * (size_t)bph * p.G * (D + 2);
                     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)apart) == cudaSuccess)
-                        cfg.dynamicSmemBytes = apart, P.slots_apart = 1;
+                        cfg.dynamicSmemBytes = apart, P.slots_apart = 1, P.wait_early = v3_wait_early();
                     else
                         (void)cudaGetLastError();
                 }
