@@ -1451,6 +1451,7 @@ struct Params {
                      // smem_bytes() on), not over them
     int wait_early;  // 1 (slots_apart): the cluster barrier's first phase waited once q is staged, not at the merge
     int relaxed_merger; // 1 (clusters): the merger's second arrival relaxed (its own slot written locally)
+    int pairs;          // 1 (clusters): the cluster's combine and merge take two adjacent channels a thread
 };
 
 // One step record (64 tokens of one KV head) as the two bulk copies lay it down, byte offsets: the
@@ -1843,7 +1844,9 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 // (the start's arrival, P.slots_apart: it orders nothing, it only tells the others that this block runs)
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-template <int D>
+// CPT: channels per thread in the combine and the merge (2: two adjacent channels, 8-byte accesses, so
+// that G D / 2 items take one pass of the block's NT threads at G <= 4).
+template <int D, int CPT>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
                                               bool merge_last, bool waited, bool relaxed_merger, long long *tr = nullptr)
 {
@@ -1859,8 +1862,8 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
     const int rank = (int)cluster.block_rank();
     const bool me = rank == merger;
     // (relaxed_merger: the merger's own slot through its own window, so that a block barrier orders it)
-    block_combine<D, NW>(ms, G, (relaxed_merger && me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride,
-                         nullptr, tid);
+    block_combine<D, NW, CPT>(ms, G, (relaxed_merger && me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride,
+                              nullptr, tid);
     if (tr && tid == 0) tr[18] = clock64();
     // every slot is written (release / acquire at cluster scope); no block touches another's shared memory
     // after it, so the others may exit. relaxed_merger: the merger has nothing to publish, so it arrives
@@ -1875,18 +1878,26 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
     cluster_wait();
     if (!me) return;
     if (tr && tid == 0) tr[19] = clock64();
-    for (int idx = tid; idx < G * D; idx += NT) {
-        const int h = idx / D;
+    for (int i = tid; i < G * D / CPT; i += NT) {
+        const int idx = i * CPT, h = idx / D;
         float M = -INFINITY;
         for (int r = 0; r < C; r++) M = fmaxf(M, parts_s[r * stride + G * D + h]);
         const float base = M == -INFINITY ? 0.f : M;
-        float O = 0.f, L = 0.f;
+        float O0 = 0.f, O1 = 0.f, L = 0.f;
         for (int r = 0; r < C; r++) {
             const float a = ex2(parts_s[r * stride + G * D + h] - base);
-            O += a * parts_s[r * stride + idx];
+            if constexpr (CPT == 2) {
+                const float2 v = *reinterpret_cast<const float2 *>(parts_s + r * stride + idx); // stride, idx even
+                O0 += a * v.x, O1 += a * v.y;
+            } else {
+                O0 += a * parts_s[r * stride + idx];
+            }
             L += a * parts_s[r * stride + G * D + G + h];
         }
-        out[idx] = __float2bfloat16_rn(O / L);
+        if constexpr (CPT == 2)
+            *reinterpret_cast<__nv_bfloat162 *>(out + idx) = __floats2bfloat162_rn(O0 / L, O1 / L); // rows of D (even)
+        else
+            out[idx] = __float2bfloat16_rn(O0 / L);
     }
 }
 
@@ -2128,9 +2139,12 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         __syncthreads();
         if (TRACE && tid == 0) tr[11] = clock64();
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
-            cluster_merge<D>(ms, reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>))), G,
-                             p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, tid, P.merge_last, wait_early,
-                             P.relaxed_merger, TRACE ? tr : nullptr);
+            float *parts_s = reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>)));
+            __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
+            if (P.pairs)
+                cluster_merge<D, 2>(ms, parts_s, G, out, tid, P.merge_last, wait_early, P.relaxed_merger, TRACE ? tr : nullptr);
+            else
+                cluster_merge<D, 1>(ms, parts_s, G, out, tid, P.merge_last, wait_early, P.relaxed_merger, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -3453,6 +3467,13 @@ static bool v3_relaxed_merger()
     static const bool v = !(getenv("KVB_INT2_V3_MREL") && !strcmp(getenv("KVB_INT2_V3_MREL"), "release"));
     return v;
 }
+// v3's cluster combine and merge with two channels a thread (default), or one (KVB_INT2_V3_CPT=1, as
+// before; an A/B switch, read once).
+static bool v3_pairs()
+{
+    static const bool v = !(getenv("KVB_INT2_V3_CPT") && !strcmp(getenv("KVB_INT2_V3_CPT"), "1"));
+    return v;
+}
 static bool v3_head_aligned()
 {
     static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
@@ -3528,7 +3549,7 @@ static int decode_attn_launch(const char *who, const kvb_bf16 *q, const int2_cac
             // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
             // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
             const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
-            P.cluster = 0, P.slots_apart = 0, P.wait_early = 0, P.relaxed_merger = v3_relaxed_merger();
+            P.cluster = 0, P.slots_apart = 0, P.wait_early = 0, P.relaxed_merger = v3_relaxed_merger(), P.pairs = v3_pairs();
             // (the kernel splits a head among its cluster in 32 bits: bph (nr rw + nq) < 2^31)
             const int64_t per_head = p.nr * P.rw + p.nq;
             if (version == ATTN_V3 && v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && per_head >= bph &&
