@@ -3342,6 +3342,12 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
 // v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
 // staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
 // (blocks straddling heads) instead of the head-aligned one.
+// An A/B switch set to one value: KVB_INT2_V3_X=value.
+static bool env_is(const char *name, const char *value)
+{
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
 // An on-by-default A/B switch: off only where the variable is set and starts with '0'.
 static bool env_on(const char *name)
 {
@@ -3386,7 +3392,7 @@ static bool v3_cluster()
 // barrier (KVB_INT2_V3_FRAGS=late; an A/B switch against the default, before them).
 static bool v3_frags_late()
 {
-    static const bool v = getenv("KVB_INT2_V3_FRAGS") && !strcmp(getenv("KVB_INT2_V3_FRAGS"), "late");
+    static const bool v = env_is("KVB_INT2_V3_FRAGS", "late");
     return v;
 }
 // v3's first fill: KVB_INT2_V3_FILL=n records per warp requested at the segment's start (clamped to
@@ -3450,33 +3456,33 @@ static bool v3_warm()
 // (C G (D + 2) floats more), the slots go over the rings.
 static bool v3_slots_apart()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_SLOTS") && !strcmp(getenv("KVB_INT2_V3_SLOTS"), "ring"));
+    static const bool v = !env_is("KVB_INT2_V3_SLOTS", "ring");
     return v;
 }
 // v3's cluster barrier's first phase (P.slots_apart) waited early, once q is staged (default), or at the
 // merge (KVB_INT2_V3_CWAIT=late, as before; an A/B switch, read once).
 static bool v3_wait_early()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_CWAIT") && !strcmp(getenv("KVB_INT2_V3_CWAIT"), "late"));
+    static const bool v = !env_is("KVB_INT2_V3_CWAIT", "late");
     return v;
 }
 // v3's cluster merger arriving relaxed on the second phase (default), or with release as the others
 // (KVB_INT2_V3_MREL=release, as before; an A/B switch, read once).
 static bool v3_relaxed_merger()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_MREL") && !strcmp(getenv("KVB_INT2_V3_MREL"), "release"));
+    static const bool v = !env_is("KVB_INT2_V3_MREL", "release");
     return v;
 }
 // v3's cluster combine and merge with two channels a thread (default), or one (KVB_INT2_V3_CPT=1, as
 // before; an A/B switch, read once).
 static bool v3_pairs()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_CPT") && !strcmp(getenv("KVB_INT2_V3_CPT"), "1"));
+    static const bool v = !env_is("KVB_INT2_V3_CPT", "1");
     return v;
 }
 static bool v3_head_aligned()
 {
-    static const bool v = !(getenv("KVB_INT2_V3_GRID") && !strcmp(getenv("KVB_INT2_V3_GRID"), "stream"));
+    static const bool v = !env_is("KVB_INT2_V3_GRID", "stream");
     return v;
 }
 
