@@ -36,22 +36,24 @@ endif
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -fPIC -Wall -Wextra -Wno-unused-parameter -fopenmp -DKVB_HAVE_CUDA=$(HAVE_CUDA) \
-            -DKVB_GIT_REV=\"$(GIT_REV)\" $(CUDA_INC)
+            -DKVB_GIT_REV=\"$(GIT_REV)\" -I. $(CUDA_INC)
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++17 -fPIC -Wall -Wextra
+CXXFLAGS += -std=c++17 -fPIC -Wall -Wextra -I.
 NVFLAGS  ?= -O3 -lineinfo
-NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -Xcompiler -Wall,-fPIC
+NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -I. -Xcompiler -Wall,-fPIC
 LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
 # -llapacke: reference/shadowkv.c (the prefill SVD, LAPACKE_dgesdd). Only LAPACKE is named: the
 # BLAS/LAPACK under it (Debian's alternatives: OpenBLAS here) come in as liblapacke's own needs, and
 # `make bundle` carries them with rpath $ORIGIN (patchelf, in DEB_PKGS).
 LDLIBS   := $(CUDA_LIBS) -lbenchmark -llapacke -lstdc++ -lm
 
-REF_SRC     := $(wildcard reference/*.c)
-HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c))
-SHIM_SRC    := harness/gbench_shim.cc
-KERNEL_SRC  := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*.cu) harness/gpu_util.cu)
-COMPOSE_SRC := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*.c)) # compositions: plain C over kernels/*.h
+REF_SRC     := $(wildcard reference/*.c reference/*/*.c)
+HARNESS_SRC := $(filter-out harness/core/main.c,$(wildcard harness/*/*.c))
+SHIM_SRC    := harness/core/gbench_shim.cc
+KERNEL_SRC  := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*/*.cu) harness/core/gpu_util.cu)
+# host C in kernels/ (the step compositions, the gather baselines): plain C over the kernels' headers
+COMPOSE_SRC := $(if $(filter 1,$(HAVE_CUDA)),$(wildcard kernels/*/*.c))
+HEADERS     := $(wildcard reference/*.h reference/*/*.h harness/*/*.h kernels/*/*.h kernels/*/*.cuh)
 
 REF_OBJ     := $(REF_SRC:%.c=$(OBJ)/%.o)
 HARNESS_OBJ := $(HARNESS_SRC:%.c=$(OBJ)/%.o) $(SHIM_SRC:%.cc=$(OBJ)/%.o)
@@ -66,15 +68,15 @@ TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
-$(OBJ)/%.o: %.c $(wildcard reference/*.h harness/*.h kernels/*.h)
+$(OBJ)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(OBJ)/%.o: %.cc harness/gbench_shim.h
+$(OBJ)/%.o: %.cc harness/core/gbench_shim.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(OBJ)/%.o: %.cu $(wildcard reference/*.h harness/*.h kernels/*.h kernels/*.cuh)
+$(OBJ)/%.o: %.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -90,11 +92,11 @@ $(KVBLIB): $(LIB_OBJ)
 $(BUILD)/git_rev: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
-$(OBJ)/harness/main.o $(OBJ)/harness/report.o $(OBJ)/harness/bench.o: $(BUILD)/git_rev
+$(OBJ)/harness/core/main.o $(OBJ)/harness/core/report.o $(OBJ)/harness/core/bench.o: $(BUILD)/git_rev
 .PHONY: FORCE
 FORCE:
 
-$(KVBENCH): $(OBJ)/harness/main.o $(KVBLIB)
+$(KVBENCH): $(OBJ)/harness/core/main.o $(KVBLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< -o $@ -L$(BUILD)/lib -lkvbench $(LDLIBS)
 
@@ -103,7 +105,7 @@ $(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(KVBLIB)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ -L$(BUILD)/lib -lkvbench -lcmocka $(LDLIBS)
 
 # testlib runs cases through harness/op.h's kvb_run: it is rebuilt with the headers like every object
-$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h $(wildcard reference/*.h harness/*.h kernels/*.h)
+$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -129,8 +131,8 @@ bench: $(KVBENCH)
 STEP_RESULTS ?= $(RESULTS)
 GPU          ?= H200
 step-report:
-	python3 harness/step_report.py $(sort $(wildcard $(STEP_RESULTS)/*bench.json)) $(STEP_RESULTS)
-	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/step_stages.gp
+	python3 harness/report/step_report.py $(sort $(wildcard $(STEP_RESULTS)/*bench.json)) $(STEP_RESULTS)
+	gnuplot -e "datafile='$(STEP_RESULTS)/stages.dat'; outfile='$(STEP_RESULTS)/stages.png'; gpu='$(GPU)'" harness/report/step_stages.gp
 
 # ---- sanitize: compute-sanitizer's four tools over the sanitize tier (every kernel and impl) ----
 SANITIZE_OUT ?= results/local
@@ -145,17 +147,17 @@ PLOT_ROUND   ?= results/h200/round-42db883
 PLOT_RESULTS ?= $(PLOT_ROUND)/bench1_bench.json $(PLOT_ROUND)/bench2_bench.json $(PLOT_ROUND)/bench3_topk_bench.json
 PLOT_OUT     ?= results/h200/plots
 plots:
-	python3 harness/plot_report.py $(PLOT_RESULTS) $(PLOT_OUT)
-	gnuplot -e "datadir='$(PLOT_OUT)'" harness/plots.gp
+	python3 harness/report/plot_report.py $(PLOT_RESULTS) $(PLOT_OUT)
+	gnuplot -e "datadir='$(PLOT_OUT)'" harness/report/plots.gp
 	@echo "plots: $(PLOT_OUT)/pct_of_ceiling.png"
 
 run: deps
 	@$(MAKE) --no-print-directory all
-	@bash harness/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
+	@bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
 
 # ---- bundle for the GPU machine ----
 bundle: all
-	@bash harness/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
+	@bash harness/scripts/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
 
 # ---- dependencies ----
 DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox
@@ -169,7 +171,7 @@ deps:
 
 # ---- reading the compiler's output (no device needed) ----
 ptxas:
-	@for f in $(wildcard kernels/*.cu); do echo "== $$f"; $(NVCC) $(NVFLAGS) -Xptxas -v -c $$f -o /dev/null 2>&1 | grep -E "Compiling|registers|spill|smem" ; done
+	@for f in $(wildcard kernels/*/*.cu); do echo "== $$f"; $(NVCC) $(NVFLAGS) -Xptxas -v -c $$f -o /dev/null 2>&1 | grep -E "Compiling|registers|spill|smem" ; done
 
 # cuobjdump and the nvdisasm it calls: the toolkit's, else CUOBJDUMP / NVDISASM_DIR (the toolkit images
 # without them: `pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`, then unzip the wheels)
@@ -191,12 +193,12 @@ FUZZ_SECONDS ?= 600
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -fsanitize=fuzzer-no-link \
-                $(FUZZ_SAN) -DKVB_HAVE_CUDA=0 -DKVB_GIT_REV=\"$(GIT_REV)\"
+                $(FUZZ_SAN) -DKVB_HAVE_CUDA=0 -DKVB_GIT_REV=\"$(GIT_REV)\" -I.
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/%)
 FUZZ_ARGS    := -max_len=8192 -timeout=10 -close_fd_mask=3 -dict=tests/fuzz/kvb.dict
 
-$(FUZZ_DIR)/obj/%.o: %.c $(wildcard reference/*.h harness/*.h)
+$(FUZZ_DIR)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 

@@ -1,5 +1,5 @@
 /* batch_gemm_rotary.c: see batch_gemm_rotary.h. */
-#include "batch_gemm_rotary.h"
+#include "reference/batch_gemm_rotary.h"
 
 #include <math.h>
 #include <stdlib.h>

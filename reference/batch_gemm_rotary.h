@@ -16,8 +16,8 @@
 
 #include <stdint.h>
 
-#include "gather_copy.h"
-#include "kvb.h"
+#include "reference/gather_copy.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

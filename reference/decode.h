@@ -10,7 +10,7 @@
 #ifndef REF_DECODE_H
 #define REF_DECODE_H
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

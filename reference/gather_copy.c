@@ -1,5 +1,5 @@
 /* gather_copy.c: plain C references for gather_copy.md. Written to be read against the spec. */
-#include "gather_copy.h"
+#include "reference/gather_copy.h"
 
 #include <stdlib.h>
 

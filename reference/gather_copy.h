@@ -7,7 +7,7 @@
 #ifndef REF_GATHER_COPY_H
 #define REF_GATHER_COPY_H
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /* heavy_hitters.c: plain C references for the token selections of selective_attn.md (MiniKV heavy
  * hitters with the pyramid schedule, SnapKV++ pooling and selection, the gather of the kept rows).
  * Written to be read against the spec. */
-#include "heavy_hitters.h"
+#include "reference/heavy_hitters.h"
 
 #include <stdlib.h>
 

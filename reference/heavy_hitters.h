@@ -22,8 +22,8 @@
 #ifndef REF_HEAVY_HITTERS_H
 #define REF_HEAVY_HITTERS_H
 
-#include "kvb.h"
-#include "select.h" /* ref_topk, ref_maxpool, ref_gather_rows: the selection family */
+#include "reference/kvb.h"
+#include "reference/select.h" /* ref_topk, ref_maxpool, ref_gather_rows: the selection family */
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
  * exactly where the spec says so (min, max, (mx - mn) / 3, (x - zero) / scale, rint) and rounds the
  * metadata to fp16; everything downstream (dequant, products, softmax) is in double from the stored
  * codes and fp16 metadata, rounded once at the end. */
-#include "int2.h"
+#include "reference/int2.h"
 
 #include <stdlib.h>
 

@@ -22,7 +22,7 @@
 #ifndef REF_INT2_H
 #define REF_INT2_H
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

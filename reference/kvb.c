@@ -1,5 +1,5 @@
 /* kvb.c: the thread-local error message of kvb.h. */
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
 /* landmark_score.c: see landmark_score.h. Per (b, kv head) slice, line by line with the spec: the G
  * query heads' logits and softmax in double, m = their maximum rounded once to fp32, then ref_topk on
  * m and the map through landmark_idx. */
-#include "landmark_score.h"
+#include "reference/landmark_score.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "select.h"
+#include "reference/select.h"
 
 int lms_shape_check(const lms_shape *s, const char *who)
 {

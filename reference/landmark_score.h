@@ -13,7 +13,7 @@
 #ifndef REF_LANDMARK_SCORE_H
 #define REF_LANDMARK_SCORE_H
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

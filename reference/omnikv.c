@@ -1,11 +1,11 @@
 /* omnikv.c: see omnikv.h. Plain C, line by line with the definition there: each dot product in
  * double over the bf16 values, one rounding to float at the end, then the suite's reference top-k. */
-#include "omnikv.h"
+#include "reference/omnikv.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "select.h"
+#include "reference/select.h"
 
 int omnikv_layout_check(const omnikv_layout *s, const char *who)
 {

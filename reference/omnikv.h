@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,11 +1,11 @@
 /* page_scoring.c: see page_scoring.h. Plain C, line by line with page_scoring.md; double arithmetic,
  * one rounding at the end. */
-#include "page_scoring.h"
+#include "reference/page_scoring.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-#include "select.h"
+#include "reference/select.h"
 
 
 int page_layout_check(const page_layout *s, const char *who)

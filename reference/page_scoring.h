@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,11 +1,11 @@
 /* select.c: see select.h. Per row: sort the indices by (key descending, index ascending), keep the
  * first k, sort those ascending. */
-#include "select.h"
+#include "reference/select.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 uint32_t topk_order_key(float f)
 {

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 /* Order-preserving key of a float: larger float, larger key; -0 and +0 equal; NaN by its bits. */
 uint32_t topk_order_key(float f);

@@ -7,7 +7,7 @@
  * parts of about equal work; each part sums its own column partials and the parts are added in order,
  * so the result is the same for any number of OpenMP threads.
  */
-#include "selective_attn.h"
+#include "reference/selective_attn.h"
 
 #include <stdlib.h>
 

@@ -18,7 +18,7 @@
 #ifndef REF_SELECTIVE_ATTN_H
 #define REF_SELECTIVE_ATTN_H
 
-#include "kvb.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* shadowkv.c: plain C reference of ShadowKV's prefill (shadowkv.md, "Prefill"). Written to be read
  * against the spec; the step numbers below are the spec's. */
-#include "shadowkv.h"
+#include "reference/shadowkv.h"
 
 #include <lapacke.h>
 #include <stdlib.h>

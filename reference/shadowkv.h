@@ -21,8 +21,8 @@
 #ifndef REF_SHADOWKV_H
 #define REF_SHADOWKV_H
 
-#include "gather_copy.h"
-#include "kvb.h"
+#include "reference/gather_copy.h"
+#include "reference/kvb.h"
 
 #ifdef __cplusplus
 extern "C" {

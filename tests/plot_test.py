@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of harness/plot_report.py (and harness/plots.gp where gnuplot is installed) on
+"""Tests of harness/report/plot_report.py (and harness/report/plots.gp where gnuplot is installed) on
 tests/data/plot_fixture.json: round-42db883's bench1/bench2 trimmed to seven rows (decode_attn with
 an in-suite impl and two external peers, one more decode_attn, selective_attn with an impl on its own
 ceiling and a peer above 100%, index_scan without impl=, and gather_copy_d2d turned into a failed
@@ -18,11 +18,11 @@ FIXTURE = os.path.join(HERE, "data", "plot_fixture.json")
 
 
 def find(name):
-    """The source tree's harness/, or a bundle's top level (harness/make_bundle.sh)."""
-    for p in (os.path.join(HERE, "..", "harness", name), os.path.join(HERE, "..", name)):
+    """The source tree's harness/, or a bundle's top level (harness/scripts/make_bundle.sh)."""
+    for p in (os.path.join(HERE, "..", "harness", "report", name), os.path.join(HERE, "..", name)):
         if os.path.exists(p):
             return p
-    return os.path.join(HERE, "..", "harness", name)
+    return os.path.join(HERE, "..", "harness", "report", name)
 
 
 SCRIPT, GP = find("plot_report.py"), find("plots.gp")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of harness/step_report.py on synthetic bench files: joins stay inside a run, ShadowKV is set
+"""Tests of harness/report/step_report.py on synthetic bench files: joins stay inside a run, ShadowKV is set
 beside dense only at dense's largest batch, OmniKV's model step is composed from the right layers.
 Prints one line "step_report: N passed, N failed" (tests/run_tests.sh sums it)."""
 import json
@@ -9,9 +9,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# the source tree's harness/, or a bundle's top level (harness/make_bundle.sh)
-SCRIPT = next((p for p in (os.path.join(HERE, "..", "harness", "step_report.py"), os.path.join(HERE, "..", "step_report.py"))
-               if os.path.exists(p)), os.path.join(HERE, "..", "harness", "step_report.py"))
+# the source tree's harness/, or a bundle's top level (harness/scripts/make_bundle.sh)
+SCRIPT = next((p for p in (os.path.join(HERE, "..", "harness", "report", "step_report.py"), os.path.join(HERE, "..", "step_report.py"))
+               if os.path.exists(p)), os.path.join(HERE, "..", "harness", "report", "step_report.py"))
 
 
 def case(method, B, ctx, median, ceiling, **extra):

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../harness/case.h"
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/case.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 
 static kvb_case c;
 

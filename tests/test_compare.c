@@ -1,8 +1,8 @@
 /* test_compare.c: the comparison rules (exact, float with tolerances, tie-tolerant index sets). */
 #include <math.h>
 
-#include "../harness/compare.h"
-#include "testlib.h"
+#include "harness/core/compare.h"
+#include "tests/testlib.h"
 
 static void test_exact(void **state)
 {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../harness/compare_results.h"
-#include "testlib.h"
+#include "harness/core/compare_results.h"
+#include "tests/testlib.h"
 
 static char dir[] = "/tmp/kvb_compare_XXXXXX";
 

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
 #include <cublas_v2.h>
 
-#include "../kernels/batch_gemm_rotary.h"
+#include "kernels/batch_gemm_rotary/batch_gemm_rotary.h"
 #endif
 
 #if KVB_HAVE_CUDA

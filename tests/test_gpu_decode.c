@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/decode.h"
-#include "../kernels/int2.h"
+#include "kernels/decode/decode.h"
+#include "kernels/int2/int2.h"
 #endif
 
 #if KVB_HAVE_CUDA

@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/landmark_score.h"
+#include "kernels/landmark_score/landmark_score.h"
 #endif
 
 #if KVB_HAVE_CUDA

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/omnikv.h"
+#include "kernels/omnikv/omnikv.h"
 #endif
 
 #if KVB_HAVE_CUDA

@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/page_scoring.h"
+#include "kernels/page_scoring/page_scoring.h"
 #endif
 
 #if KVB_HAVE_CUDA

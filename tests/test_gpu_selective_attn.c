@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/heavy_hitters.h"
-#include "../kernels/selective_attn.h"
+#include "kernels/heavy_hitters/heavy_hitters.h"
+#include "kernels/selective_attn/selective_attn.h"
 #endif
 
 #if KVB_HAVE_CUDA

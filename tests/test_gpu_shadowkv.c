@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/shadowkv.h"
+#include "kernels/shadowkv/shadowkv.h"
 #endif
 
 #if KVB_HAVE_CUDA

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/block.h"
-#include "../kernels/step_omnikv.h"
+#include "kernels/step/block.h"
+#include "kernels/step/step_omnikv.h"
 #endif
 
 #if KVB_HAVE_CUDA

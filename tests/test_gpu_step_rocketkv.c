@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "testlib.h"
+#include "harness/core/op.h"
+#include "tests/testlib.h"
 #if KVB_HAVE_CUDA
-#include "../kernels/step_rocketkv.h"
+#include "kernels/step/step_rocketkv.h"
 #endif
 
 #if KVB_HAVE_CUDA

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/tensor.h"
-#include "testlib.h"
+#include "harness/core/tensor.h"
+#include "tests/testlib.h"
 
 /* table[i] = value of bit pattern i, for i in [0, n) (finite non-negative). table[n] is the
  * infinity pattern's place in rounding: the power of two one ulp past the largest finite value

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/batch_gemm_rotary.h"
-#include "testlib.h"
+#include "reference/batch_gemm_rotary.h"
+#include "tests/testlib.h"
 
 enum { B = 2, HKV = 2, M = 3, C = 2, D = 8, R = 3, S = 16, NB = 16, SPARSE = 4, MAXPOS = 16 };
 #define POISON 0x7FC1 /* a NaN pattern the reference never writes */

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/batch_gemm_rotary.h"
-#include "../reference/block.h"
-#include "../harness/case.h"
-#include "testlib.h"
+#include "reference/batch_gemm_rotary.h"
+#include "reference/step/block.h"
+#include "harness/core/case.h"
+#include "tests/testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
 static double db(kvb_bf16 x) { return kvb_bf16_to_double(x); }

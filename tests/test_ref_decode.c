@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/ops.h"
-#include "../reference/decode.h"
-#include "testlib.h"
+#include "harness/ops/ops.h"
+#include "reference/decode.h"
+#include "tests/testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
 

@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/ops.h"
-#include "../harness/tensor.h"
-#include "../reference/gather_copy.h"
-#include "testlib.h"
+#include "harness/ops/ops.h"
+#include "harness/core/tensor.h"
+#include "reference/gather_copy.h"
+#include "tests/testlib.h"
 
 /* Worked by hand: old slots [7, -1, 3, 9, 12, 5], new [5, 20, 3, 1, 12, 30].
  * Hits (old ids in new) by old slot: slot 2 (3), slot 4 (12), slot 5 (5)  -> cnt 3.

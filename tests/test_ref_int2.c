@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reference/decode.h"
-#include "../reference/int2.h"
-#include "testlib.h"
+#include "reference/decode.h"
+#include "reference/int2.h"
+#include "tests/testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
 

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/kvb.h"
-#include "../reference/landmark_score.h"
-#include "testlib.h"
+#include "reference/kvb.h"
+#include "reference/landmark_score.h"
+#include "tests/testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
 

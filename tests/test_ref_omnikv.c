@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reference/kvb.h"
-#include "../reference/omnikv.h"
-#include "testlib.h"
+#include "reference/kvb.h"
+#include "reference/omnikv.h"
+#include "tests/testlib.h"
 
 static kvb_bf16 bf(double x) { return kvb_double_to_bf16(x); }
 

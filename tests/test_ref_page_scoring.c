@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/kvb.h"
-#include "../reference/page_scoring.h"
-#include "testlib.h"
+#include "reference/kvb.h"
+#include "reference/page_scoring.h"
+#include "tests/testlib.h"
 
 #define PINF ((kvb_bf16)0x7F80)
 #define NINF ((kvb_bf16)0xFF80)

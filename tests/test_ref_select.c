@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/kvb.h"
-#include "../reference/select.h"
-#include "testlib.h"
+#include "reference/kvb.h"
+#include "reference/select.h"
+#include "tests/testlib.h"
 
 /* i beats j: a larger key, or the same key at a lower index */
 static int beats(const float *x, int i, int j)

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/tensor.h"
-#include "../reference/heavy_hitters.h"
-#include "../reference/selective_attn.h"
-#include "testlib.h"
+#include "harness/core/tensor.h"
+#include "reference/heavy_hitters.h"
+#include "reference/selective_attn.h"
+#include "tests/testlib.h"
 
 static sattn_params prm(int B, int Hq, int Hkv, int L, int D, int causal, int w0, int need_out, int group_sum)
 {

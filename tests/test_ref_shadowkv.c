@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/tensor.h"
-#include "../reference/shadowkv.h"
-#include "testlib.h"
+#include "harness/core/tensor.h"
+#include "reference/shadowkv.h"
+#include "tests/testlib.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 

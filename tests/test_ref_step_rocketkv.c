@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../reference/kvb.h"
-#include "../reference/step_rocketkv.h"
-#include "testlib.h"
+#include "reference/kvb.h"
+#include "reference/step/step_rocketkv.h"
+#include "tests/testlib.h"
 
 static double uniform(uint64_t *s)
 {

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/cli.h"
-#include "testlib.h"
+#include "harness/core/cli.h"
+#include "tests/testlib.h"
 
 static kvb_case parse(const char *line)
 {

@@ -1,11 +1,11 @@
 /* testlib.c: see testlib.h. */
-#include "testlib.h"
+#include "tests/testlib.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../harness/op.h"
-#include "../reference/kvb.h"
+#include "harness/core/op.h"
+#include "reference/kvb.h"
 
 void kvb_test_error_mentions(const char *file, int line, ...)
 {

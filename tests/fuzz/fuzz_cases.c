@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../harness/cli.h"
+#include "harness/core/cli.h"
 
 static void require(int ok, const char *what, const char *text)
 {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../harness/cli.h"
+#include "harness/core/cli.h"
 
 static char g_cases[64]; /* the case file every selection reads */
 

@@ -1,0 +1,442 @@
+/* bench.c: `kvbench bench`: Google Benchmark through the C shim (gbench_shim.h), one benchmark per
+ * case, manual time from CUDA events (timing.h), every case validated before and after its timing
+ * loop, counters stated against the ceiling measured in the same run and against the peers of the
+ * same run (in-suite impls of the same shape; external ones from --peers). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/core/cli.h"
+#include "harness/core/gbench_shim.h"
+#include "harness/core/peers.h"
+#include "harness/core/progress.h"
+#include "harness/core/timing.h"
+
+#ifndef KVB_GIT_REV
+#define KVB_GIT_REV "unknown"
+#endif
+
+typedef struct bench_ctx {
+    const kvb_case *c;
+    const kvb_ceilings *ceil;
+    const kvb_peers *peers;
+    kvb_run run;
+    kvb_timed timed;
+    kvb_cost cost;
+    double ceiling_s; /* the ceiling's time for the same work, this run */
+    int live;
+    kvb_sample_stats st; /* the reported loop, for the summary */
+    int done, failed;
+    char error[1600];
+    char label[1200];
+    struct bench_ctx *all; /* every case of the run, for goals against another impl */
+    int n_all;
+} bench_ctx;
+
+static void shape_key(const char *id, char *out, size_t n);
+
+/* A goal against another impl of the same shape (kvb_cost.goal_impl): its measured median over the
+ * speedup asked for; no goal while that impl has no result. */
+static void resolve_impl_goal(bench_ctx *b)
+{
+    if (!b->cost.goal_impl) return;
+    char key[KVB_ID_MAX], other[KVB_ID_MAX], want[80];
+    shape_key(b->c->id, key, sizeof key);
+    snprintf(want, sizeof want, " impl=%s", b->cost.goal_impl);
+    b->cost.goal_us = 0;
+    for (int k = 0; k < b->n_all; k++) {
+        const bench_ctx *x = &b->all[k];
+        const char *impl = strstr(x->c->id, " impl=");
+        if (x == b || !x->done || !impl || strcmp(impl, want)) continue;
+        shape_key(x->c->id, other, sizeof other);
+        if (!strcmp(key, other)) b->cost.goal_us = x->st.median * 1e6 / b->cost.goal_impl_speedup;
+    }
+}
+
+static void bench_reset(void *p) { kvb_run_reset(&((bench_ctx *)p)->run); }
+
+/* KVB_BENCH_REPEAT=n launches each case n times per timed iteration: a deliberate slowdown, for the
+ * regression gate's self-test (harness/gate.sh). Never set in a real round; the JSON context records it. */
+static int bench_repeat(void)
+{
+    static int n = -1;
+    if (n < 0) {
+        const char *env = getenv("KVB_BENCH_REPEAT");
+        n = env && *env ? atoi(env) : 1;
+        if (n < 1 || n > 100) {
+            fprintf(stderr, "kvbench bench: KVB_BENCH_REPEAT=%s out of range [1, 100]: using 1\n", env);
+            n = 1;
+        }
+    }
+    return n;
+}
+
+static void bench_work(void *p)
+{
+    bench_ctx *b = p;
+    for (int i = 0; i < bench_repeat(); i++)
+        if (kvb_run_launch(&b->run) != KVB_OK) kvb_guard_fail(); /* kvb_last_error() names the rejection */
+}
+
+static int bench_fail(bench_ctx *b, const char *what, const char *detail)
+{
+    char repro[KVB_ID_MAX + 128];
+    kvb_case_repro(b->c, repro, sizeof repro); /* with its tolerance overrides: the verdict's own line */
+    snprintf(b->error, sizeof b->error, "%s%s%s (reproduce: kvbench check \"%s\")", what, detail && *detail ? ": " : "",
+             detail ? detail : "", repro);
+    b->failed = 1;
+    return kvb_fail(KVB_EINVAL, "%s", b->error);
+}
+
+static int prepare_case(bench_ctx *b);
+
+/* set-up and validation are most of a large case's wall time: the progress line covers them and is
+ * gone before Google Benchmark prints the case's line */
+static int bench_prepare(void *p)
+{
+    bench_ctx *b = p;
+    kvb_progress("bench", (int)(b - b->all) + 1, b->n_all, b->c->id);
+    int rc = prepare_case(b);
+    kvb_progress_clear();
+    return rc;
+}
+
+static int prepare_case(bench_ctx *b)
+{
+    kvb_nvtx_push(b->c->id);
+    kvb_outcome out;
+    kvb_status st = kvb_case_prepare(&b->run, b->c, b->ceil, &out);
+    b->live = 1;
+    kvb_bench_label(b->c, b->run.note, b->label, sizeof b->label);
+    if (st != KVB_PASS) {
+        kvb_print_verdict(&b->run, &out.v);
+        return bench_fail(b, st == KVB_SKIP ? "skipped" : "validation before timing failed", *out.msg ? out.msg : out.why);
+    }
+    /* The validation must be able to fail: outputs of zeros checked against the same reference
+     * (every bench case, no second reference computed) */
+    if (!kvb_run_zeros_caught(&b->run))
+        return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        char m[600];
+        snprintf(m, sizeof m, "%s", kvb_last_error());
+        return bench_fail(b, "warm-up failed", m);
+    }
+    b->timed = (kvb_timed){bench_reset, bench_work, b, b->run.stream, kvb_run_wall_timed(&b->run)};
+    for (int i = 0; i < 3; i++) kvb_time_once(&b->timed); /* warm-up */
+    memset(&b->cost, 0, sizeof b->cost);
+    b->run.op->cost(&b->run, &b->cost);
+    b->ceiling_s = kvb_ceiling_seconds(&b->cost, b->ceil);
+    if (b->cost.goal_peer) { /* a goal against an external peer exists only when that peer ran */
+        const kvb_peer *q = kvb_peer_find(b->peers, b->c, b->cost.goal_peer);
+        b->cost.goal_us = q ? b->cost.goal_peer_ratio * q->median_us : 0;
+    }
+    kvb_guard_leave();
+    return 0;
+}
+
+static double bench_iterate(void *p)
+{
+    bench_ctx *b = p;
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        char m[600];
+        snprintf(m, sizeof m, "%s", kvb_last_error());
+        bench_fail(b, "failed during timing", m);
+        return -1;
+    }
+    double t = kvb_time_once(&b->timed);
+    kvb_guard_leave();
+    return t;
+}
+
+static void add_counter(kvb_counter *out, int *n, const char *name, double v)
+{
+    if (*n >= KVB_MAX_COUNTERS || !isfinite(v)) return;
+    snprintf(out[*n].name, sizeof out[*n].name, "%s", name);
+    out[*n].value = v;
+    (*n)++;
+}
+
+static int bench_finish(void *p, const double *samples, int n, kvb_counter *out, int *n_out)
+{
+    bench_ctx *b = p;
+    kvb_outcome o;
+    if (kvb_case_revalidate(&b->run, &o) != KVB_PASS) {
+        kvb_print_verdict(&b->run, &o.v);
+        return bench_fail(b, "validation after timing failed", *o.msg ? o.msg : o.why);
+    }
+    kvb_stats(samples, n, &b->st);
+    b->done = 1;
+    resolve_impl_goal(b);
+    /* compositions: more launches, outside the timed loop, recording each stage's device time; the
+     * median of STAGE_RUNS per stage (the first launch of the stage-timed plan alone can be several
+     * times slower in its GEMMs) */
+    b->run.n_stages = 0;
+    if (b->run.op->stage_times) {
+        enum { STAGE_RUNS = 7 };
+        double ms[STAGE_RUNS][16];
+        volatile int runs = 0; /* read after a longjmp */
+        jmp_buf jb;
+        if (setjmp(*kvb_guard_enter(&jb))) {
+            kvb_guard_leave();
+            runs = 0;
+        } else {
+            b->run.stage_timing = 1;
+            for (; runs < STAGE_RUNS; runs++) {
+                kvb_run_reset(&b->run);
+                if (kvb_run_launch(&b->run) != KVB_OK) break;
+                kvb_sync(b->run.stream);
+                if (b->run.op->stage_times(&b->run) != KVB_OK) break;
+                memcpy(ms[runs], b->run.stage_ms, sizeof ms[runs]);
+            }
+            b->run.stage_timing = 0;
+            kvb_guard_leave();
+        }
+        if (runs < STAGE_RUNS) b->run.n_stages = 0;
+        for (int i = 0; i < b->run.n_stages; i++) {
+            double v[STAGE_RUNS];
+            for (int k = 0; k < runs; k++) v[k] = ms[k][i];
+            kvb_sample_stats st;
+            kvb_stats(v, runs, &st);
+            b->run.stage_ms[i] = st.median;
+        }
+    }
+    double t = b->st.median;
+    *n_out = 0;
+    add_counter(out, n_out, "median_us", t * 1e6);
+    add_counter(out, n_out, "min_us", b->st.min * 1e6);
+    add_counter(out, n_out, "max_us", b->st.max * 1e6);
+    add_counter(out, n_out, "noise_pct", 100.0 * b->st.noise);
+    add_counter(out, n_out, "samples", n);
+    if (b->cost.bytes_h2d > 0) add_counter(out, n_out, "h2d_GBps", b->cost.bytes_h2d / t * 1e-9);
+    if (b->cost.bytes_dev > 0) add_counter(out, n_out, "dev_GBps", b->cost.bytes_dev / t * 1e-9);
+    if (b->cost.flops > 0) add_counter(out, n_out, "TFLOPs", b->cost.flops / t * 1e-12);
+    if (b->ceiling_s > 0) {
+        add_counter(out, n_out, "ceiling_us", b->ceiling_s * 1e6);
+        add_counter(out, n_out, "pct_of_ceiling", 100.0 * b->ceiling_s / t);
+        add_counter(out, n_out, "ceiling_kind", (double)b->cost.ceiling); /* op.h kvb_ceiling_kind */
+    }
+    if (b->cost.workspace_bytes > 0) add_counter(out, n_out, "workspace_bytes", b->cost.workspace_bytes);
+    if (b->cost.tokens > 0 && b->cost.layers > 0)
+        add_counter(out, n_out, "tokens_per_s", b->cost.tokens / (t * b->cost.layers));
+    for (int i = 0; i < b->cost.n_extra && i < 8; i++) add_counter(out, n_out, b->cost.extra_name[i], b->cost.extra_value[i]);
+    if (b->cost.goal_us > 0) {
+        add_counter(out, n_out, "goal_us", b->cost.goal_us);
+        add_counter(out, n_out, "time_over_goal", t * 1e6 / b->cost.goal_us);
+    }
+    char *old_stages = strstr(b->label, "; stages: "); /* Google Benchmark may finish a case more than once */
+    if (old_stages) *old_stages = 0;
+    size_t ll = strlen(b->label);
+    for (int i = 0; i < b->run.n_stages; i++) {
+        char name[40];
+        snprintf(name, sizeof name, "stage_us_%.30s", b->run.stage_name[i]);
+        add_counter(out, n_out, name, b->run.stage_ms[i] * 1e3);
+        if (ll < sizeof b->label)
+            ll += (size_t)snprintf(b->label + ll, sizeof b->label - ll, "%s%s %.1f us", i ? ", " : "; stages: ",
+                                   b->run.stage_name[i], b->run.stage_ms[i] * 1e3);
+    }
+    const kvb_peer *q;
+    for (int i = 0; (q = kvb_peer_match(b->peers, b->c, i)); i++) {
+        char name[40]; /* counter names are at most 39 characters */
+        snprintf(name, sizeof name, "peer_us_%.31s", q->name);
+        add_counter(out, n_out, name, q->median_us);
+    }
+    return 0;
+}
+
+static const char *bench_label(void *p) { return ((bench_ctx *)p)->label; }
+
+static void bench_release(void *p)
+{
+    bench_ctx *b = p;
+    if (b->live) kvb_run_teardown(&b->run);
+    b->live = 0;
+    kvb_nvtx_pop();
+}
+
+/* ---- the summary table ---- */
+
+/* id without its impl= key: cases that differ only in implementation compute the same thing */
+static void shape_key(const char *id, char *out, size_t n)
+{
+    snprintf(out, n, "%s", id);
+    char *p = strstr(out, " impl=");
+    if (p) *p = '\0';
+}
+
+int kvb_ceiling_suspect(double pct) { return pct > 100.0; }
+
+void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_result *all, int n, const kvb_peers *peers)
+{
+    if (!x->done) {
+        fprintf(f, "| `%s` | %s | | | | | | |\n", x->c->id, x->failed ? x->error : "not run");
+        return;
+    }
+    double t = x->median_s;
+    const kvb_cost *cost = &x->cost;
+    double gbps = cost->bytes_h2d > 0 ? cost->bytes_h2d / t * 1e-9 : cost->bytes_dev / t * 1e-9;
+    char rate[48], ceil_s[96] = "", vs[400] = "", goal[128] = "";
+    if (cost->ceiling == KVB_CEIL_MMA) snprintf(rate, sizeof rate, "%.1f TFLOP/s", cost->flops / t * 1e-12);
+    else snprintf(rate, sizeof rate, "%.1f GB/s", gbps);
+    if (x->ceiling_s > 0) {
+        double pct = 100.0 * x->ceiling_s / t;
+        snprintf(ceil_s, sizeof ceil_s, "%.1f%% of %s%s", pct, kvb_ceiling_name(cost->ceiling),
+                 kvb_ceiling_suspect(pct) ? " **CEILING ERROR: above 100%, the ceiling is wrong**" : "");
+    }
+    size_t len = 0;
+    /* speedups over the in-suite baselines of the same shape, measured in this run */
+    if (!strstr(x->c->id, " impl=") || strstr(x->c->id, " impl=kernel ") || !strcmp(strstr(x->c->id, " impl="), " impl=kernel")) {
+        char key[KVB_ID_MAX], other[KVB_ID_MAX];
+        shape_key(x->c->id, key, sizeof key);
+        for (int k = 0; k < n; k++) {
+            if (&all[k] == x || !all[k].done) continue;
+            shape_key(all[k].c->id, other, sizeof other);
+            if (strcmp(key, other)) continue;
+            const char *impl = strstr(all[k].c->id, " impl=") + 6;
+            len += (size_t)snprintf(vs + len, sizeof vs - len, "%s%.2fx vs %s", len ? ", " : "", all[k].median_s / t, impl);
+        }
+    }
+    const kvb_peer *q;
+    for (int i = 0; (q = kvb_peer_match(peers, x->c, i)) && len < sizeof vs; i++)
+        len += (size_t)snprintf(vs + len, sizeof vs - len, "%s%.2fx vs %s (%.1f us, same run)", len ? ", " : "",
+                                q->median_us * 1e-6 / t, q->name, q->median_us);
+    if (cost->goal_us > 0)
+        snprintf(goal, sizeof goal, "%.2fx of %.1f us (%s)", t * 1e6 / cost->goal_us, cost->goal_us,
+                 cost->goal_text ? cost->goal_text : "goal");
+    else if (cost->goal_peer)
+        snprintf(goal, sizeof goal, "(goal: %.2fx %s; peer not measured)", cost->goal_peer_ratio, cost->goal_peer);
+    else if (cost->goal_impl)
+        snprintf(goal, sizeof goal, "(goal: %.0fx faster than impl=%s; not measured)", cost->goal_impl_speedup,
+                 cost->goal_impl);
+    fprintf(f, "| `%s` | %.2f | %.2f..%.2f | %.1f%% | %s | %s | %s | %s |\n", x->c->id, t * 1e6, x->min_s * 1e6,
+            x->max_s * 1e6, 100 * x->noise, rate, ceil_s, vs, goal);
+}
+
+static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil, const char *gpu, const kvb_peers *peers)
+{
+    kvb_bench_result *res = calloc((size_t)n, sizeof *res);
+    for (int i = 0; i < n; i++) resolve_impl_goal(&b[i]); /* also against impls listed after the case */
+    for (int i = 0; i < n; i++)
+        res[i] = (kvb_bench_result){b[i].c, b[i].cost, b[i].ceiling_s, b[i].st.median, b[i].st.min, b[i].st.max,
+                                    b[i].st.noise, b[i].done, b[i].failed, b[i].error};
+    fprintf(f, "| case | median us | min..max us | noise | rate | %% of ceiling | vs peers (same run) | goal |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---|---|\n");
+    int suspect = 0;
+    for (int i = 0; i < n; i++) {
+        kvb_bench_summary_row(f, &res[i], res, n, peers);
+        suspect += res[i].done && res[i].ceiling_s > 0 && kvb_ceiling_suspect(100.0 * res[i].ceiling_s / res[i].median_s);
+    }
+    fprintf(f, "\n");
+    for (int i = 0; i < n; i++)
+        if (b[i].done && b[i].label[0]) fprintf(f, "- `%s`: %s\n", b[i].c->id, b[i].label);
+    if (suspect)
+        fprintf(f, "\n**%d case(s) above 100%% of their ceiling: CEILING ERROR (the ceiling, not the kernel, is wrong).**\n", suspect);
+    if (ceil->measured)
+        fprintf(f, "\n%s. Ceilings this run: H2D pinned memcpy %.1f GB/s, zero-copy kernel %.1f GB/s, D2D memcpy %.0f GB/s "
+                   "(read+write), copy kernel %.0f GB/s, read kernel %.0f GB/s (read only), bf16 GEMM %.0f TFLOP/s, timing "
+                   "floor (empty kernel) %.2f us. %% of ceiling: the ceiling's time for the same work over the case's "
+                   "median, timed the same way at the same size: one contiguous pinned copy of the host bytes, one device "
+                   "copy of the device bytes (copies), one streaming read of the device bytes (read-mostly kernels), or "
+                   "the FLOPs at the measured bf16 GEMM rate.\n",
+                gpu, ceil->h2d_memcpy_GBps, ceil->h2d_zero_copy_GBps, ceil->d2d_memcpy_GBps, ceil->d2d_kernel_GBps,
+                ceil->read_GBps, ceil->bf16_mma_TFLOPs, ceil->launch_floor_us);
+    if (peers && peers->n) fprintf(f, "\nExternal peers from %s, timed on this GPU in this round.\n", peers->source);
+    free(res);
+}
+
+static void context_num(const char *key, const char *fmt, double v)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, fmt, v);
+    kvb_gbench_context(key, buf);
+}
+
+int kvb_cmd_bench(const kvb_options *o)
+{
+    kvb_case_list cases;
+    int rc = kvb_select_cases(o, KVB_TIER_BENCH, &cases);
+    if (rc) return rc;
+    if (cases.n == 0) {
+        fprintf(stderr, "kvbench: no case matches\n");
+        return 2;
+    }
+    static kvb_peers peers;
+    if (o->peers && kvb_peers_load(o->peers, &peers) != KVB_OK) {
+        fprintf(stderr, "kvbench: --peers %s\n", kvb_last_error());
+        kvb_cases_free(&cases);
+        return 2;
+    }
+    if (!kvb_gpu_available()) {
+        printf("kvbench bench: %s; nothing was timed (%d cases selected). `kvbench check --tier smoke` runs the "
+               "CPU references.\n", kvb_gpu_unavailable_reason(), cases.n);
+        kvb_cases_free(&cases);
+        return 0;
+    }
+    static kvb_ceilings ceil;
+    kvb_ceilings_measure(&ceil);
+    kvb_ceilings_print(&ceil);
+    kvb_device_info d;
+    kvb_gpu_info(&d);
+    kvb_gbench_context("kvbench_git_revision", KVB_GIT_REV);
+    kvb_gbench_context("kvbench_command_line", o->cmdline);
+    kvb_gbench_context("gpu", d.name);
+    kvb_gbench_context("gpu_driver", d.driver);
+    kvb_gbench_context("gpu_clocks", d.clocks);
+    context_num("cuda_runtime", "%.0f", d.runtime_version);
+    context_num("ceiling_h2d_memcpy_GBps", "%.1f", ceil.h2d_memcpy_GBps);
+    context_num("ceiling_h2d_zero_copy_GBps", "%.1f", ceil.h2d_zero_copy_GBps);
+    context_num("ceiling_d2d_memcpy_GBps", "%.1f", ceil.d2d_memcpy_GBps);
+    context_num("ceiling_d2d_kernel_GBps", "%.1f", ceil.d2d_kernel_GBps);
+    context_num("ceiling_read_GBps", "%.1f", ceil.read_GBps);
+    context_num("ceiling_bf16_mma_TFLOPs", "%.1f", ceil.bf16_mma_TFLOPs);
+    context_num("timing_floor_us", "%.2f", ceil.launch_floor_us);
+    if (bench_repeat() > 1) context_num("bench_repeat_launch", "%.0f", bench_repeat()); /* a slowed self-test */
+    if (peers.n) kvb_gbench_context("peers", peers.source);
+
+    kvb_reserve_host_pool(&cases);
+    bench_ctx *b = calloc((size_t)cases.n, sizeof *b);
+    for (int i = 0; i < cases.n; i++) {
+        b[i].c = &cases.v[i];
+        b[i].ceil = &ceil;
+        b[i].peers = &peers;
+        b[i].all = b;
+        b[i].n_all = cases.n;
+        kvb_bench gb = {cases.v[i].id, &b[i], bench_prepare, bench_iterate, bench_finish, bench_release, bench_label};
+        kvb_gbench_add(&gb);
+    }
+    /* Google Benchmark flags: JSON output as asked, and a shorter default minimum time */
+    kvb_options gbo = *o;
+    char out_flag[1100], fmt_flag[] = "--benchmark_out_format=json", min_flag[] = "--benchmark_min_time=0.2";
+    int has_min = 0;
+    for (int i = 1; i < gbo.gb_argc; i++) has_min |= !strncmp(gbo.gb_argv[i], "--benchmark_min_time", 20);
+    if (!has_min) gbo.gb_argv[gbo.gb_argc++] = min_flag;
+    if (o->json) {
+        snprintf(out_flag, sizeof out_flag, "--benchmark_out=%s", o->json);
+        gbo.gb_argv[gbo.gb_argc++] = out_flag;
+        gbo.gb_argv[gbo.gb_argc++] = fmt_flag;
+    }
+    int errors = kvb_gbench_run(gbo.gb_argc, gbo.gb_argv);
+
+    printf("\n");
+    print_summary(stdout, b, cases.n, &ceil, d.name, &peers);
+    if (o->summary) {
+        FILE *f = fopen(o->summary, "w");
+        if (f) {
+            print_summary(f, b, cases.n, &ceil, d.name, &peers);
+            fclose(f);
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < cases.n; i++) failed += b[i].failed;
+    printf("%d benchmarked, %d failed validation or setup\n", cases.n - failed, failed);
+    free(b);
+    kvb_peers_free(&peers);
+    kvb_host_pool_release();
+    kvb_cases_free(&cases);
+    return errors || failed ? 1 : 0;
+}

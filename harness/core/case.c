@@ -1,0 +1,385 @@
+/* case.c: the case-line parser and case files (see case.h). */
+#include "harness/core/case.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "reference/kvb.h"
+#include "harness/core/op.h"
+
+const char *kvb_tier_name(int tier)
+{
+    switch (tier) {
+    case KVB_TIER_SMOKE: return "smoke";
+    case KVB_TIER_CHECK: return "check";
+    case KVB_TIER_BENCH: return "bench";
+    case KVB_TIER_SANITIZE: return "sanitize";
+    }
+    return "none";
+}
+
+int kvb_tier_parse(const char *s)
+{
+    if (!strcmp(s, "smoke")) return KVB_TIER_SMOKE;
+    if (!strcmp(s, "check")) return KVB_TIER_CHECK;
+    if (!strcmp(s, "bench")) return KVB_TIER_BENCH;
+    if (!strcmp(s, "sanitize")) return KVB_TIER_SANITIZE;
+    return 0;
+}
+
+static int find_param(const kvb_op *op, const char *name, size_t len)
+{
+    for (int i = 0; i < op->n_params; i++)
+        if (strlen(op->params[i].name) == len && !strncmp(op->params[i].name, name, len)) return i;
+    return -1;
+}
+
+/* The i-th choice of "a|b|c" into buf; returns 0 when i is past the end. */
+static int enum_choice(const char *choices, int i, char *buf, size_t n)
+{
+    const char *p = choices;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, '|');
+        if (!p) return 0;
+        p++;
+    }
+    size_t len = strcspn(p, "|");
+    if (len >= n) len = n - 1;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    return 1;
+}
+
+/* The i-th choice of an enum key; a key without choices takes them from the op's impl table. */
+static int param_choice(const kvb_op *op, const kvb_param *p, int i, char *buf, size_t n)
+{
+    if (p->choices) return enum_choice(p->choices, i, buf, n);
+    if (i < 0 || i >= op->n_impls) return 0;
+    snprintf(buf, n, "%s", op->impls[i].name);
+    return 1;
+}
+
+static int enum_index(const kvb_op *op, const kvb_param *p, const char *value)
+{
+    char buf[64];
+    for (int i = 0; param_choice(op, p, i, buf, sizeof buf); i++)
+        if (!strcmp(buf, value)) return i;
+    return -1;
+}
+
+/* "a|b|c" of an enum key, for messages. */
+static void choices_text(const kvb_op *op, const kvb_param *p, char *buf, size_t n)
+{
+    size_t len = 0;
+    char c[64];
+    buf[0] = '\0';
+    for (int i = 0; len < n && param_choice(op, p, i, c, sizeof c); i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", c);
+}
+
+/* Integers: optional sign, decimal digits, optional K (x1024) or M (x1048576) suffix. Returns 1 with
+ * the value, 0 when the text is not such an integer, and -1 when it is one whose value (digits times
+ * suffix) does not fit in 64 bits: never a wrapped value. */
+static int parse_int(const char *s, long long *out)
+{
+    errno = 0;
+    char *end;
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s) return 0;
+    const int range = errno == ERANGE;
+    if (errno && !range) return 0;
+    long long mul = 1;
+    if (*end == 'K') mul = 1024, end++;
+    else if (*end == 'M') mul = 1048576, end++;
+    if (*end) return 0;
+    if (range || __builtin_mul_overflow(v, mul, &v)) return -1;
+    *out = v;
+    return 1;
+}
+
+static int parse_float(const char *s, double *out)
+{
+    errno = 0;
+    char *end;
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+static void list_keys(const kvb_op *op, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < op->n_params && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", op->params[i].name);
+    if (len < n) snprintf(buf + len, n - len, "; also tier, atol, rtol, l2");
+}
+
+static void list_kernels(char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < kvb_op_count() && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", kvb_op_at(i)->name);
+}
+
+static void format_value(const kvb_op *op, const kvb_param *p, double v, char *buf, size_t n)
+{
+    if (p->type == KVB_P_INT) snprintf(buf, n, "%lld", (long long)v);
+    else if (p->type == KVB_P_FLOAT) snprintf(buf, n, "%.10g", v);
+    else if (!param_choice(op, p, (int)v, buf, n)) snprintf(buf, n, "?");
+}
+
+static void make_id(kvb_case *c)
+{
+    size_t len = (size_t)snprintf(c->id, sizeof c->id, "%s", c->op->name);
+    for (int i = 0; i < c->op->n_params && len < sizeof c->id; i++) {
+        char v[64];
+        format_value(c->op, &c->op->params[i], c->v[i], v, sizeof v);
+        len += (size_t)snprintf(c->id + len, sizeof c->id - len, " %s=%s", c->op->params[i].name, v);
+    }
+}
+
+#define FAIL(...)                                                                                \
+    do {                                                                                         \
+        char msg_[600];                                                                          \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                \
+        return kvb_fail(KVB_EINVAL, "%s: %s", where, msg_);                                      \
+    } while (0)
+
+int kvb_case_parse(const char *line, const char *where, kvb_case *out)
+{
+    /* the line ends at a comment or a line break; the text before it must fit, never cut short
+     * (a cut token would parse as another value) */
+    char buf[4096];
+    const size_t len = strcspn(line, "#\r\n");
+    if (len >= sizeof buf)
+        return kvb_fail(KVB_EINVAL, "%s: case line of %zu characters out of range [0, %zu]", where, len, sizeof buf - 1);
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    char *save = NULL, *tok = strtok_r(buf, " \t", &save);
+    if (!tok) return KVB_CASE_BLANK;
+
+    kvb_case c;
+    memset(&c, 0, sizeof c);
+    c.atol = c.rtol = c.l2 = -1;
+    snprintf(c.where, sizeof c.where, "%s", where);
+    if (strchr(tok, '=')) FAIL("a case starts with a kernel name, got '%s'", tok);
+    c.op = kvb_op_find(tok);
+    if (!c.op) {
+        char known[512];
+        list_kernels(known, sizeof known);
+        FAIL("unknown kernel '%s' (known: %s)", tok, known);
+    }
+    const kvb_op *op = c.op;
+    int set[KVB_MAX_PARAMS] = {0}, set_tier = 0, set_tol[3] = {0};
+
+    while ((tok = strtok_r(NULL, " \t", &save))) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || !eq[1]) FAIL("%s: malformed token '%s': expected key=value", op->name, tok);
+        size_t klen = (size_t)(eq - tok);
+        const char *val = eq + 1;
+        if (klen == 4 && !strncmp(tok, "tier", 4)) {
+            if (set_tier++) FAIL("%s: key 'tier' given twice", op->name);
+            if (!(c.tier = kvb_tier_parse(val))) FAIL("%s: tier=%s is not one of smoke|check|bench|sanitize", op->name, val);
+            continue;
+        }
+        static const char *tol_keys[3] = {"atol", "rtol", "l2"};
+        int tk = -1;
+        for (int i = 0; i < 3; i++)
+            if (strlen(tol_keys[i]) == klen && !strncmp(tok, tol_keys[i], klen)) tk = i;
+        if (tk >= 0) {
+            double v;
+            if (set_tol[tk]++) FAIL("%s: key '%s' given twice", op->name, tol_keys[tk]);
+            if (!parse_float(val, &v) || v < 0)
+                FAIL("%s: %s=%s is not a non-negative number", op->name, tol_keys[tk], val);
+            if (tk == 0) c.atol = v;
+            else if (tk == 1) c.rtol = v;
+            else c.l2 = v;
+            continue;
+        }
+        int pi = find_param(op, tok, klen);
+        if (pi < 0) {
+            char keys[512];
+            list_keys(op, keys, sizeof keys);
+            FAIL("%s: unknown key '%.*s' (keys: %s)", op->name, (int)klen, tok, keys);
+        }
+        const kvb_param *p = &op->params[pi];
+        if (set[pi]++) FAIL("%s: key '%s' given twice", op->name, p->name);
+        if (p->type == KVB_P_INT) {
+            long long v;
+            const int ok = parse_int(val, &v);
+            if (!ok) FAIL("%s: %s=%s is not an integer", op->name, p->name, val);
+            /* the declared range is integral: compare as integers (a bound past 64 bits is no bound) */
+            const long long lo = p->lo <= (double)LLONG_MIN ? LLONG_MIN : (long long)p->lo;
+            const long long hi = p->hi >= (double)LLONG_MAX ? LLONG_MAX : (long long)p->hi;
+            if (ok < 0)
+                FAIL("%s: %s=%s out of range [%lld, %lld] (beyond a 64-bit integer)", op->name, p->name, val, lo, hi);
+            if (v < lo || v > hi) {
+                char num[32];
+                snprintf(num, sizeof num, "%lld", v);
+                if (strcmp(num, val)) /* a suffix or another spelling: show both */
+                    FAIL("%s: %s=%s (= %lld) out of range [%lld, %lld]", op->name, p->name, val, v, lo, hi);
+                FAIL("%s: %s=%lld out of range [%lld, %lld]", op->name, p->name, v, lo, hi);
+            }
+            c.v[pi] = (double)v;
+        } else if (p->type == KVB_P_FLOAT) {
+            double v;
+            if (!parse_float(val, &v)) FAIL("%s: %s=%s is not a number", op->name, p->name, val);
+            if (v < p->lo || v > p->hi) FAIL("%s: %s=%g out of range [%g, %g]", op->name, p->name, v, p->lo, p->hi);
+            c.v[pi] = v;
+        } else {
+            int e = enum_index(op, p, val);
+            if (e < 0) {
+                char choices[512];
+                choices_text(op, p, choices, sizeof choices);
+                FAIL("%s: %s=%s is not one of %s", op->name, p->name, val, choices);
+            }
+            c.v[pi] = e;
+        }
+    }
+    for (int i = 0; i < op->n_params; i++)
+        if (!set[i]) c.v[i] = op->params[i].def;
+    if (op->validate && op->validate(&c)) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", kvb_last_error());
+        return kvb_fail(KVB_EINVAL, "%s: %s", where, msg);
+    }
+    make_id(&c);
+    *out = c;
+    return KVB_OK;
+}
+
+double kvb_case_get(const kvb_case *c, const char *name)
+{
+    int i = find_param(c->op, name, strlen(name));
+    if (i < 0) {
+        fprintf(stderr, "kvbench: internal error: %s has no key '%s'\n", c->op->name, name);
+        abort();
+    }
+    return c->v[i];
+}
+
+const char *kvb_case_enum(const kvb_case *c, const char *name)
+{
+    static _Thread_local char buf[4][64];
+    static _Thread_local int next;
+    int i = find_param(c->op, name, strlen(name));
+    if (i < 0 || c->op->params[i].type != KVB_P_ENUM) {
+        fprintf(stderr, "kvbench: internal error: %s has no enum key '%s'\n", c->op->name, name);
+        abort();
+    }
+    char *b = buf[next++ & 3];
+    param_choice(c->op, &c->op->params[i], (int)c->v[i], b, 64);
+    return b;
+}
+
+int kvb_cases_add(kvb_case_list *list, const kvb_case *c)
+{
+    if (list->n == list->cap) {
+        int cap = list->cap ? 2 * list->cap : 64;
+        kvb_case *v = realloc(list->v, sizeof *v * (size_t)cap);
+        if (!v) return kvb_fail(KVB_ENOMEM, "out of memory loading cases");
+        list->v = v, list->cap = cap;
+    }
+    list->v[list->n++] = *c;
+    return KVB_OK;
+}
+
+void kvb_cases_free(kvb_case_list *list)
+{
+    free(list->v);
+    memset(list, 0, sizeof *list);
+}
+
+int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name)
+{
+    int lineno = 0;
+    for (const char *line = text, *next; *line; line = *next ? next + 1 : next) {
+        next = line + strcspn(line, "\n");
+        lineno++;
+        char where[160];
+        snprintf(where, sizeof where, "%s:%d", name, lineno);
+        kvb_case c;
+        int r = kvb_case_parse(line, where, &c); /* reads up to the line's end only */
+        if (r == KVB_CASE_BLANK) continue;
+        if (r != KVB_OK) return r;
+        for (int i = 0; i < list->n; i++)
+            if (!strcmp(list->v[i].id, c.id))
+                return kvb_fail(KVB_EINVAL, "%s: duplicate case (same id as %s)", where, list->v[i].where);
+        if ((r = kvb_cases_add(list, &c)) != KVB_OK) return r;
+    }
+    return KVB_OK;
+}
+
+/* The whole file into memory, then parsed as text: one parser for files and for text. */
+static int load_file(kvb_case_list *list, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvb_fail(KVB_EIO, "cannot open case file %s", path);
+    size_t len = 0, cap = 0;
+    char *text = NULL;
+    int rc = KVB_OK;
+    for (;;) {
+        if (cap - len < 4096) {
+            char *t = realloc(text, cap = cap ? 2 * cap : 65536);
+            if (!t) {
+                rc = kvb_fail(KVB_ENOMEM, "out of memory reading case file %s", path);
+                break;
+            }
+            text = t;
+        }
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (rc == KVB_OK && ferror(f)) rc = kvb_fail(KVB_EIO, "cannot read case file %s", path);
+    fclose(f);
+    if (rc == KVB_OK) {
+        text[len] = '\0';
+        if (strlen(text) != len) /* a NUL would end the text early and silently drop the rest */
+            rc = kvb_fail(KVB_EINVAL, "%s: a NUL byte at offset %zu: not a text file", path, strlen(text));
+        else
+            rc = kvb_cases_parse_text(list, text, path);
+    }
+    free(text);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int kvb_cases_load(kvb_case_list *list, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return kvb_fail(KVB_EIO, "cannot open %s", path);
+    if (!S_ISDIR(st.st_mode)) return load_file(list, path);
+    DIR *dir = opendir(path);
+    if (!dir) return kvb_fail(KVB_EIO, "cannot open directory %s", path);
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) && n < 256) {
+        size_t len = strlen(e->d_name);
+        if (len > 6 && !strcmp(e->d_name + len - 6, ".cases")) names[n++] = strdup(e->d_name);
+    }
+    closedir(dir);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    int rc = KVB_OK;
+    for (int i = 0; i < n; i++) {
+        char full[1024];
+        snprintf(full, sizeof full, "%s/%s", path, names[i]);
+        if (rc == KVB_OK) rc = load_file(list, full);
+        free(names[i]);
+    }
+    return rc;
+}

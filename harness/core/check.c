@@ -1,0 +1,178 @@
+/* check.c: `kvbench check` (CUDA vs reference over the selected cases) and `kvbench profile` (one
+ * validated, warmed-up case, then exactly one launch between cudaProfilerStart/Stop). */
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness/core/cli.h"
+#include "harness/core/progress.h"
+
+#if KVB_HAVE_CUDA
+#include <cuda_profiler_api.h>
+#endif
+
+static const char *status_name(kvb_status s) { return s == KVB_PASS ? "PASS" : s == KVB_SKIP ? "SKIP" : "FAIL"; }
+
+int kvb_cmd_check(const kvb_options *o)
+{
+    kvb_case_list cases;
+    int rc = kvb_select_cases(o, KVB_TIER_CHECK, &cases);
+    if (rc) return rc;
+    if (cases.n == 0) {
+        fprintf(stderr, "kvbench: no case matches\n");
+        return 2;
+    }
+    FILE *jf = NULL;
+    kvb_json j;
+    if (o->json) {
+        if (!(jf = fopen(o->json, "w"))) {
+            fprintf(stderr, "kvbench: cannot write %s\n", o->json);
+            kvb_cases_free(&cases);
+            return 2;
+        }
+        kvb_json_begin(&j, jf);
+        kvb_context_json(&j, o, NULL);
+        kvb_json_arr(&j, "cases");
+    }
+    kvb_gpu_available(); /* says once, up front, when GPU work is skipped */
+    kvb_reserve_host_pool(&cases);
+    int passed = 0, failed = 0, skipped = 0;
+    for (int i = 0; i < cases.n; i++) {
+        const kvb_case *c = &cases.v[i];
+        kvb_run r;
+        kvb_outcome out;
+        kvb_progress("check", i + 1, cases.n, c->id);
+        kvb_nvtx_push(c->id);
+        kvb_status st = o->fault_zeros ? kvb_case_validate_zeros(&r, c, &out) : kvb_case_prepare(&r, c, NULL, &out);
+        kvb_nvtx_pop();
+        kvb_progress_clear();
+        char repro[KVB_ID_MAX + 96];
+        kvb_case_repro(c, repro, sizeof repro);
+        if (o->fault_zeros) { /* the fault must be caught: a failed validation is this mode's pass */
+            st = st == KVB_FAIL && !strcmp(out.why, "zeros caught") ? KVB_PASS : KVB_FAIL;
+            printf("%-6s  %s\n", st == KVB_PASS ? "CAUGHT" : "MISSED", c->id);
+            if (st == KVB_FAIL) printf("      %s%s%s\n", out.why, *out.msg ? ": " : "", out.msg);
+            kvb_print_verdict(&r, &out.v);
+            passed += st == KVB_PASS, failed += st == KVB_FAIL;
+            kvb_run_teardown(&r);
+            continue;
+        }
+        /* --determinism: a validated case launched again must give the same bits (a kernel that may not,
+         * e.g. one with float atomics, fails here until it is documented as such) */
+        char det[KVB_ID_MAX + 160] = "";
+        int det_checked = 0, det_same = 0;
+        if (o->determinism && st == KVB_PASS && r.on_gpu) {
+            char name[64] = "";
+            const int64_t d = kvb_run_repeat_differs(&r, name, sizeof name);
+            det_checked = 1, det_same = d == 0;
+            if (d < 0) snprintf(det, sizeof det, "the second launch failed: %s", kvb_last_error());
+            else if (d) snprintf(det, sizeof det, "%s differs in %lld elements between two launches", name, (long long)d);
+            else snprintf(det, sizeof det, "two launches bitwise equal");
+            if (!det_same) {
+                st = KVB_FAIL;
+                out.why = "not deterministic";
+                snprintf(out.msg, sizeof out.msg, "%s", det);
+            }
+        }
+        printf("%-4s  %s\n", status_name(st), c->id);
+        if (det_checked && det_same) printf("      determinism: %s\n", det);
+        if (st != KVB_PASS && *out.why) printf("      %s%s%s\n", out.why, *out.msg ? ": " : "", out.msg);
+        if (r.note[0]) printf("      note: %s\n", r.note);
+        kvb_print_verdict(&r, &out.v);
+        if (st == KVB_FAIL) printf("      reproduce: kvbench check \"%s\"\n", repro);
+        if (o->dump && r.op) kvb_dump_run(o->dump, &r);
+        if (jf) {
+            kvb_json_obj(&j, NULL);
+            kvb_json_str(&j, "id", c->id);
+            kvb_json_str(&j, "reproduce", repro);
+            kvb_json_str(&j, "where", c->where);
+            kvb_json_str(&j, "tier", kvb_tier_name(c->tier));
+            kvb_json_str(&j, "status", status_name(st));
+            kvb_json_str(&j, "reason", *out.msg ? out.msg : out.why);
+            kvb_json_str(&j, "note", r.note);
+            if (det_checked) kvb_json_bool(&j, "deterministic", det_same);
+            kvb_tolerance_json(&j, c);
+            kvb_verdict_json(&j, &r, &out.v);
+            kvb_json_close(&j);
+            fflush(jf);
+        }
+        passed += st == KVB_PASS, skipped += st == KVB_SKIP, failed += st == KVB_FAIL;
+        kvb_run_teardown(&r);
+        fflush(stdout);
+    }
+    if (jf) {
+        kvb_json_close(&j);
+        kvb_json_obj(&j, "summary");
+        kvb_json_int(&j, "passed", passed);
+        kvb_json_int(&j, "failed", failed);
+        kvb_json_int(&j, "skipped", skipped);
+        kvb_json_close(&j);
+        kvb_json_end(&j);
+        fclose(jf);
+    }
+    if (o->fault_zeros) printf("fault injection (outputs of zeros): %d caught, %d missed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    kvb_host_pool_release();
+    kvb_cases_free(&cases);
+    return failed ? 1 : 0;
+}
+
+int kvb_cmd_profile(const kvb_options *o)
+{
+    if (o->n_filters != 1 || !kvb_is_case_line(o->filters[0])) {
+        fprintf(stderr, "kvbench profile: give exactly one case (its id, in quotes)\n");
+        return 2;
+    }
+    kvb_case_list cases;
+    int rc = kvb_select_cases(o, 0, &cases);
+    if (rc) return rc;
+    const kvb_case *c = &cases.v[0];
+    if (!kvb_gpu_available()) {
+        printf("kvbench profile: %s\n", kvb_gpu_unavailable_reason());
+        kvb_cases_free(&cases);
+        return 0;
+    }
+    kvb_run r;
+    kvb_outcome out;
+    kvb_reserve_host_pool(&cases);
+    if (kvb_case_prepare(&r, c, NULL, &out) != KVB_PASS) {
+        printf("FAIL  %s: %s%s%s\n", c->id, out.why, *out.msg ? ": " : "", out.msg);
+        kvb_print_verdict(&r, &out.v);
+        kvb_run_teardown(&r);
+        kvb_cases_free(&cases);
+        return 1;
+    }
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        printf("FAIL  %s: %s\n", c->id, kvb_last_error());
+        kvb_cases_free(&cases);
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) { /* warm-up */
+        kvb_run_reset(&r);
+        kvb_run_launch(&r);
+    }
+    kvb_run_reset(&r);
+    kvb_sync(r.stream);
+#if KVB_HAVE_CUDA
+    KVB_CUDA(cudaDeviceSynchronize());
+    KVB_CUDA(cudaProfilerStart());
+    kvb_nvtx_push(c->id);
+    kvb_run_launch(&r);
+    kvb_sync(r.stream);
+    kvb_sync(r.stream2);
+    kvb_nvtx_pop();
+    KVB_CUDA(cudaProfilerStop());
+#endif
+    kvb_run_download(&r);
+    kvb_run_compare(&r, &out.v);
+    kvb_guard_leave();
+    printf("%s  %s (one profiled launch in NVTX domain \"kvbench\", range \"%s\")\n", out.v.pass ? "PASS" : "FAIL", c->id,
+           c->id);
+    kvb_print_verdict(&r, &out.v);
+    kvb_run_teardown(&r);
+    kvb_host_pool_release();
+    kvb_cases_free(&cases);
+    return out.v.pass ? 0 : 1;
+}

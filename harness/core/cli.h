@@ -1,0 +1,98 @@
+/* cli.h: what the kvbench subcommands share: parsed options, case selection, and the one path that
+ * sets up and validates a case (check, bench and profile all go through kvb_case_prepare).
+ *
+ *   main.c     usage, list, ceilings, dispatch
+ *   cli.c      options, case selection, the host pool
+ *   prepare.c  kvb_case_prepare: the one setup-and-validate path
+ *   check.c    check and profile
+ *   bench.c    bench (Google Benchmark through gbench_shim.h), peers
+ *   report.c   verdict tables, JSON of verdicts and context, dumps, reproduce lines, the bench summary
+ */
+#ifndef KVB_CLI_H
+#define KVB_CLI_H
+
+#include <stdio.h>
+
+#include "harness/core/ceilings.h"
+#include "harness/core/json.h"
+#include "harness/core/op.h"
+
+typedef struct kvb_options {
+    const char *cmd;
+    const char *cases_path;
+    int tier; /* bitmask of kvb_tier; 0 = the command's default */
+    const char *json, *dump, *summary, *peers;
+    int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
+    int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
+    const char *filters[64];
+    int n_filters;
+    char *gb_argv[64];
+    int gb_argc;
+    char cmdline[2048];
+} kvb_options;
+
+/* The options of argv (argv[1] the command); pointers into argv are kept. 0, -1 without a command
+ * (usage), or 2 after a message on stderr. Parses only: nothing is loaded or run. */
+int kvb_parse_options(int argc, char **argv, kvb_options *o);
+int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out);
+int kvb_is_case_line(const char *arg);
+void kvb_reserve_host_pool(const kvb_case_list *cases);
+
+/* ---- the one setup-and-validate path ---- */
+typedef enum { KVB_PASS, KVB_FAIL, KVB_SKIP } kvb_status;
+
+typedef struct kvb_outcome {
+    kvb_status status;
+    const char *why;  /* short: "output differs from the reference", "launch rejected", ... */
+    char msg[600];    /* the error, when there is one */
+    kvb_verdict v;    /* the comparison of the validating launch */
+} kvb_outcome;
+
+/* Set up case c (inputs, reference, its invariants), then, when a device is usable, allocate, upload,
+ * run the op's GPU setup and validate one launch: every output compared with the reference (and, on
+ * slices a sampled reference skips, screened for non-finite or poison values and the op's
+ * invariants). Guarded: a failed CUDA call or host allocation fails this case by name. Returns the
+ * status; r stays live (kvb_run_teardown) unless the setup itself failed. */
+kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil, kvb_outcome *o);
+/* Fault injection: set up case c and validate outputs that are all zeros (what a kernel that writes
+ * nothing useful leaves), through the same comparison and invariants as a real launch, no device
+ * needed. KVB_FAIL is the expected outcome (the fault was caught); KVB_PASS means validation is blind
+ * to it. */
+kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o);
+/* The same on a live, validated run (bench, before timing), with no second reference: 1 when outputs
+ * of zeros would fail this case's validation. */
+int kvb_run_zeros_caught(kvb_run *r);
+/* Validate again (bench: after timing), guarded. */
+kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o);
+
+/* ---- report.c ---- */
+void kvb_case_overrides(const kvb_case *c, char *buf, size_t n); /* "atol=.. rtol=.. l2=..", those given */
+void kvb_case_repro(const kvb_case *c, char *buf, size_t n);     /* id plus any tolerance overrides */
+/* A benchmark's label (its JSON "label"; the benchmark's name is the id, which has no overrides): the
+ * run's note, the zeros check, and the tolerance overrides with the line that reproduces the verdict. */
+void kvb_bench_label(const kvb_case *c, const char *note, char *buf, size_t n);
+void kvb_print_verdict(kvb_run *r, const kvb_verdict *v);
+void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v);
+void kvb_tolerance_json(kvb_json *j, const kvb_case *c);
+void kvb_context_json(kvb_json *j, const kvb_options *o, const kvb_ceilings *ceil);
+void kvb_dump_run(const char *dir, kvb_run *r);
+
+/* ---- bench.c: one row of the summary (exported for tests) ---- */
+struct kvb_peers;
+typedef struct kvb_bench_result {
+    const kvb_case *c;
+    kvb_cost cost;
+    double ceiling_s, median_s, min_s, max_s, noise;
+    int done, failed;
+    const char *error;
+} kvb_bench_result;
+int kvb_ceiling_suspect(double pct_of_ceiling); /* above 100%: the ceiling is wrong */
+void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_result *all, int n,
+                           const struct kvb_peers *peers);
+
+int kvb_cmd_check(const kvb_options *o);
+int kvb_cmd_profile(const kvb_options *o);
+int kvb_cmd_bench(const kvb_options *o);
+/* kvb_compare_main: compare_results.h */
+
+#endif

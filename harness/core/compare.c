@@ -1,0 +1,208 @@
+/* compare.c: see compare.h. */
+#include "harness/core/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void reset(kvb_cmp_result *r, kvb_cmp_kind kind)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}
+
+static void note_bad(kvb_cmp_result *r, int64_t index, double out, double ref)
+{
+    if (r->n_first < KVB_MAX_MISMATCHES) r->first[r->n_first++] = (kvb_mismatch){index, out, ref};
+    r->n_bad++;
+}
+
+static int slice_on(const uint8_t *mask, int64_t slice_len, int64_t i)
+{
+    return !mask || mask[i / slice_len];
+}
+
+/* An element of a slice the sampled reference skipped: it is still screened. It fails when it is
+ * non-finite (floats: the bf16/fp32 poison is a NaN) or still holds the integer poison (all bytes
+ * 0xFF, what the harness writes before every launch). Returns 1 when it fails. */
+static int screen_unsampled(const void *out, kvb_dtype t, int64_t i, kvb_cmp_result *r)
+{
+    r->n_screened++;
+    if (kvb_dtype_is_float(t)) {
+        double a = kvb_load_as_double(out, t, i);
+        if (isfinite(a)) return 0;
+        r->n_nonfinite++;
+        note_bad(r, i, a, NAN);
+        return 1;
+    }
+    size_t es = kvb_dtype_size(t);
+    const uint8_t *b = (const uint8_t *)out + (size_t)i * es;
+    for (size_t k = 0; k < es; k++)
+        if (b[k] != 0xFF) return 0;
+    note_bad(r, i, kvb_load_as_double(out, t, i), NAN);
+    return 1;
+}
+
+void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                       const uint8_t *mask, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_EXACT);
+    size_t es = kvb_dtype_size(t);
+    const uint8_t *o = out, *f = ref;
+    for (int64_t i = 0; i < n; i++) {
+        if (!slice_on(mask, slice_len, i)) {
+            screen_unsampled(out, t, i, r);
+            continue;
+        }
+        r->n_checked++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(out, t, i)) &&
+            isfinite(kvb_load_as_double(ref, t, i)))
+            r->n_nonfinite++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(ref, t, i))) r->n_ref_nonfinite++;
+        if (memcmp(o + (size_t)i * es, f + (size_t)i * es, es) != 0) {
+            double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
+            note_bad(r, i, a, b);
+            if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
+        }
+    }
+    r->tol_used = r->n_bad ? 1.0 : 0.0;
+    r->pass = r->n_bad == 0;
+}
+
+static void compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,
+                          int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_FLOAT);
+    double err2 = 0, ref2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!slice_on(mask, slice_len, i)) {
+            screen_unsampled(out, t, i, r);
+            continue;
+        }
+        r->n_checked++;
+        double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
+        if (!isfinite(a) || !isfinite(b)) {
+            /* a non-finite reference must be matched exactly (same inf, or NaN for NaN) */
+            int same = (isnan(a) && isnan(b)) || a == b;
+            if (!isfinite(a) && isfinite(b)) r->n_nonfinite++;
+            if (!isfinite(b)) r->n_ref_nonfinite++;
+            if (!same) note_bad(r, i, a, b);
+            continue;
+        }
+        double e = fabs(a - b), lim = tol.atol + tol.rtol * (mag ? mag[i] : fabs(b));
+        if (e > r->max_abs) r->max_abs = e;
+        double used = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0);
+        if (used > r->tol_used) r->tol_used = used;
+        if (e > lim) note_bad(r, i, a, b);
+        err2 += e * e;
+        ref2 += b * b;
+    }
+    r->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    r->pass = r->n_bad == 0 && r->rel_l2 <= tol.l2;
+}
+
+void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
+                       int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_float(out, ref, t, n, tol, NULL, slice_len, mask, r);
+}
+
+void kvb_compare_float_mag(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,
+                           int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_float(out, ref, t, n, tol, mag, slice_len, mask, r);
+}
+
+static int cmp_desc_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Strictly ascending and within [0, n); the first offending position is noted. */
+static int ascending_in_range(const int32_t *o, const int32_t *f, int64_t row, int64_t n, int64_t k,
+                              kvb_cmp_result *r)
+{
+    for (int64_t i = 0; i < k; i++)
+        if (o[i] < 0 || o[i] >= n || (i > 0 && o[i] <= o[i - 1])) {
+            note_bad(r, row, o[i], f ? f[i] : NAN);
+            return 0;
+        }
+    return 1;
+}
+
+void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                                  kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                                  int64_t slice_rows, const uint8_t *mask, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_INDEXSET);
+    double *sel = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
+    for (int64_t row = 0; row < rows; row++) {
+        const int32_t *o = out_idx + row * k, *f = ref_idx + row * k;
+        if (!slice_on(mask, slice_rows, row)) { /* no reference here: screened */
+            r->n_screened += k;
+            ascending_in_range(o, NULL, row, n, k, r);
+            continue;
+        }
+        r->n_checked += k;
+        if (!ascending_in_range(o, f, row, n, k, r)) continue;
+        if (memcmp(o, f, sizeof(int32_t) * (size_t)k) == 0) continue; /* equal sets */
+        /* tie-tolerant: k-th reference score and sums */
+        int ok = 1;
+        double ref_sum = 0, out_sum = 0;
+        for (int64_t i = 0; i < k; i++) {
+            sel[i] = kvb_load_as_double(scores, score_type, row * n + f[i]);
+            ref_sum += sel[i];
+        }
+        qsort(sel, (size_t)k, sizeof(double), cmp_desc_double);
+        double kth = sel[k - 1];
+        for (int64_t i = 0; i < k; i++) {
+            double s = kvb_load_as_double(scores, score_type, row * n + o[i]);
+            out_sum += s;
+            if (!(s >= kth - tol)) ok = 0;
+        }
+        if (!(fabs(out_sum - ref_sum) <= tol)) ok = 0;
+        double d = fabs(out_sum - ref_sum);
+        if (d > r->max_abs) r->max_abs = d;
+        if (tol > 0 && d / tol > r->tol_used) r->tol_used = d / tol;
+        if (!ok) note_bad(r, row, out_sum, ref_sum);
+    }
+    free(sel);
+    r->pass = r->n_bad == 0;
+}
+
+void kvb_compare_indexset(const int32_t *out_idx, const int32_t *ref_idx, const void *scores,
+                          kvb_dtype score_type, int64_t rows, int64_t n, int64_t k, double tol,
+                          kvb_cmp_result *r)
+{
+    kvb_compare_indexset_sampled(out_idx, ref_idx, scores, score_type, rows, n, k, tol, 1, NULL, r);
+}
+
+void kvb_compare_gather(const void *out, const void *src, const int32_t *idx, kvb_dtype t, int64_t rows, int64_t k,
+                        int64_t width, int64_t n_src, int64_t group, kvb_cmp_result *r)
+{
+    reset(r, KVB_CMP_GATHER);
+    size_t es = kvb_dtype_size(t), row_bytes = es * (size_t)width;
+    const uint8_t *o = out, *s = src;
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t i = 0; i < k; i++) {
+            int64_t at = (row * k + i) * width;
+            int32_t j = idx[row * k + i];
+            r->n_checked += width;
+            if (j < 0 || j >= n_src) {
+                note_bad(r, at, j, NAN);
+                continue;
+            }
+            const uint8_t *want = s + (size_t)(((row / group) * n_src + j) * width) * es;
+            if (memcmp(o + (size_t)at * es, want, row_bytes) == 0) continue;
+            for (int64_t d = 0; d < width; d++)
+                if (memcmp(o + (size_t)(at + d) * es, want + (size_t)d * es, es) != 0) {
+                    double a = kvb_load_as_double(o, t, at + d), b = kvb_load_as_double(want, t, d);
+                    note_bad(r, at + d, a, b);
+                    if (kvb_dtype_is_float(t) && !isfinite(a) && isfinite(b)) r->n_nonfinite++;
+                    if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
+                }
+        }
+    r->tol_used = r->n_bad ? 1.0 : 0.0;
+    r->pass = r->n_bad == 0;
+}

@@ -1,0 +1,271 @@
+/* gpu.c: see gpu.h. */
+#include "harness/core/gpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference/kvb.h"
+
+static int g_state = -1; /* -1 unknown, 0 none, 1 usable */
+static char g_reason[256];
+
+const char *kvb_gpu_unavailable_reason(void) { return g_reason; }
+
+/* ---- case guards ---- */
+static jmp_buf *g_guard;
+static int g_broken;
+static char g_broken_reason[400];
+
+jmp_buf *kvb_guard_enter(jmp_buf *jb)
+{
+    g_guard = jb;
+    return jb;
+}
+
+void kvb_guard_leave(void) { g_guard = NULL; }
+
+void kvb_guard_fail(void)
+{
+    jmp_buf *jb = g_guard;
+    g_guard = NULL;
+    if (jb) longjmp(*jb, 1);
+    fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+    exit(3);
+}
+
+int kvb_device_broken(void) { return g_broken; }
+const char *kvb_device_broken_reason(void) { return g_broken_reason; }
+
+#if KVB_HAVE_CUDA
+
+#include <nvtx3/nvToolsExt.h>
+
+void kvb_cuda_fatal(int err, const char *what, const char *file, int line)
+{
+    kvb_fail(KVB_EDEVICE, "CUDA error %d (%s: %s) in %s at %s:%d", err, cudaGetErrorName((cudaError_t)err),
+             cudaGetErrorString((cudaError_t)err), what, file, line);
+    /* A sticky error (illegal address, launch failure) is returned by every later call too: then
+     * nothing more can run on this device in this process. */
+    cudaError_t again = cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+    if (again != cudaSuccess && !g_broken) {
+        g_broken = 1;
+        snprintf(g_broken_reason, sizeof g_broken_reason, "%s", kvb_last_error());
+    }
+    kvb_guard_fail();
+}
+
+int kvb_gpu_available(void)
+{
+    if (g_state >= 0) return g_state;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+        (void)cudaGetLastError();
+        fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
+        return g_state = 0;
+    }
+    int major = 0;
+    KVB_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) {
+        snprintf(g_reason, sizeof g_reason,
+                 "device 0 has compute capability %d.x; this build targets sm_90 (Hopper)", major);
+        fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
+        return g_state = 0;
+    }
+    KVB_CUDA(cudaSetDevice(0));
+    return g_state = 1;
+}
+
+static void run_nvidia_smi(const char *bus, const char *query, char *out, size_t n)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "nvidia-smi -i %s --query-gpu=%s --format=csv,noheader 2>/dev/null", bus, query);
+    out[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    if (fgets(out, (int)n, p)) out[strcspn(out, "\n")] = '\0';
+    pclose(p);
+}
+
+int kvb_gpu_info(kvb_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    if (!kvb_gpu_available()) return KVB_EDEVICE;
+    struct cudaDeviceProp p;
+    KVB_CUDA(cudaGetDeviceProperties(&p, 0));
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->sm_count = p.multiProcessorCount;
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    info->mem_bytes = p.totalGlobalMem;
+    KVB_CUDA(cudaRuntimeGetVersion(&info->runtime_version));
+    KVB_CUDA(cudaDriverGetVersion(&info->driver_version));
+    char bus[32];
+    KVB_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+    run_nvidia_smi(bus, "driver_version", info->driver, sizeof info->driver);
+    char raw[128];
+    run_nvidia_smi(bus, "clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem", raw, sizeof raw);
+    if (raw[0]) {
+        char sm[32] = "", smx[32] = "", mem[32] = "", memx[32] = "";
+        sscanf(raw, " %31[^,], %31[^,], %31[^,], %31[^\n]", sm, smx, mem, memx);
+        snprintf(info->clocks, sizeof info->clocks, "sm %s (max %s), mem %s (max %s)", sm, smx, mem, memx);
+    } else {
+        snprintf(info->clocks, sizeof info->clocks, "unknown (nvidia-smi not available)");
+    }
+    if (!info->driver[0]) snprintf(info->driver, sizeof info->driver, "CUDA driver API %d", info->driver_version);
+    return KVB_OK;
+}
+
+void *kvb_dmalloc(size_t bytes)
+{
+    void *p = NULL;
+    KVB_CUDA(cudaMalloc(&p, bytes ? bytes : 16));
+    return p;
+}
+
+void kvb_dfree(void *p)
+{
+    if (p) KVB_CUDA(cudaFree(p));
+}
+
+void *kvb_pinned_alloc(size_t bytes)
+{
+    void *p = NULL;
+    KVB_CUDA(cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocMapped | cudaHostAllocPortable));
+    return p;
+}
+
+void kvb_pinned_free(void *p)
+{
+    if (p) KVB_CUDA(cudaFreeHost(p));
+}
+
+cudaStream_t kvb_stream_create(void)
+{
+    cudaStream_t s;
+    KVB_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+
+void kvb_stream_destroy(cudaStream_t s)
+{
+    if (s) KVB_CUDA(cudaStreamDestroy(s));
+}
+
+void kvb_h2d(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s)); }
+void kvb_d2h(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s)); }
+void kvb_d2d(void *dst, const void *src, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s)); }
+void kvb_d2d_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows, cudaStream_t s)
+{
+    KVB_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, s));
+}
+void kvb_dmemset(void *dst, int byte, size_t n, cudaStream_t s) { KVB_CUDA(cudaMemsetAsync(dst, byte, n, s)); }
+void kvb_sync(cudaStream_t s) { KVB_CUDA(cudaStreamSynchronize(s)); }
+
+struct kvb_timer {
+    cudaEvent_t start, stop;
+};
+
+kvb_timer *kvb_timer_create(void)
+{
+    kvb_timer *t = calloc(1, sizeof *t);
+    KVB_CUDA(cudaEventCreate(&t->start));
+    KVB_CUDA(cudaEventCreate(&t->stop));
+    return t;
+}
+
+void kvb_timer_destroy(kvb_timer *t)
+{
+    if (!t) return;
+    KVB_CUDA(cudaEventDestroy(t->start));
+    KVB_CUDA(cudaEventDestroy(t->stop));
+    free(t);
+}
+
+void kvb_timer_start(kvb_timer *t, cudaStream_t s) { KVB_CUDA(cudaEventRecord(t->start, s)); }
+void kvb_timer_stop(kvb_timer *t, cudaStream_t s) { KVB_CUDA(cudaEventRecord(t->stop, s)); }
+
+double kvb_timer_seconds(kvb_timer *t)
+{
+    float ms = 0;
+    KVB_CUDA(cudaEventSynchronize(t->stop));
+    KVB_CUDA(cudaEventElapsedTime(&ms, t->start, t->stop));
+    return ms * 1e-3;
+}
+
+static nvtxDomainHandle_t nvtx_domain(void)
+{
+    static nvtxDomainHandle_t d;
+    if (!d) d = nvtxDomainCreateA("kvbench");
+    return d;
+}
+
+void kvb_nvtx_push(const char *name)
+{
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = name;
+    nvtxDomainRangePushEx(nvtx_domain(), &a);
+}
+
+void kvb_nvtx_pop(void) { nvtxDomainRangePop(nvtx_domain()); }
+
+#else /* no CUDA toolkit: the same interface, and never a device */
+
+int kvb_gpu_available(void)
+{
+    if (g_state < 0) {
+        snprintf(g_reason, sizeof g_reason, "built without the CUDA toolkit (nvcc not found at build time)");
+        fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
+        g_state = 0;
+    }
+    return 0;
+}
+
+static void no_cuda(const char *what)
+{
+    fprintf(stderr, "kvbench: %s called in a build without CUDA\n", what);
+    abort();
+}
+
+int kvb_gpu_info(kvb_device_info *info) { memset(info, 0, sizeof *info); return KVB_EDEVICE; }
+void *kvb_dmalloc(size_t b) { (void)b; no_cuda("kvb_dmalloc"); return NULL; }
+void kvb_dfree(void *p) { (void)p; }
+void *kvb_pinned_alloc(size_t b) { (void)b; no_cuda("kvb_pinned_alloc"); return NULL; }
+void kvb_pinned_free(void *p) { (void)p; }
+cudaStream_t kvb_stream_create(void) { no_cuda("kvb_stream_create"); return NULL; }
+void kvb_stream_destroy(cudaStream_t s) { (void)s; }
+void kvb_h2d(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_h2d"); }
+void kvb_d2h(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_d2h"); }
+void kvb_d2d(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_d2d"); }
+void kvb_d2d_2d(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t n, cudaStream_t st)
+{
+    (void)d, (void)dp, (void)s, (void)sp, (void)w, (void)n, (void)st;
+    no_cuda("kvb_d2d_2d");
+}
+void kvb_dmemset(void *d, int b, size_t n, cudaStream_t st) { (void)d, (void)b, (void)n, (void)st; no_cuda("kvb_dmemset"); }
+void kvb_sync(cudaStream_t s) { (void)s; }
+void kvb_l2_flush(cudaStream_t s) { (void)s; no_cuda("kvb_l2_flush"); }
+void kvb_stream_block(cudaStream_t s) { (void)s; no_cuda("kvb_stream_block"); }
+void kvb_stream_release(void) {}
+kvb_timer *kvb_timer_create(void) { no_cuda("kvb_timer_create"); return NULL; }
+void kvb_timer_destroy(kvb_timer *t) { (void)t; }
+void kvb_timer_start(kvb_timer *t, cudaStream_t s) { (void)t, (void)s; }
+void kvb_timer_stop(kvb_timer *t, cudaStream_t s) { (void)t, (void)s; }
+double kvb_timer_seconds(kvb_timer *t) { (void)t; return 0; }
+void kvb_copy_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_copy_kernel"); }
+void kvb_read_host_kernel(void *d, const void *s, size_t n, cudaStream_t st) { (void)d, (void)s, (void)n, (void)st; no_cuda("kvb_read_host_kernel"); }
+void kvb_null_kernel(cudaStream_t s) { (void)s; no_cuda("kvb_null_kernel"); }
+void kvb_read_kernel(const void *src, size_t n, cudaStream_t st) { (void)src, (void)n, (void)st; no_cuda("kvb_read_kernel"); }
+void kvb_nvtx_push(const char *name) { (void)name; }
+void kvb_nvtx_pop(void) {}
+
+#endif

@@ -1,0 +1,125 @@
+/* main.c: the kvbench command line: options, case selection, `list`, and dispatch to the
+ * subcommands (check.c, bench.c, compare_results.c; cli.h says which file holds what).
+ *
+ *   kvbench list     [FILTER...]                 case ids (all tiers unless --tier)
+ *   kvbench kernels                              every kernel, its keys and its implementations
+ *   kvbench check    [FILTER...] [--json F] [--dump DIR]   CUDA vs reference, exit 1 on a failure
+ *   kvbench bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_*...]
+ *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
+ *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
+ *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
+ *
+ * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
+ * or a substring of case ids.
+ * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/core/cli.h"
+#include "harness/core/compare_results.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvbench <command> [FILTER...] [options]\n"
+            "  list     [FILTER...]                      list case ids\n"
+            "  kernels                                   every kernel with its keys and implementations\n"
+            "  check    [FILTER...] [--json F] [--dump DIR] [--determinism]\n"
+            "                                            run CUDA and the C reference, compare; exit 1 on a failure\n"
+            "           --fault zeros                    fault injection, no device needed: validate outputs of\n"
+            "                                            zeros; exit 0 only when every case catches them\n"
+            "           --determinism                    launch each validated case again: its outputs must be\n"
+            "                                            bitwise equal to the first launch's\n"
+            "  bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_<flag>=...]\n"
+            "                                            validate, time through Google Benchmark, validate again;\n"
+            "                                            --peers: external peers timed in the same round\n"
+            "                                            (harness/torch_peers.py)\n"
+            "  ceilings [--json F]                       measure copy and read bandwidths and the bf16 matrix rate\n"
+            "  profile  CASE                             one launch of CASE between cudaProfilerStart/Stop\n"
+            "  compare  BASE.json NEW.json [--threshold PCT] [--json F] [--subset]\n"
+            "                                            the regression gate: per case SLOWER/FASTER (beyond the\n"
+            "                                            threshold, default 5%%, and 3 standard errors of the medians),\n"
+            "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
+            "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
+            "                                            of BASE on purpose, BASE's other cases are left out\n"
+            "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
+            "        or a substring of case ids\n"
+            "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n");
+}
+
+static int cmd_ceilings(const kvb_options *o)
+{
+    if (!kvb_gpu_available()) {
+        printf("kvbench ceilings: %s; nothing measured\n", kvb_gpu_unavailable_reason());
+        return 0;
+    }
+    kvb_ceilings c;
+    kvb_ceilings_measure(&c);
+    kvb_ceilings_print(&c);
+    if (o->json) {
+        FILE *f = fopen(o->json, "w");
+        if (!f) {
+            fprintf(stderr, "kvbench: cannot write %s\n", o->json);
+            return 2;
+        }
+        kvb_json j;
+        kvb_json_begin(&j, f);
+        kvb_context_json(&j, o, &c);
+        kvb_json_end(&j);
+        fclose(f);
+    }
+    return 0;
+}
+
+static int cmd_list(const kvb_options *o)
+{
+    kvb_case_list cases;
+    int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
+    if (rc) return rc;
+    for (int i = 0; i < cases.n; i++) { /* the id, and the tolerance overrides a case line gave */
+        char repro[KVB_ID_MAX + 128];
+        kvb_case_repro(&cases.v[i], repro, sizeof repro);
+        printf("%-5s  %s\n", kvb_tier_name(cases.v[i].tier), repro);
+    }
+    kvb_cases_free(&cases);
+    return 0;
+}
+
+static int cmd_kernels(void)
+{
+    for (int i = 0; i < kvb_op_count(); i++) {
+        const kvb_op *op = kvb_op_at(i);
+        printf("%s (%s): %s\n  keys:", op->name, op->family, op->summary);
+        for (int k = 0; k < op->n_params; k++) printf(" %s", op->params[k].name);
+        printf("\n");
+        for (int k = 0; k < op->n_impls; k++)
+            printf("  impl=%-14s %s%s\n", op->impls[k].name, op->impls[k].about,
+                   op->impls[k].wall_timed ? " [wall-timed: includes host work]" : "");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* compare has options of its own: it parses its arguments itself */
+    if (argc >= 2 && !strcmp(argv[1], "compare")) return kvb_compare_main(argc - 2, argv + 2);
+    kvb_options o;
+    int rc = kvb_parse_options(argc, argv, &o);
+    if (rc < 0 || !o.cmd || !strcmp(o.cmd, "help") || !strcmp(o.cmd, "--help") || !strcmp(o.cmd, "-h")) {
+        usage(rc < 0 ? stderr : stdout);
+        return rc < 0 ? 2 : 0;
+    }
+    if (rc) return rc;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(o.cmd, "list")) return cmd_list(&o);
+    if (!strcmp(o.cmd, "kernels")) return cmd_kernels();
+    if (!strcmp(o.cmd, "check")) return kvb_cmd_check(&o);
+    if (!strcmp(o.cmd, "bench")) return kvb_cmd_bench(&o);
+    if (!strcmp(o.cmd, "ceilings")) return cmd_ceilings(&o);
+    if (!strcmp(o.cmd, "profile")) return kvb_cmd_profile(&o);
+    fprintf(stderr, "kvbench: unknown command '%s'\n", o.cmd);
+    usage(stderr);
+    return 2;
+}

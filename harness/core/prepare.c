@@ -1,0 +1,147 @@
+/* prepare.c: the one path from a case to a validated, live run (cli.h), shared by check, bench and
+ * profile, with the case guard that turns a failed CUDA call or host allocation into this case's
+ * failure. */
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/core/cli.h"
+
+static kvb_status fail(kvb_outcome *o, const char *why)
+{
+    o->status = KVB_FAIL;
+    o->why = why;
+    snprintf(o->msg, sizeof o->msg, "%s", kvb_last_error());
+    return o->status;
+}
+
+/* One validating launch plus the op's invariants on every slice. */
+static kvb_status validate(kvb_run *r, kvb_outcome *o)
+{
+    if (kvb_run_validate(r, &o->v) != KVB_OK) return fail(o, "launch rejected");
+    if (r->op->out_check) {
+        o->v.invariants_checked = 1;
+        kvb_clear_error();
+        if (r->op->out_check(r) != KVB_OK) {
+            snprintf(o->v.invariant_error, sizeof o->v.invariant_error, "%s", kvb_last_error());
+            o->v.pass = 0;
+        }
+    }
+    if (!o->v.pass) {
+        o->status = KVB_FAIL;
+        o->why = o->v.invariant_error[0] ? "output violates an invariant" : "output differs from the reference";
+        snprintf(o->msg, sizeof o->msg, "%s", o->v.invariant_error);
+        return o->status;
+    }
+    o->status = KVB_PASS;
+    return o->status;
+}
+
+kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil, kvb_outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    memset(r, 0, sizeof *r);
+    o->status = KVB_PASS;
+    o->why = "";
+    if (kvb_device_broken()) {
+        o->status = KVB_FAIL;
+        o->why = "not run: the device failed in an earlier case";
+        snprintf(o->msg, sizeof o->msg, "%s", kvb_device_broken_reason());
+        return o->status;
+    }
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        return fail(o, "aborted");
+    }
+    kvb_status st;
+    if (kvb_run_setup(r, c, ceil) != KVB_OK) st = fail(o, "setup or reference failed");
+    else if (r->op->ref_check && r->op->ref_check(r) != KVB_OK) st = fail(o, "reference invariant violated");
+    else if (!kvb_gpu_available()) {
+        o->status = st = KVB_SKIP;
+        o->why = "no CUDA device: reference computed, GPU run skipped";
+    } else if (kvb_run_gpu_setup(r) != KVB_OK) st = fail(o, "GPU setup failed");
+    else st = validate(r, o);
+    kvb_guard_leave();
+    return st;
+}
+
+/* Compare outputs of zeros with the reference and run the op's invariants: 1 when that fails (the
+ * fault would be caught). */
+static int zeros_fail(kvb_run *r, kvb_verdict *v)
+{
+    kvb_run_compare(r, v);
+    if (r->op->out_check) {
+        v->invariants_checked = 1;
+        kvb_clear_error();
+        if (r->op->out_check(r) != KVB_OK) {
+            snprintf(v->invariant_error, sizeof v->invariant_error, "%s", kvb_last_error());
+            v->pass = 0;
+        }
+    }
+    return !v->pass;
+}
+
+int kvb_run_zeros_caught(kvb_run *r)
+{
+    void *saved[KVB_MAX_TENSORS] = {0};
+    for (int i = 0; i < r->nt; i++) {
+        kvb_tensor *t = &r->t[i];
+        if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
+        size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
+        saved[i] = t->out;
+        t->out = kvb_run_alloc(r, bytes, t->name);
+        memset(t->out, 0, bytes);
+    }
+    kvb_verdict v;
+    int caught = zeros_fail(r, &v);
+    for (int i = 0; i < r->nt; i++)
+        if (r->t[i].role == KVB_OUT || r->t[i].role == KVB_INOUT) {
+            free(r->t[i].out);
+            r->t[i].out = saved[i];
+        }
+    return caught;
+}
+
+kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    memset(r, 0, sizeof *r);
+    o->why = "";
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        return fail(o, "aborted");
+    }
+    kvb_status st = KVB_PASS;
+    if (kvb_run_setup(r, c, NULL) != KVB_OK) st = fail(o, "setup or reference failed");
+    else {
+        for (int i = 0; i < r->nt; i++) {
+            kvb_tensor *t = &r->t[i];
+            if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
+            size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
+            t->out = kvb_run_alloc(r, bytes, t->name);
+            memset(t->out, 0, bytes);
+        }
+        zeros_fail(r, &o->v);
+        o->status = st = o->v.pass ? KVB_PASS : KVB_FAIL;
+        o->why = o->v.pass ? "outputs of zeros PASSED validation: the check is blind to this fault" : "zeros caught";
+    }
+    kvb_guard_leave();
+    return st;
+}
+
+kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    o->why = "";
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) {
+        kvb_guard_leave();
+        return fail(o, "aborted");
+    }
+    kvb_status st = validate(r, o);
+    kvb_guard_leave();
+    return st;
+}

@@ -1,0 +1,53 @@
+/* tensor.h: dtypes, seeded input distributions, and .npy output.
+ *
+ * Random inputs are counter-based: element i of a tensor is a pure function of (seed, stream, i),
+ * where stream is a hash of the tensor's name. A tensor's contents therefore do not depend on the
+ * order in which tensors are filled, on threading, or on the size of the run (a larger batch holds
+ * the smaller one as a prefix), and every value can be recomputed from its index.
+ *
+ * Distributions (all seeded; none is all zeros):
+ *   normal   N(mean, std^2) by Box-Muller on two hashed uniforms
+ *   uniform  U[lo, hi)
+ * Kernel families build their peaked / sink / outlier inputs on top of these (see their ops file).
+ */
+#ifndef KVB_TENSOR_H
+#define KVB_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/kvb.h"
+
+typedef enum { KVB_BF16, KVB_FP16, KVB_FP32, KVB_FP64, KVB_I32, KVB_U32, KVB_U8 } kvb_dtype;
+
+size_t kvb_dtype_size(kvb_dtype t);
+const char *kvb_dtype_name(kvb_dtype t);
+int kvb_dtype_is_float(kvb_dtype t);
+double kvb_load_as_double(const void *p, kvb_dtype t, int64_t i); /* element i as a double */
+
+/* ---- deterministic random numbers ---- */
+uint64_t kvb_hash64(uint64_t x);                       /* splitmix64 finalizer */
+uint64_t kvb_stream_of(const char *name);              /* FNV-1a of a tensor name */
+double kvb_uniform01(uint64_t seed, uint64_t stream, uint64_t i); /* in (0, 1) */
+double kvb_normal01(uint64_t seed, uint64_t stream, uint64_t i);  /* N(0, 1) */
+
+/* Sequential generator for shuffles and choices. */
+typedef struct kvb_rng { uint64_t state; } kvb_rng;
+kvb_rng kvb_rng_make(uint64_t seed, uint64_t stream);
+uint64_t kvb_rng_next(kvb_rng *r);
+uint64_t kvb_rng_below(kvb_rng *r, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
+void kvb_shuffle_i32(kvb_rng *r, int32_t *v, int64_t n);
+
+/* Fill x[0:n] with element i taken from index first + i of the (seed, stream) sequence. */
+void kvb_fill_bf16_normal(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
+                          double mean, double std);
+void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
+                           double lo, double hi);
+void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
+                         double mean, double std);
+
+/* Write a numpy .npy file (format 1.0). bf16 has no numpy dtype: it is written as '<u2' bit
+ * patterns (view with ml_dtypes.bfloat16 or shift into float32). */
+int kvb_npy_write(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data);
+
+#endif

@@ -1,0 +1,476 @@
+/* ops_shadowkv.c: ShadowKV's prefill in the harness (spec: shadowkv.md "Prefill"; reference/shadowkv.h,
+ * kernels/shadowkv.h).
+ *
+ * shadowkv_lowrank: the rank-r factorization of the pre-RoPE keys Kpre [S, Hkv*D] (fp32).
+ *   impl=kernel     Gram matrix + cuSOLVER syevdx of the r largest eigenpairs + one GEMM (GPU)
+ *   impl=syevd_all  the same with every eigenpair (syevd), kept to compare
+ *   impl=lapacke    the CPU reference itself (LAPACKE_dgesdd on this machine's cores), its factors
+ *                   uploaded: the "20x faster than LAPACKE" goal is a ratio of this run
+ *   All three are wall-timed: cuSOLVER's eigensolvers synchronize with the host inside the call.
+ *   Singular vectors are defined up to sign, so U and SV are not compared element by element: the
+ *   check (out_check) computes ||Kpre - U*SV||_F of the device's fp32 factors in double and passes
+ *   when it is at most 1.02 x the optimal rank-r error from LAPACKE's singular values (Eckart-Young)
+ *   plus fp32's resolution, 1e-5 ||Kpre||_F (it matters only where the optimum is about 0: full rank).
+ *   The achieved ratio, and that of the bf16 factors as stored, go into the case's note.
+ *   Inputs (dist=): normal, N(0, 1): a flat spectrum, the hard case for an approximate subspace;
+ *   lowrank, sum_{i<192} 4 exp(-i/40) a_i b_i^T + 0.02 noise (a_i, b_i, noise N(0, 1)): decaying
+ *   singular values, the shape of pre-RoPE keys in the ShadowKV paper.
+ *
+ * shadowkv_landmarks: chunk means, the minimum cosine per chunk, the outlier chunks (the suite's top-k
+ *   of -min_cos) and the landmarks of the others, from post-RoPE keys K [B, Hkv, S, D] bf16.
+ *   Compared: min_cos (float), outliers (index set, tie-tolerant by the reference's min_cos, since
+ *   fp32 and double minimums may order near-ties differently); and on every (b, h) row (out_check),
+ *   given the device's outlier set: landmark_idx is exactly the other chunks ascending, and each
+ *   landmark is bf16 of its chunk's mean within the tolerance (the means from the reference with
+ *   no outliers, which returns every chunk's mean). Inputs (dist=): normal, N(0, 1) keys; repeat,
+ *   chunk k a copy of chunk k mod 7 (equal minimums: the lower-chunk rule decides).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference/shadowkv.h"
+#include "harness/core/ceilings.h"
+#include "harness/core/op.h"
+#include "harness/ops/ops.h"
+#if KVB_HAVE_CUDA
+#include "kernels/shadowkv/shadowkv.h"
+#endif
+
+#define NPARAMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ==== shadowkv_lowrank ============================================================================ */
+
+#define LOWRANK_BOUND 1.02       /* shadowkv.md: ||Kpre - U*SV||_F <= 1.02 x optimal */
+#define LOWRANK_FP32_FLOOR 1e-5  /* x ||Kpre||_F: what factors computed in fp32 can resolve */
+#define LOWRANK_SIGNAL_RANK 192  /* dist=lowrank */
+
+static const kvb_param lowrank_params[] = {
+    {"S", KVB_P_INT, 32768, 1, SHADOWKV_MAX_S, NULL, "prompt tokens (rows of Kpre)"},
+    {"Hkv", KVB_P_INT, 8, 1, SHADOWKV_MAX_HKV, NULL, "KV heads"},
+    {"D", KVB_P_INT, 128, 1, SHADOWKV_MAX_D, NULL, "head dimension (Kpre has Hkv*D columns)"},
+    {"r", KVB_P_INT, 160, 1, 8192, NULL, "rank, in [1, min(S, Hkv*D)]"},
+    {"dist", KVB_P_ENUM, 0, 0, 0, "normal|lowrank", "Kpre: normal (flat spectrum) or lowrank (decaying, + noise)"},
+    {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
+};
+
+static int validate_lowrank(const kvb_case *c)
+{
+    const int64_t S = kvb_case_i64(c, "S"), N = (int64_t)kvb_case_int(c, "Hkv") * kvb_case_int(c, "D");
+    const int r = kvb_case_int(c, "r");
+    const int64_t max_r = S < N ? S : N;
+    if (r > max_r)
+        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: r=%d out of range [1, min(S, Hkv*D) = %lld]", r, (long long)max_r);
+    if (S * N > 2147483647LL) /* LAPACK's 32-bit indices, and the reference's time */
+        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: S*Hkv*D = %lld out of range [1, 2^31 - 1]", (long long)(S * N));
+#if KVB_HAVE_CUDA
+    if (N > SHADOWKV_GPU_MAX_N)
+        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: Hkv*D=%lld out of range [1, %d]", (long long)N, SHADOWKV_GPU_MAX_N);
+#endif
+    return KVB_OK;
+}
+
+typedef struct lowrank_priv {
+    int S, Hkv, D, r, N;
+    double *s;           /* LAPACKE's singular values, descending */
+    double optimal, norm; /* the optimal rank-r error, ||Kpre||_F */
+    double ratio32, ratio16;
+#if KVB_HAVE_CUDA
+    shadowkv_lowrank_plan plan;
+#endif
+} lowrank_priv;
+
+/* dist=lowrank: Kpre = A diag(sigma) Bm + 0.02 E with A [S, R0], Bm [R0, N], E [S, N] seeded N(0, 1). */
+static void fill_lowrank(float *K, int S, int N, uint64_t seed)
+{
+    const int R0 = LOWRANK_SIGNAL_RANK;
+    float *A = malloc((size_t)S * R0 * sizeof *A), *Bm = malloc((size_t)R0 * N * sizeof *Bm);
+    if (!A || !Bm) {
+        free(A), free(Bm);
+        kvb_fail(KVB_ENOMEM, "shadowkv_lowrank: out of host memory for the low-rank input");
+        kvb_guard_fail();
+    }
+    kvb_fill_f32_normal(A, (int64_t)S * R0, seed, kvb_stream_of("Kpre.A"), 0, 0, 1);
+    kvb_fill_f32_normal(Bm, (int64_t)R0 * N, seed, kvb_stream_of("Kpre.B"), 0, 0, 1);
+    kvb_fill_f32_normal(K, (int64_t)S * N, seed, kvb_stream_of("Kpre"), 0, 0, 0.02);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < S; t++) {
+        float *row = K + (int64_t)t * N;
+        for (int i = 0; i < R0; i++) {
+            const float a = A[(int64_t)t * R0 + i] * (float)(4.0 * exp(-i / 40.0));
+            const float *b = Bm + (int64_t)i * N;
+            for (int n = 0; n < N; n++) row[n] += a * b[n];
+        }
+    }
+    free(A), free(Bm);
+}
+
+static int setup_lowrank(kvb_run *r)
+{
+    const kvb_case *c = r->c;
+    lowrank_priv *p = calloc(1, sizeof *p);
+    r->priv = p;
+    p->S = kvb_case_int(c, "S"), p->Hkv = kvb_case_int(c, "Hkv"), p->D = kvb_case_int(c, "D");
+    p->r = kvb_case_int(c, "r"), p->N = p->Hkv * p->D;
+    const int S = p->S, N = p->N, R = p->r;
+    int64_t sk[2] = {S, N}, su[2] = {S, R}, ssv[3] = {p->Hkv, R, p->D}, s1[1] = {1};
+    kvb_tensor *K = kvb_run_tensor(r, "Kpre", KVB_FP32, 2, sk, KVB_IN);
+    kvb_tensor *t;
+    t = kvb_run_tensor(r, "U", KVB_FP32, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE;
+    t = kvb_run_tensor(r, "SV", KVB_FP32, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE;
+    t = kvb_run_tensor(r, "U_bf16", KVB_BF16, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE;
+    t = kvb_run_tensor(r, "SV_bf16", KVB_BF16, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE;
+    kvb_tensor *info = kvb_run_tensor(r, "info", KVB_I32, 1, s1, KVB_OUT);
+    ((int32_t *)info->ref)[0] = 0; /* the eigensolver converged */
+    if (K->n > (1 << 26)) K->flags |= KVB_T_NO_DUMP;
+    int64_t ws[1] = {1};
+#if KVB_HAVE_CUDA
+    if (kvb_gpu_available() && strcmp(kvb_run_impl(r), "lapacke")) {
+        const shadowkv_eig eig = strcmp(kvb_run_impl(r), "syevd_all") ? SHADOWKV_EIG_TOP_R : SHADOWKV_EIG_ALL;
+        int rc = shadowkv_lowrank_plan_make(&p->plan, S, p->Hkv, p->D, R, eig, NULL);
+        if (rc) return rc;
+        ws[0] = (int64_t)p->plan.workspace_bytes;
+    }
+#endif
+    kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
+    if (!strcmp(kvb_case_enum(c, "dist"), "lowrank")) fill_lowrank(K->h, S, N, r->seed);
+    else kvb_fill_f32_normal(K->h, K->n, r->seed, kvb_stream_of("Kpre"), 0, 0, 1);
+    /* the reference: every singular value (LAPACKE_dgesdd), for the optimal error */
+    const int ns = S < N ? S : N;
+    p->s = kvb_run_alloc(r, (size_t)ns * sizeof *p->s, "singular values");
+    float *U = kvb_run_alloc(r, (size_t)S * R * sizeof *U, "U"), *SV = kvb_run_alloc(r, (size_t)N * R * sizeof *SV, "SV");
+    int rc = ref_shadowkv_lowrank(K->h, S, p->Hkv, p->D, R, U, SV, p->s);
+    if (rc == KVB_OK) {
+        p->optimal = shadowkv_optimal_error(p->s, ns, R);
+        double sum = 0;
+        for (int i = 0; i < ns; i++) sum += p->s[i] * p->s[i];
+        p->norm = sqrt(sum);
+        /* the reference's own factors meet the bound (a check of the check) */
+        double err;
+        rc = ref_shadowkv_lowrank_error(K->h, S, p->Hkv, p->D, R, U, SV, &err);
+        if (rc == KVB_OK && err > LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm)
+            rc = kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the reference's own factors miss the bound: %.6g > 1.02 x %.6g",
+                          err, p->optimal);
+    }
+    free(U), free(SV);
+    return rc;
+}
+
+/* Every slice: the device's fp32 factors against the bound, and the bf16 ones reported. */
+static int out_check_lowrank(kvb_run *r)
+{
+    lowrank_priv *p = r->priv;
+    const kvb_tensor *K = kvb_run_find(r, "Kpre");
+    double e32, e16;
+    int rc = ref_shadowkv_lowrank_error(K->h, p->S, p->Hkv, p->D, p->r, kvb_run_find(r, "U")->out,
+                                        kvb_run_find(r, "SV")->out, &e32);
+    if (rc) return rc;
+    const int64_t nu = (int64_t)p->S * p->r, nsv = (int64_t)p->N * p->r;
+    float *U = kvb_run_alloc(r, (size_t)nu * sizeof *U, "U"), *SV = kvb_run_alloc(r, (size_t)nsv * sizeof *SV, "SV");
+    const kvb_bf16 *U16 = kvb_run_find(r, "U_bf16")->out, *SV16 = kvb_run_find(r, "SV_bf16")->out;
+    for (int64_t i = 0; i < nu; i++) U[i] = kvb_bf16_to_float(U16[i]);
+    for (int64_t i = 0; i < nsv; i++) SV[i] = kvb_bf16_to_float(SV16[i]);
+    rc = ref_shadowkv_lowrank_error(K->h, p->S, p->Hkv, p->D, p->r, U, SV, &e16);
+    free(U), free(SV);
+    if (rc) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: bf16 factors: %s", kvb_last_error());
+    const double bound = LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm;
+    p->ratio32 = p->optimal > 0 ? e32 / p->optimal : 0;
+    p->ratio16 = p->optimal > 0 ? e16 / p->optimal : 0;
+    snprintf(r->note, sizeof r->note,
+             "||Kpre - U*SV||_F / optimal: fp32 factors %.5f (bound 1.02), bf16 factors %.5f; optimal %.6g, "
+             "||Kpre||_F %.6g",
+             p->ratio32, p->ratio16, p->optimal, p->norm);
+    if (e32 > bound)
+        return kvb_fail(KVB_EINVAL,
+                        "shadowkv_lowrank: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F %.6g "
+                        "(ratio %.5f)",
+                        e32, p->optimal, p->norm, e32 / (p->optimal > 0 ? p->optimal : 1));
+    return KVB_OK;
+}
+
+#if KVB_HAVE_CUDA
+static void *dev(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
+
+static int launch_lowrank(kvb_run *r)
+{
+    lowrank_priv *p = r->priv;
+    return shadowkv_lowrank(&p->plan, dev(r, "Kpre"), dev(r, "U"), dev(r, "SV"), dev(r, "U_bf16"), dev(r, "SV_bf16"),
+                            dev(r, "info"), dev(r, "workspace"), r->stream);
+}
+
+/* The CPU reference as a peer: LAPACKE on this machine's cores, then the factors uploaded. */
+static int launch_lapacke(kvb_run *r)
+{
+    lowrank_priv *p = r->priv;
+    const int64_t nu = (int64_t)p->S * p->r, nsv = (int64_t)p->N * p->r;
+    float *U = kvb_run_alloc(r, (size_t)nu * sizeof *U, "U"), *SV = kvb_run_alloc(r, (size_t)nsv * sizeof *SV, "SV");
+    kvb_bf16 *U16 = kvb_run_alloc(r, (size_t)nu * 2, "U"), *SV16 = kvb_run_alloc(r, (size_t)nsv * 2, "SV");
+    int rc = ref_shadowkv_lowrank(kvb_run_find(r, "Kpre")->h, p->S, p->Hkv, p->D, p->r, U, SV, NULL);
+    if (rc == KVB_OK) {
+        shadowkv_round_bf16(U, nu, U16);
+        shadowkv_round_bf16(SV, nsv, SV16);
+        kvb_h2d(dev(r, "U"), U, (size_t)nu * 4, r->stream);
+        kvb_h2d(dev(r, "SV"), SV, (size_t)nsv * 4, r->stream);
+        kvb_h2d(dev(r, "U_bf16"), U16, (size_t)nu * 2, r->stream);
+        kvb_h2d(dev(r, "SV_bf16"), SV16, (size_t)nsv * 2, r->stream);
+        kvb_dmemset(dev(r, "info"), 0, 4, r->stream);
+        kvb_sync(r->stream);
+    }
+    free(U), free(SV), free(U16), free(SV16);
+    return rc;
+}
+#else
+static int launch_lowrank(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+static int launch_lapacke(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+#endif
+
+/* Work: the Gram matrix (S N^2 multiply-adds, half of them by symmetry: S N (N+1) FLOPs), the
+ * eigensolver (about 9 N^3 for a dense symmetric one), U = Kpre Vs (2 S N r). Bytes: Kpre read twice,
+ * U written in fp32 and bf16. A latency-bound eigensolver: no ceiling; the goal is the spec's ratio to
+ * torch.linalg.svd of the same run (5x faster); torch.svd_lowrank and impl=lapacke are beside it. */
+static void cost_lowrank(const kvb_run *r, kvb_cost *c)
+{
+    const lowrank_priv *p = r->priv;
+    const double S = p->S, N = p->N, R = p->r;
+    c->flops = S * N * (N + 1) + 9.0 * N * N * N + 2.0 * S * N * R;
+    c->bytes_dev = 2.0 * S * N * 4 + S * R * 6 + N * R * 6;
+    c->ceiling = KVB_CEIL_NONE;
+    if (!strcmp(kvb_run_impl(r), "lapacke")) return;
+    c->goal_peer = "torch_linalg_svd";
+    c->goal_peer_ratio = 0.2;
+    c->goal_text = "5x faster than torch.linalg.svd";
+#if KVB_HAVE_CUDA
+    c->workspace_bytes = (double)p->plan.workspace_bytes;
+#endif
+}
+
+static void teardown_lowrank(kvb_run *r)
+{
+    lowrank_priv *p = r->priv;
+    if (!p) return;
+#if KVB_HAVE_CUDA
+    shadowkv_lowrank_plan_free(&p->plan);
+#endif
+    free(p->s);
+    free(p);
+    r->priv = NULL;
+}
+
+static const kvb_impl lowrank_impls[] = {
+    {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32) + cuSOLVER syevdx of the r largest + one GEMM"},
+    {"syevd_all", launch_lowrank, 1, "the same with every eigenpair (syevd), kept to compare"},
+    {"lapacke", launch_lapacke, 1, "the CPU reference (LAPACKE_dgesdd on this machine's cores), factors uploaded"},
+};
+
+const kvb_op op_shadowkv_lowrank = {
+    .name = "shadowkv_lowrank",
+    .family = "shadowkv",
+    .summary = "ShadowKV prefill step 1: rank-r factors U [S, r], SV [Hkv, r, D] of the pre-RoPE keys",
+    .params = lowrank_params,
+    .n_params = NPARAMS(lowrank_params),
+    KVB_IMPLS(lowrank_impls),
+    .validate = validate_lowrank,
+    .setup = setup_lowrank,
+    .launch = launch_lowrank,
+    .cost = cost_lowrank,
+    .teardown = teardown_lowrank,
+    .out_check = out_check_lowrank,
+};
+
+/* ==== shadowkv_landmarks =========================================================================== */
+
+static const kvb_param landmarks_params[] = {
+    {"B", KVB_P_INT, 1, 1, 1024, NULL, "batch"},
+    {"Hkv", KVB_P_INT, 8, 1, SHADOWKV_MAX_HKV, NULL, "KV heads"},
+    {"S", KVB_P_INT, 32768, 1, SHADOWKV_MAX_S, NULL, "prompt tokens"},
+    {"D", KVB_P_INT, 128, 1, SHADOWKV_MAX_D, NULL, "head dimension"},
+    {"c", KVB_P_INT, 8, 1, SHADOWKV_MAX_C, NULL, "tokens per chunk"},
+    {"local_chunks", KVB_P_INT, 4, 0, 1 << 20, NULL, "local chunks (the window kept exact)"},
+    {"outlier_chunks", KVB_P_INT, 48, 1, 1 << 20, NULL, "outlier chunks, in [1, n_chunks - 1]"},
+    {"dist", KVB_P_ENUM, 0, 0, 0, "normal|repeat", "keys: normal, or repeat (chunk k = chunk k mod 7: ties)"},
+    {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
+};
+
+static int landmark_counts(const kvb_case *c, int *n_chunks, int *Lm)
+{
+    return shadowkv_chunk_counts(kvb_case_int(c, "S"), kvb_case_int(c, "c"), kvb_case_int(c, "local_chunks"),
+                                 kvb_case_int(c, "outlier_chunks"), n_chunks, Lm, "shadowkv_landmarks");
+}
+
+static int validate_landmarks(const kvb_case *c)
+{
+    int n_chunks, Lm;
+    int rc = landmark_counts(c, &n_chunks, &Lm);
+    if (rc) return rc;
+    if (Lm < 1)
+        return kvb_fail(KVB_EINVAL, "shadowkv_landmarks: outlier_chunks=%d out of range [1, n_chunks - 1 = %d]",
+                        kvb_case_int(c, "outlier_chunks"), n_chunks - 1);
+    const double bytes = 2.0 * kvb_case_int(c, "B") * kvb_case_int(c, "Hkv") * kvb_case_i64(c, "S") * kvb_case_int(c, "D");
+    if (bytes > 8e9)
+        return kvb_fail(KVB_EINVAL, "shadowkv_landmarks: B*Hkv*S*D = %.0f keys out of range [1, 4e9] (8 GB)", bytes / 2);
+    return KVB_OK;
+}
+
+typedef struct landmarks_priv {
+    int B, Hkv, S, D, c, local, O, n_chunks, Lm;
+    kvb_bf16 *all_means; /* [B, Hkv, n_chunks, D]: bf16 mean of every chunk (the reference, no outliers) */
+    float *neg_min_cos;  /* [B, Hkv, n_chunks]: the outliers' selection scores (largest = smallest min_cos) */
+} landmarks_priv;
+
+static int setup_landmarks(kvb_run *r)
+{
+    const kvb_case *c = r->c;
+    landmarks_priv *p = calloc(1, sizeof *p);
+    r->priv = p;
+    p->B = kvb_case_int(c, "B"), p->Hkv = kvb_case_int(c, "Hkv"), p->S = kvb_case_int(c, "S");
+    p->D = kvb_case_int(c, "D"), p->c = kvb_case_int(c, "c"), p->local = kvb_case_int(c, "local_chunks");
+    p->O = kvb_case_int(c, "outlier_chunks");
+    int rc = landmark_counts(c, &p->n_chunks, &p->Lm);
+    if (rc) return rc;
+    const int B = p->B, H = p->Hkv, S = p->S, D = p->D, nc = p->n_chunks, Lm = p->Lm, O = p->O;
+    int64_t sk[4] = {B, H, S, D}, sl[4] = {B, H, Lm, D}, si[3] = {B, H, Lm}, so[3] = {B, H, O}, sm[3] = {B, H, nc};
+    kvb_tensor *K = kvb_run_tensor(r, "K", KVB_BF16, 4, sk, KVB_IN);
+    kvb_tensor *lm = kvb_run_tensor(r, "landmarks", KVB_BF16, 4, sl, KVB_OUT);
+    kvb_tensor *li = kvb_run_tensor(r, "landmark_idx", KVB_I32, 3, si, KVB_OUT);
+    kvb_tensor *ol = kvb_run_tensor(r, "outliers", KVB_I32, 3, so, KVB_OUT);
+    kvb_tensor *mc = kvb_run_tensor(r, "min_cos", KVB_FP32, 3, sm, KVB_OUT);
+    lm->cmp = KVB_CMP_NONE, li->cmp = KVB_CMP_NONE; /* checked in out_check, given the device's outliers */
+    if (K->n > (1 << 26)) K->flags |= KVB_T_NO_DUMP;
+    int64_t ws[1] = {1};
+#if KVB_HAVE_CUDA
+    if (kvb_gpu_available()) ws[0] = (int64_t)shadowkv_landmarks_workspace_bytes(B, H, nc, D);
+#endif
+    kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
+
+    kvb_bf16 *k = K->h;
+    if (!strcmp(kvb_case_enum(c, "dist"), "repeat")) {
+        kvb_fill_bf16_normal(k, K->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
+        const int64_t chunk = (int64_t)p->c * D;
+        for (int64_t row = 0; row < (int64_t)B * H; row++)
+            for (int ch = 7; ch < nc; ch++)
+                memcpy(k + row * S * D + ch * chunk, k + row * S * D + (ch % 7) * chunk, (size_t)chunk * 2);
+    } else {
+        kvb_fill_bf16_normal(k, K->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
+    }
+    p->all_means = kvb_run_alloc(r, (size_t)B * H * nc * D * 2, "chunk means");
+    p->neg_min_cos = kvb_run_alloc(r, (size_t)B * H * nc * sizeof(float), "selection scores");
+    int32_t *all_idx = kvb_run_alloc(r, (size_t)H * nc * sizeof(int32_t), "chunk ids"), no_outliers[1];
+    for (int b = 0; b < B && rc == KVB_OK; b++) {
+        const int64_t kb = (int64_t)b * H * S * D;
+        rc = ref_shadowkv_chunks(k + kb, H, S, D, p->c, p->local, O, (kvb_bf16 *)lm->ref + (int64_t)b * H * Lm * D,
+                                 (int32_t *)li->ref + (int64_t)b * H * Lm, (int32_t *)ol->ref + (int64_t)b * H * O,
+                                 (float *)mc->ref + (int64_t)b * H * nc);
+        if (rc == KVB_OK) /* no outliers: every chunk's mean */
+            rc = ref_shadowkv_chunks(k + kb, H, S, D, p->c, p->local, 0, p->all_means + (int64_t)b * H * nc * D, all_idx,
+                                     no_outliers, NULL);
+    }
+    free(all_idx);
+    for (int64_t i = 0; i < (int64_t)B * H * nc; i++) p->neg_min_cos[i] = -((float *)mc->ref)[i];
+    ol->cmp = KVB_CMP_INDEXSET;
+    ol->scores = p->neg_min_cos;
+    ol->scores_dtype = KVB_FP32;
+    ol->scores_n = nc;
+    ol->set_tol = 1e-5; /* min_cos in fp32 against double: |error| well below 1e-5 for unit-scale keys */
+    mc->tol = (kvb_tol){1e-5, 1e-4, 1e-4};
+    return rc;
+}
+
+/* Every (b, h) row, given the device's outliers: landmark_idx = the other chunks ascending (exact), and
+ * landmarks[l] = bf16 mean of chunk landmark_idx[l] within the tolerance. */
+static int out_check_landmarks(kvb_run *r)
+{
+    landmarks_priv *p = r->priv;
+    const int64_t rows = (int64_t)p->B * p->Hkv;
+    const int32_t *ol = kvb_run_find(r, "outliers")->out, *li = kvb_run_find(r, "landmark_idx")->out;
+    kvb_tensor *lm = kvb_run_find(r, "landmarks");
+    kvb_bf16 *expect = kvb_run_alloc(r, (size_t)lm->n * 2, "expected landmarks");
+    int rc = KVB_OK;
+    for (int64_t row = 0; row < rows && rc == KVB_OK; row++) {
+        const int32_t *o = ol + row * p->O;
+        int n_out = 0, l = 0;
+        for (int k = 0; k < p->n_chunks && rc == KVB_OK; k++) {
+            if (n_out < p->O && o[n_out] == k) {
+                n_out++;
+                continue;
+            }
+            if (l >= p->Lm || li[row * p->Lm + l] != k)
+                rc = kvb_fail(KVB_EINVAL, "shadowkv_landmarks: row %lld: landmark_idx[%d] = %d, expected chunk %d (the "
+                              "chunks outside the device's outliers, ascending)",
+                              (long long)row, l, l < p->Lm ? li[row * p->Lm + l] : -1, k);
+            else
+                memcpy(expect + (row * p->Lm + l) * p->D, p->all_means + (row * p->n_chunks + k) * p->D, (size_t)p->D * 2);
+            l++;
+        }
+        if (rc == KVB_OK && n_out != p->O)
+            rc = kvb_fail(KVB_EINVAL, "shadowkv_landmarks: row %lld: the outliers are not %d ascending chunk ids in [0, %d)",
+                          (long long)row, p->O, p->n_chunks);
+    }
+    if (rc == KVB_OK) {
+        kvb_cmp_result res;
+        kvb_compare_float(lm->out, expect, KVB_BF16, lm->n, lm->tol, lm->n, NULL, &res);
+        if (!res.pass)
+            rc = kvb_fail(KVB_EINVAL, "shadowkv_landmarks: landmarks differ from the chunk means: %lld of %lld elements "
+                          "outside the tolerance, max |err| %.3g, rel L2 %.3g, %lld non-finite",
+                          (long long)res.n_bad, (long long)res.n_checked, res.max_abs, res.rel_l2, (long long)res.n_nonfinite);
+    }
+    free(expect);
+    return rc;
+}
+
+#if KVB_HAVE_CUDA
+static int launch_landmarks(kvb_run *r)
+{
+    landmarks_priv *p = r->priv;
+    return shadowkv_landmarks(dev(r, "K"), p->B, p->Hkv, p->S, p->D, p->c, p->local, p->O, dev(r, "landmarks"),
+                              dev(r, "landmark_idx"), dev(r, "outliers"), dev(r, "min_cos"), dev(r, "workspace"),
+                              r->stream);
+}
+#else
+static int launch_landmarks(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+#endif
+
+/* Bytes: the keys of the chunks read once (the local window is not read), the landmarks, their ids,
+ * the outliers and min_cos written; the means' bf16 round trip through the workspace is not in the
+ * floor. Read-mostly: stated against the read ceiling. */
+static void cost_landmarks(const kvb_run *r, kvb_cost *c)
+{
+    const landmarks_priv *p = r->priv;
+    const double rows = (double)p->B * p->Hkv;
+    c->bytes_dev = rows * ((double)p->n_chunks * p->c * p->D * 2 + (double)p->Lm * (p->D * 2 + 4) + p->O * 4.0 +
+                           p->n_chunks * 4.0);
+    c->flops = rows * p->n_chunks * p->c * p->D * 5.0;
+    c->ceiling = KVB_CEIL_READ;
+}
+
+static void teardown_landmarks(kvb_run *r)
+{
+    landmarks_priv *p = r->priv;
+    if (!p) return;
+    free(p->all_means);
+    free(p->neg_min_cos);
+    free(p);
+    r->priv = NULL;
+}
+
+static const kvb_impl landmarks_impls[] = {
+    {"kernel", NULL, 0, "a warp per chunk (mean, min cosine), the suite's top-k, a warp per chunk (compaction)"},
+};
+
+const kvb_op op_shadowkv_landmarks = {
+    .name = "shadowkv_landmarks",
+    .family = "shadowkv",
+    .summary = "ShadowKV prefill steps 2-4: chunk landmarks, outlier chunks by minimum cosine, landmark_idx",
+    .params = landmarks_params,
+    .n_params = NPARAMS(landmarks_params),
+    KVB_IMPLS(landmarks_impls),
+    .tol = {1e-6, 8e-3, 4e-3},
+    .validate = validate_landmarks,
+    .setup = setup_landmarks,
+    .launch = launch_landmarks,
+    .cost = cost_landmarks,
+    .teardown = teardown_landmarks,
+    .out_check = out_check_landmarks,
+};

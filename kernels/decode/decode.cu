@@ -1,0 +1,417 @@
+// decode.cu: dense decode attention (decode.md), flash decoding on the tensor cores.
+//
+// Napkin math, Llama-3-8B decode (B=8, Hq=32, Hkv=8, D=128), L=32K tokens per sequence:
+//   K + V = 2 * 8 * 8 * 32768 * 128 * 2 B = 1073.7 MB; q and o 64 KB each. At the measured device copy
+//   rate (~4.25 TB/s read+write, cudaMemcpy D2D on an H200) the floor is ~253 us; the goal, 90% of it,
+//   is <= ~281 us. L=128K: 4.29 GB, floor ~1.01 ms.
+//   Arithmetic: 4 * B * Hq * L * D = 1.07 GFLOP = 1 FLOP per byte: nothing for the tensor cores (even
+//   with the MMA's 8 head columns half empty at G=4), but ~2 FMA per byte would be 25% of the fp32 pipe,
+//   and a per-token shuffle reduction more: so the products go through mma.sync, not CUDA cores.
+//   Per SM at 90%: ~14.9 B/cycle, i.e. one 16-token step (8 KB of K+V) every ~550 cycles; a step is
+//   ~130 warp instructions (16 LDG.128, 16 MMA, 16 PRMT, softmax): ~0.25 IPC, far from a limit.
+//   Bytes in flight: ~4.3 TB/s x ~1 us of latency = ~4.3 MB, ~33 KB per SM: 4+ warps with a step's
+//   8 KB outstanding; 3 blocks of 4 warps per SM give 12.
+//
+// Design:
+// - One read of K and V per KV head: its G <= 8 query heads are the n = 8 columns of
+//   S^T = K . q^T and O^T += V^T . P^T (attn_device.h). Each thread loads its MMA fragments straight
+//   from global memory with 16-byte loads, no shared-memory staging: K rows as 4 x 16 bytes per
+//   thread (the QK contraction index is mapped to the channels a thread holds), V as two 16-byte
+//   loads per token that a warp reads as whole 128-byte row halves; P goes from the S^T accumulators
+//   to the B operand of the second MMA with one movmatrix.trans per 8x8 tile.
+// - Split along L with a log-sum-exp merge, stream-K style: all heads' 16-token steps form one line
+//   (prefix over the per-sequence lengths, computed by every block), and block k of a grid of
+//   exactly one resident wave takes the k-th equal share. No tail wave, balanced for any mix of
+//   lengths; a head touched by several blocks is merged by the last of them (arrival counter per
+//   head, reset by the merger), in the same launch.
+// - Within a block, 4 warps take the share's steps round robin and are combined in shared memory.
+// - Sparse decode (sparse_attn_idx, sparse_attn_pages) is the same kernel with another token source:
+//   a head's "tokens" are the entries of its index list, or the tokens of its listed pages, gathered
+//   row by row (a K or V row is 256 contiguous bytes at D=128: whole sectors, as in the dense case).
+//   Napkin math, 2048 tokens a head, B=8, Hkv=8: 64 heads x 2048 x 512 B = 67.1 MB of K+V rows (plus
+//   0.5 MB of lists), ~15 us at 4.5 TB/s; at B=1 8.4 MB, ~2 us: launch and latency dominate.
+#include <cstdint>
+#include <cstdio>
+
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/common/attn_device.h"
+#include "kernels/decode/decode.h"
+
+using namespace kvb_attn;
+
+namespace {
+
+constexpr int MIN_STEPS_PER_BLOCK = 16; // 256 tokens: below that the merge costs more than it spreads
+// sparse lists are short (a 2048-token budget is 128 steps a head): one step per warp, more blocks
+constexpr int SPARSE_MIN_STEPS_PER_BLOCK = 4;
+
+// Where a head's tokens come from: every token below len[b] (dense), the first cnt[b] entries of
+// its index list, or the tokens below len[b] of the first cnt[b] pages of its page list.
+enum { SRC_DENSE = 0, SRC_IDX = 1, SRC_PAGES = 2 };
+
+struct DecodeParams {
+    const __nv_bfloat16 *q, *K, *V;
+    const int32_t *len;
+    __nv_bfloat16 *o;
+    int B, Hq, Hkv, G;
+    int64_t L;
+    float scale; // log2(e) / sqrt(D)
+    int *counters;
+    float *parts;
+    const int32_t *list, *cnt; // sparse: lists [B, Hkv, n], entries used per sequence
+    int n, P;
+};
+
+// positions on a head's line: dense tokens, list entries, or list pages x P
+template <int SRC>
+__device__ __forceinline__ int64_t head_tokens(const DecodeParams &p, int b)
+{
+    if constexpr (SRC == SRC_DENSE) return p.len[b];
+    else if constexpr (SRC == SRC_IDX) return p.cnt[b];
+    else return (int64_t)p.cnt[b] * p.P;
+}
+
+template <int D>
+constexpr size_t smem_bytes_fixed()
+{
+    return sizeof(MergeSmem<D>) + sizeof(float) * (MAXG * D + 64 * MAXG);
+}
+
+template <int D>
+size_t smem_bytes(int B)
+{
+    return smem_bytes_fixed<D>() + sizeof(int64_t) * (size_t)(B + 1);
+}
+
+// One step in flight: held to 3 blocks per SM. Sparse: 168-170 registers (it would take 182 and fit 2).
+// Dense: 168 registers and no spills, as at 9949ff6 (258.0 us at B=8 32K); left free it took 223 and
+// fit 2 blocks, and the regression gate found B=8 32K 5.8% slower (results/h200/gate-a0d8705).
+template <int D, int S, int SRC>
+__global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
+    float *q_s = reinterpret_cast<float *>(smem + sizeof(MergeSmem<D>));
+    float *w_s = q_s + MAXG * D;
+    int64_t *pre = reinterpret_cast<int64_t *>(w_s + 64 * MAXG); // steps before sequence b, all heads
+    __shared__ int flag_s;
+    using Scan = cub::BlockScan<long long, THREADS>;
+    __shared__ typename Scan::TempStorage scan_tmp;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int B = p.B, Hkv = p.Hkv, G = p.G;
+
+    // the step line: sequence b holds Hkv * ceil(len[b] / 16) steps
+    constexpr int IPT = DECODE_MAX_B / THREADS;
+    long long items[IPT];
+#pragma unroll
+    for (int i = 0; i < IPT; i++) {
+        const int b = tid * IPT + i;
+        items[i] = b < B ? (long long)((head_tokens<SRC>(p, b) + 15) / 16) * Hkv : 0;
+    }
+    long long total;
+    Scan(scan_tmp).ExclusiveSum(items, items, total);
+#pragma unroll
+    for (int i = 0; i < IPT; i++)
+        if (tid * IPT + i < B) pre[tid * IPT + i] = items[i];
+    __syncthreads();
+
+    const int64_t N = total, grid = gridDim.x, k = blockIdx.x;
+    int64_t u = part_begin(k, N, grid);
+    const int64_t u1 = part_begin(k + 1, N, grid);
+    while (u < u1) {
+        int lo = 0, hi = B - 1; // the sequence holding step u: the last b with pre[b] <= u
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (pre[mid] <= u) lo = mid;
+            else hi = mid - 1;
+        }
+        const int b = lo, lenb = p.len[b];
+        const int64_t ntok = head_tokens<SRC>(p, b), ns = (ntok + 15) / 16;
+        const int kvh = (int)((u - pre[b]) / ns);
+        const int64_t hoff = pre[b] + kvh * ns, head = (int64_t)b * Hkv + kvh;
+        const int64_t s0 = u - hoff, s1 = min(u1, hoff + ns) - hoff;
+
+        __syncthreads(); // the previous segment is done with q_s and ms
+        const __nv_bfloat16 *qh = p.q + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
+        for (int idx = tid; idx < G * D; idx += THREADS) q_s[idx] = __bfloat162float(qh[idx]);
+        __syncthreads();
+        uint32_t qb[D / 16][2];
+        q_frags_bf16<D>(qb, q_s, G, lane);
+        WarpState<D / 16> st;
+        st.init();
+        const __nv_bfloat16 *Kh = p.K + head * p.L * D, *Vh = p.V + head * p.L * D;
+        if constexpr (SRC == SRC_DENSE) {
+            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                DenseRegs<D> r[S];
+#pragma unroll
+                for (int i = 0; i < S; i++) {
+                    const int64_t si = s + (int64_t)i * WARPS;
+                    if (si < s1) dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, si * 16, (int)min((int64_t)16, lenb - si * 16), lane);
+                }
+#pragma unroll
+                for (int i = 0; i < S; i++) {
+                    const int64_t si = s + (int64_t)i * WARPS;
+                    if (si < s1) dense_compute<D>(st, qb, r[i], (int)min((int64_t)16, lenb - si * 16), p.scale, lane);
+                }
+            }
+        } else {
+            // Lane j (mod 16) holds the row of position j of each step in flight, one list read per
+            // lane, made an iteration ahead so that it overlaps the current step's K and V loads; the
+            // threads take the rows they load by shuffles. Row -1: past the list, past the sequence
+            // (pages), or an entry outside the cache (only possible without the host check): no read.
+            // 32-bit: positions and tokens stay below 2^21.
+            const int32_t *list = p.list + head * p.n;
+            const int j = lane & 15;
+            auto row_at = [&](int64_t si) -> int {
+                const int pos = (int)(si * 16) + j;
+                if (si >= s1 || pos >= ntok) return -1;
+                int t;
+                if constexpr (SRC == SRC_IDX) {
+                    t = __ldg(list + pos);
+                } else {
+                    const unsigned P = (unsigned)p.P, pg = (unsigned)pos / P;
+                    t = __ldg(list + pg) * (int)P + (int)((unsigned)pos - pg * P);
+                }
+                return t >= 0 && t < lenb ? t : -1;
+            };
+            int cur[S];
+#pragma unroll
+            for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * WARPS);
+            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                DenseRegs<D> r[S];
+                uint32_t valid[S]; // bit j: position j of the step is a token
+                int nxt[S];
+#pragma unroll
+                for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * WARPS);
+#pragma unroll
+                for (int i = 0; i < S; i++) {
+                    if (s + (int64_t)i * WARPS >= s1) continue;
+                    const int mine = cur[i];
+                    rows_load<D, VMAP_SPLIT>(
+                        r[i], Kh, Vh, [&](int jj) -> int64_t { return __shfl_sync(0xffffffffu, mine, jj); }, lane);
+                    valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
+                }
+#pragma unroll
+                for (int i = 0; i < S; i++)
+                    if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+#pragma unroll
+                for (int i = 0; i < S; i++) cur[i] = nxt[i];
+            }
+        }
+        warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
+        __syncthreads();
+        const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + ns - 1, N, grid);
+        finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters,
+                       p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s, &flag_s, tid);
+        u = hoff + s1;
+    }
+}
+
+template <int D, int S, int SRC>
+int capacity_of(int B, int *cap)
+{
+    static int sms = 0;
+    if (!sms) CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    int per_sm = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S, SRC>, THREADS,
+                                                           smem_bytes<D>(B)));
+    *cap = sms * (per_sm > 0 ? per_sm : 1);
+    return KVB_OK;
+}
+
+template <int D, int SRC>
+int capacity_d(int S, int B, int *cap)
+{
+    return S == 1 ? capacity_of<D, 1, SRC>(B, cap) : capacity_of<D, 2, SRC>(B, cap);
+}
+
+int capacity(int D, int S, int SRC, int B, int *cap)
+{
+    if (SRC == SRC_DENSE) return D == 64 ? capacity_d<64, SRC_DENSE>(S, B, cap) : capacity_d<128, SRC_DENSE>(S, B, cap);
+    if (SRC == SRC_IDX) return D == 64 ? capacity_d<64, SRC_IDX>(S, B, cap) : capacity_d<128, SRC_IDX>(S, B, cap);
+    return D == 64 ? capacity_d<64, SRC_PAGES>(S, B, cap) : capacity_d<128, SRC_PAGES>(S, B, cap);
+}
+
+size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
+{
+    const size_t heads = (size_t)d->B * d->Hkv, G = (size_t)(d->Hq / d->Hkv);
+    *parts_off = (heads * sizeof(int) + 255) & ~(size_t)255;
+    return *parts_off + (heads + (size_t)cap) * G * (size_t)(d->D + 2) * sizeof(float);
+}
+
+template <int D, int SRC>
+void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
+{
+    const size_t sm = smem_bytes<D>(p.B);
+    if (steps == 1) decode_attn_kernel<D, 1, SRC><<<grid, THREADS, sm, stream>>>(p);
+    else decode_attn_kernel<D, 2, SRC><<<grid, THREADS, sm, stream>>>(p);
+}
+
+// Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
+// resident wave at most, at least `min_steps` 16-token steps per block) and launches.
+int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
+           const decode_layout *d, void *workspace, int steps, int src, const int32_t *list, const int32_t *cnt, int n,
+           int P, const int64_t *tokens, int min_steps, cudaStream_t stream)
+{
+    int64_t N = 0;
+    for (int b = 0; b < d->B; b++) N += (tokens[b] + 15) / 16 * d->Hkv;
+    int cap = 0, rc;
+    if ((rc = capacity(d->D, steps, src, d->B, &cap))) return rc;
+    const int64_t want = (N + min_steps - 1) / min_steps;
+    const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
+    size_t parts_off;
+    workspace_layout(d, cap, &parts_off);
+    DecodeParams p;
+    p.q = reinterpret_cast<const __nv_bfloat16 *>(q);
+    p.K = reinterpret_cast<const __nv_bfloat16 *>(K);
+    p.V = reinterpret_cast<const __nv_bfloat16 *>(V);
+    p.len = len;
+    p.o = reinterpret_cast<__nv_bfloat16 *>(o);
+    p.B = d->B, p.Hq = d->Hq, p.Hkv = d->Hkv, p.G = d->Hq / d->Hkv, p.L = d->L;
+    p.scale = LOG2E / sqrtf((float)d->D);
+    p.counters = reinterpret_cast<int *>(workspace);
+    p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
+    p.list = list, p.cnt = cnt, p.n = n, p.P = P;
+    if (src == SRC_DENSE) d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
+    else if (src == SRC_IDX) d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
+    else d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, grid, stream);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+int max_capacity(int D, int B, int *cap)
+{
+    *cap = 0;
+    for (int src = SRC_DENSE; src <= SRC_PAGES; src++)
+        for (int S = 1; S <= 2; S++) {
+            int c = 0;
+            int rc = capacity(D, S, src, B, &c);
+            if (rc) return rc;
+            if (c > *cap) *cap = c;
+        }
+    return KVB_OK;
+}
+
+} // namespace
+
+extern "C" size_t decode_attn_workspace_bytes(const decode_layout *d)
+{
+    if (decode_layout_check(d, "decode_attn_workspace_bytes")) return 0;
+    int cap = 0;
+    if (max_capacity(d->D, d->B, &cap)) return 0;
+    size_t off;
+    return workspace_layout(d, cap, &off);
+}
+
+extern "C" size_t sparse_attn_workspace_bytes(const sparse_layout *s)
+{
+    if (sparse_layout_check(s, "sparse_attn_workspace_bytes")) return 0;
+    return decode_attn_workspace_bytes(&s->kv);
+}
+
+static int common_checks(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                         const int32_t *len_host, kvb_bf16 *o, void *workspace, int steps, const char *who)
+{
+    if (!q || !K || !V || !len || !len_host || !o)
+        return kvb_fail(KVB_EINVAL, "%s: a tensor pointer is NULL (q=%p K=%p V=%p len=%p len_host=%p o=%p)", who,
+                        (const void *)q, (const void *)K, (const void *)V, (const void *)len, (const void *)len_host,
+                        (void *)o);
+    if (!workspace)
+        return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate the *_workspace_bytes() it asks for, zeroed once)",
+                        who);
+    if (steps != 1 && steps != 2) return kvb_fail(KVB_EINVAL, "%s: steps=%d out of range [1, 2]", who, steps);
+    return KVB_OK;
+}
+
+extern "C" int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                                   const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace,
+                                   int steps, cudaStream_t stream)
+{
+    const char *who = "decode_attn";
+    int rc = decode_layout_check(d, who);
+    if (rc || (rc = common_checks(q, K, V, len, len_host, o, workspace, steps, who))) return rc;
+    if ((rc = decode_lengths_check(d, len_host, who))) return rc;
+    int64_t tokens[DECODE_MAX_B];
+    for (int b = 0; b < d->B; b++) tokens[b] = len_host[b];
+    return launch(q, K, V, len, o, d, workspace, steps, SRC_DENSE, NULL, NULL, 0, 1, tokens, MIN_STEPS_PER_BLOCK,
+                  stream);
+}
+
+extern "C" int decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                           const int32_t *len_host, kvb_bf16 *o, const decode_layout *d, void *workspace,
+                           cudaStream_t stream)
+{
+    return decode_attn_variant(q, K, V, len, len_host, o, d, workspace, 1, stream);
+}
+
+static int sparse_launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                         const int32_t *len_host, const int32_t *list, const int32_t *list_host, const int32_t *cnt,
+                         const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps,
+                         int pages, cudaStream_t stream)
+{
+    const char *who = pages ? "sparse_attn_pages" : "sparse_attn_idx";
+    int rc = sparse_layout_check(s, who);
+    if (rc || (rc = common_checks(q, K, V, len, len_host, o, workspace, steps, who))) return rc;
+    if (!pages && s->P != 1) return kvb_fail(KVB_EINVAL, "%s: P=%d out of range [1, 1]: token lists have no pages", who, s->P);
+    if (!list || !cnt || !cnt_host)
+        return kvb_fail(KVB_EINVAL, "%s: a list pointer is NULL (%s=%p cnt=%p cnt_host=%p)", who, pages ? "pages" : "idx",
+                        (const void *)list, (const void *)cnt, (const void *)cnt_host);
+    if (list_host) {
+        if ((rc = sparse_lists_check(s, len_host, list_host, cnt_host, pages, who))) return rc;
+    } else { // the caller vouches for the entries (a list made on the device by topk_rows / hybrid_score)
+        if ((rc = decode_lengths_check(&s->kv, len_host, who))) return rc;
+        for (int b = 0; b < s->kv.B; b++)
+            if (cnt_host[b] < 1 || cnt_host[b] > s->n)
+                return kvb_fail(KVB_EINVAL, "%s: cnt[%d]=%d out of range [1, n = %d]", who, b, cnt_host[b], s->n);
+    }
+    int64_t tokens[DECODE_MAX_B];
+    for (int b = 0; b < s->kv.B; b++) tokens[b] = (int64_t)cnt_host[b] * (pages ? s->P : 1);
+    return launch(q, K, V, len, o, &s->kv, workspace, steps, pages ? SRC_PAGES : SRC_IDX, list, cnt, s->n, s->P, tokens,
+                  SPARSE_MIN_STEPS_PER_BLOCK, stream);
+}
+
+extern "C" int sparse_attn_idx(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                               const int32_t *len_host, const int32_t *idx, const int32_t *idx_host, const int32_t *cnt,
+                               const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s, void *workspace, int steps,
+                               cudaStream_t stream)
+{
+    return sparse_launch(q, K, V, len, len_host, idx, idx_host, cnt, cnt_host, o, s, workspace, steps, 0, stream);
+}
+
+extern "C" int sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len,
+                                 const int32_t *len_host, const int32_t *pages, const int32_t *pages_host,
+                                 const int32_t *cnt, const int32_t *cnt_host, kvb_bf16 *o, const sparse_layout *s,
+                                 void *workspace, int steps, cudaStream_t stream)
+{
+    return sparse_launch(q, K, V, len, len_host, pages, pages_host, cnt, cnt_host, o, s, workspace, steps, 1, stream);
+}
+
+// ---- kv_append: one 16-byte vector of K or V per thread; a few KB, so its time is the launch ----
+__global__ void kv_append_kernel(const uint4 *knew, const uint4 *vnew, const int32_t *t, uint4 *K, uint4 *V, int Hkv,
+                                 int vecs, int64_t L)
+{
+    const int bh = blockIdx.x, i = threadIdx.x % vecs, b = bh / Hkv;
+    const int64_t row = ((int64_t)bh * L + t[b]) * vecs + i;
+    if (threadIdx.x < vecs) K[row] = knew[(int64_t)bh * vecs + i];
+    else V[row] = vnew[(int64_t)bh * vecs + i];
+}
+
+extern "C" int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, const int32_t *t_host,
+                         kvb_bf16 *K, kvb_bf16 *V, const decode_layout *d, cudaStream_t stream)
+{
+    const char *who = "kv_append";
+    int rc = decode_layout_check(d, who);
+    if (rc) return rc;
+    if (!knew || !vnew || !t || !t_host || !K || !V)
+        return kvb_fail(KVB_EINVAL, "%s: a pointer is NULL (knew=%p vnew=%p t=%p t_host=%p K=%p V=%p)", who,
+                        (const void *)knew, (const void *)vnew, (const void *)t, (const void *)t_host, (void *)K, (void *)V);
+    if ((rc = decode_positions_check(d, t_host, who))) return rc;
+    const int vecs = d->D / 8; // D in {64, 128}: whole 16-byte vectors
+    kv_append_kernel<<<d->B * d->Hkv, 2 * vecs, 0, stream>>>((const uint4 *)knew, (const uint4 *)vnew, t, (uint4 *)K,
+                                                              (uint4 *)V, d->Hkv, vecs, d->L);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}

@@ -1,0 +1,30 @@
+// heavy_hitters.cu: MiniKV heavy hitters and SnapKV++'s selection, composed from the selection family
+// (select.h: the top-k, one block per row; max-pooling; the gather of the kept rows).
+#include <cstdint>
+
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/heavy_hitters/heavy_hitters.h"
+#include "kernels/select/select.h"
+
+static_assert(SNAPKV_MAX_KS == MAXPOOL_MAX_KS, "SnapKV's pooling kernels are max-pooling's");
+
+extern "C" int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep,
+                                  cudaStream_t stream)
+{
+    int rc = select_check_rows("heavy_hitters_keep", rows, L);
+    if (rc) return rc;
+    if (n_hh < 0 || n_hh > L) return kvb_fail(KVB_EINVAL, "heavy_hitters_keep: n_hh=%d out of range [0, L = %d]", n_hh, L);
+    if (n_rw < 0 || n_rw > L) return kvb_fail(KVB_EINVAL, "heavy_hitters_keep: n_rw=%d out of range [0, L = %d]", n_rw, L);
+    if ((int64_t)n_hh + n_rw >= L) return topk_rows(scores, rows, L, L, L, 0, 0, keep, L, nullptr, stream); /* keep all */
+    return topk_rows(scores, rows, L, L - n_rw, n_hh, L - n_rw, n_rw, keep, n_hh + n_rw, nullptr, stream);
+}
+
+extern "C" int snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep, cudaStream_t stream)
+{
+    int rc = select_check_rows("snapkv_keep", rows, L);
+    if (rc) return rc;
+    if (W < 1 || W > L) return kvb_fail(KVB_EINVAL, "snapkv_keep: W=%d out of range [1, L = %d]", W, L);
+    if (n_keep < W || n_keep > L) return kvb_fail(KVB_EINVAL, "snapkv_keep: n_keep=%d out of range [W = %d, L = %d]", n_keep, W, L);
+    if (n_keep == L) return topk_rows(pooled, rows, L, L, L, 0, 0, keep, L, nullptr, stream);
+    return topk_rows(pooled, rows, L, L - W, n_keep - W, L - W, W, keep, n_keep, nullptr, stream);
+}

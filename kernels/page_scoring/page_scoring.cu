@@ -1,0 +1,708 @@
+// page_scoring.cu: page min/max metadata (build, append), RocketKV hybrid scoring and Quest scoring
+// (page_scoring.h; spec page_scoring.md; reference reference/page_scoring.c).
+//
+// Scoring kernels (hybrid pass 1, Quest): a block of 8 warps scores tiles of TILE pages of one KV head
+// (256, or 128 for small contexts so that there are twice the blocks); a thread owns 8 consecutive pages
+// of one row (a 16-byte piece of a bf16 metadata row), a row's tile takes TILE/8 lanes, and the rows
+// are spread over the block's row slots (8 or 16), so that a small context still gives every SM work;
+// a tile ends with a sum over the slots in shared memory. Each thread streams its own pieces through a
+// ring of S stages of cp.async in shared memory (it reads back only what it copied itself, so no
+// barrier guards the ring): S - 1 pieces in flight per thread, across tile boundaries too, without
+// registers to hold them. Blocks take contiguous runs of tiles of one head, as many blocks as fill the
+// GPU once (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once
+// per block and the blocks end together.
+//
+// Coalescing: the lanes of a row piece read 256 or 512 contiguous bytes of one row per step, a
+// metadata row being contiguous over pages (channel-major layout); the cp.async pieces land in shared
+// memory at thread x 16 B (conflict-free), and are read back the same way.
+//
+// Occupancy (ptxas, sm_90a; 3 blocks per SM asked for G <= 4): hybrid G = 4: 72-77 registers, 33 KB
+// static + 32 KB ring -> 3 blocks (24 warps) per SM, 3 x 28 KB = 84 KB in flight per SM; Quest G = 4:
+// 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight; G = 8: 2 blocks per SM. Little's law
+// at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
+//
+// Napkin math (H200; read ceiling 4531 GB/s in an earlier round of this pool; Llama-3-8B heads: Hkv = 8,
+// G = 4, D = 128; B = 8, L = 128K, T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages
+// per head):
+//   hybrid floor (spec): r rows x 2 B per page + 4 B of u = 128 B/page: 64 heads x 43691 x 128 B =
+//     358 MB -> 79 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
+//     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
+//     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
+//     Page top-k of 64 rows x 43691 (topk_rows, split rows): a few launches, some tens of us.
+//   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
+//     270 MB -> 60 us.
+//   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
+//     at the copy rate; append is a few scattered 2-byte writes per channel: launch-bound (~3 us).
+// Compute per 16-byte piece is small (hybrid: 8 pages x G FMAs; Quest: 8 x (2 min/max + 2G FMAs)):
+// below the memory time at G <= 8.
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_device.cuh"
+#include "kernels/common/kvb_grid.h"
+#include "kernels/page_scoring/page_scoring.h"
+#include "kernels/select/select.h"
+
+namespace {
+
+using namespace kvb_dev;
+
+constexpr int THREADS = 256, WARPS = THREADS / 32;
+constexpr int WIDE = 256, NARROW = 128; // pages per tile (TILE): a row piece of TILE / 8 lanes x 8 pages
+constexpr int HYB_STAGES = 8;   // hybrid: 7 pieces of 16 B in flight per thread (28 KB per block)
+constexpr int QUEST_STAGES = 6; // Quest: 5 steps of 2 pieces (kmax, kmin) in flight (40 KB per block)
+
+__host__ __device__ constexpr int tiles_of(int n_pages, int tile) { return (n_pages + tile - 1) / tile; }
+
+// How the threads of a block cover a tile: a row's TILE pages take LANES lanes (16 bytes each), so a
+// warp covers SUB rows per step and the block SLOTS rows. WIDE tiles: one row per warp; NARROW tiles
+// (twice as many blocks, for small contexts): two rows per warp.
+template <int TILE>
+struct Shape {
+    static_assert(TILE == WIDE || TILE == NARROW, "tiles of 256 or 128 pages");
+    static constexpr int LANES = TILE / 8, SUB = 32 / LANES, SLOTS = WARPS * SUB;
+    // this thread's row slot in a step and its first page in the tile
+    __device__ static int slot() { return (threadIdx.x / 32) * SUB + (threadIdx.x % 32) / LANES; }
+    __device__ static int first_page() { return (threadIdx.x % LANES) * 8; }
+};
+
+// ---- shared pieces of the scoring kernels ----
+
+// The tiles of one block: [first, first + count) of its head's tiles.
+struct TileRun {
+    int first, count;
+};
+
+__device__ __forceinline__ TileRun tile_run(int per_block, int n_tiles)
+{
+    const int first = blockIdx.x * per_block;
+    const int last = min(first + per_block, n_tiles);
+    return {first, last - first};
+}
+
+constexpr int RED = WARPS * WIDE; // floats of one half of the reduction buffer (SLOTS x TILE, both shapes)
+
+// The block's sum over its row slots of acc (each thread's partial sums of its 8 pages): thread
+// t < TILE gets the total of page t of the tile (0 for the others). `buf` alternates between the two
+// halves of red from one call to the next (one barrier per call: a half is rewritten only two calls
+// later, after every thread has passed the barrier of the call in between).
+template <int TILE>
+__device__ __forceinline__ float block_sum_tile(float (&red)[2][RED], int &buf, const float (&acc)[8])
+{
+    using S = Shape<TILE>;
+    float4 *dst = reinterpret_cast<float4 *>(&red[buf][S::slot() * TILE + S::first_page()]);
+    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    __syncthreads();
+    float sum = 0.f;
+    if (threadIdx.x < TILE)
+#pragma unroll
+        for (int w = 0; w < S::SLOTS; ++w) sum += red[buf][w * TILE + threadIdx.x];
+    buf ^= 1;
+    return sum;
+}
+
+// (m, s) of a log-sum-exp: s = sum w exp(z - m). Merging two; an empty one has m = -inf, s = 0.
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) return; // both empty
+    s = (m == -INFINITY ? 0.f : s * expf(m - M)) + (m2 == -INFINITY ? 0.f : s2 * expf(m2 - M));
+    m = M;
+}
+
+__device__ __forceinline__ void lse_warp_merge(float &m, float &s)
+{
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+// ---- RocketKV hybrid scoring ----
+
+struct HybridArgs {
+    const uint16_t *q, *kmin, *kmax;
+    int Hkv, D, L, P, cap, n_pages, r;
+    int tiles, per_block, blocks; // tiles per head, tiles per block, blocks per head
+    float *z;                     // [heads, G, cap]
+    float2 *part;                 // [heads, blocks, G]: (m, s) of each block
+    float *u;                     // [heads, n_pages]
+    int32_t *channels;            // [heads, r] or NULL
+};
+
+template <int G>
+struct HybridSmem {
+    union {
+        float q[G][PAGE_MAX_D]; // the prologue's queries
+        float2 run[G][THREADS]; // then each thread's (max, sum n_j exp(z - max)) per query head, over
+                                // its pages (in shared memory: G = 8 would not fit in registers)
+    };
+    uint32_t key[PAGE_MAX_D];
+    int chosen[PAGE_MAX_D];       // the r channels, ascending
+    const uint16_t *row[PAGE_MAX_D]; // E row of each chosen channel (kmax or kmin by the sign of sg)
+    float qs[PAGE_MAX_D][G];      // q[h][I_i] / tau_h
+    float inv_tau[G];
+    int warp_count[WARPS];
+    unsigned char use_max[PAGE_MAX_D];
+    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
+    float2 lse[WARPS][G];
+};
+
+// Pass 1: the channel choice of this (b, KV head), then z for the block's tiles (written to a.z) and
+// the block's (max, sum n_j exp(z - max)) per query head (written to a.part).
+template <int G, int TILE>
+__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(HybridArgs a, int64_t head0)
+{
+    using S = Shape<TILE>;
+    __shared__ HybridSmem<G> sm;
+    extern __shared__ __align__(16) uint4 ring[]; // [HYB_STAGES][THREADS]: a 16-byte piece per thread and stage
+    const int64_t bh = head0 + blockIdx.y;
+    const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    // a[c] = sum_h |q[h][c]| and sg[c] = sum_h q[h][c], in double with h ascending as the reference
+    // does, so the channel scores (a rounded to fp32) and the signs are bit for bit the reference's.
+    const uint16_t *qg = a.q + bh * G * D;
+    for (int i = threadIdx.x; i < G * D; i += THREADS) sm.q[i / D][i % D] = bf16_bits_to_float(qg[i]);
+    __syncthreads();
+    for (int c = threadIdx.x; c < D; c += THREADS) {
+        double abs_sum = 0, sum = 0;
+#pragma unroll
+        for (int h = 0; h < G; ++h) abs_sum += fabs((double)sm.q[h][c]), sum += (double)sm.q[h][c];
+        sm.key[c] = order_key((float)abs_sum);
+        sm.use_max[c] = sum > 0; // sg == 0 takes kmin
+    }
+    __syncthreads();
+    // I = topk(a, r) by the suite's rule: channel c is chosen when fewer than r channels beat it (a
+    // larger key, or an equal key at a lower channel); listed ascending by a block-wide prefix count.
+    // D <= 256 = THREADS: one channel per thread.
+    bool chosen = false;
+    const int c = threadIdx.x;
+    if (c < D) {
+        const uint32_t kc = sm.key[c];
+        int beaten_by = 0;
+        for (int o = 0; o < D; ++o) beaten_by += sm.key[o] > kc || (sm.key[o] == kc && o < c);
+        chosen = beaten_by < r;
+    }
+    const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
+    if (lane == 0) sm.warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    if (chosen) {
+        int pos = __popc(ballot & ((1u << lane) - 1u));
+        for (int w = 0; w < warp; ++w) pos += sm.warp_count[w];
+        sm.chosen[pos] = c;
+    }
+    __syncthreads();
+    // tau_h = sqrt(D * sum_{c in I} |q[h][c]| / sum_c |q[h][c]|), one warp per query head
+    if (warp < G) {
+        double part = 0, all = 0;
+        for (int i = lane; i < D; i += 32) all += fabs((double)sm.q[warp][i]);
+        for (int i = lane; i < r; i += 32) part += fabs((double)sm.q[warp][sm.chosen[i]]);
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) {
+            part += __shfl_xor_sync(0xffffffffu, part, o);
+            all += __shfl_xor_sync(0xffffffffu, all, o);
+        }
+        // tau = 0 (q[h] zero on every chosen channel): z = 0 on every page, as the reference defines 0/0
+        if (lane == 0) sm.inv_tau[warp] = part > 0 ? (float)(1.0 / sqrt(D * part / all)) : 0.f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r; i += THREADS) {
+        const int ch = sm.chosen[i];
+        sm.row[i] = (sm.use_max[ch] ? a.kmax : a.kmin) + (bh * D + ch) * a.cap;
+#pragma unroll
+        for (int h = 0; h < G; ++h) sm.qs[i][h] = sm.q[h][ch] * sm.inv_tau[h];
+        if (a.channels && blockIdx.x == 0) a.channels[bh * r + i] = ch;
+    }
+    __syncthreads();
+
+    // Stream: step s of this thread = (tile s / steps_per_tile, row group s % steps_per_tile); the
+    // thread takes row i = group * SLOTS + its slot of the tile, and its 16-byte piece of that row.
+    const TileRun run = tile_run(a.per_block, a.tiles);
+    const int steps_per_tile = (r + S::SLOTS - 1) / S::SLOTS, steps = run.count * steps_per_tile;
+    const uint64_t policy = l2_evict_first_policy();
+    uint4 *mine = ring + threadIdx.x; // stage k at mine[k * THREADS]
+    auto issue = [&](int s) {
+        if (s < steps) {
+            const int tile = run.first + s / steps_per_tile, i = (s % steps_per_tile) * S::SLOTS + S::slot();
+            const int page = tile * TILE + S::first_page();
+            const bool valid = i < r && page < a.n_pages; // page < n_pages <= cap - 8 + 1: inside the row
+            const uint16_t *src = valid ? sm.row[i] + page : a.kmin;
+            cp_async16_hint(smem_u32(mine + (s % HYB_STAGES) * THREADS), src, valid, policy);
+        }
+        cp_async_commit(); // also when empty: one group per step keeps the wait count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < HYB_STAGES - 1; ++s) issue(s);
+
+#pragma unroll
+    for (int h = 0; h < G; ++h) sm.run[h][threadIdx.x] = make_float2(-INFINITY, 0.f); // q is no longer read
+    float acc[G][8];
+    int buf = 0;
+    for (int s = 0; s < steps; ++s) {
+        const int group = s % steps_per_tile, i = group * S::SLOTS + S::slot();
+        if (group == 0) {
+#pragma unroll
+            for (int h = 0; h < G; ++h)
+#pragma unroll
+                for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
+        }
+        cp_async_wait<HYB_STAGES - 2>(); // this thread's piece of step s has landed
+        if (i < r) {
+            float e[8];
+            unpack_bf16x8(mine[(s % HYB_STAGES) * THREADS], e);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                const float qh = sm.qs[i][h];
+#pragma unroll
+                for (int p = 0; p < 8; ++p) acc[h][p] = fmaf(qh, e[p], acc[h][p]);
+            }
+        }
+        issue(s + HYB_STAGES - 1); // into the stage read in step s - 1
+        if (group == steps_per_tile - 1) { // tile done: z of page j = tile * TILE + thread
+            const int j = (run.first + s / steps_per_tile) * TILE + threadIdx.x;
+            const bool mine_j = threadIdx.x < TILE && j < a.n_pages;
+            const float n_j = mine_j ? (float)min(a.P, a.L - j * a.P) : 0.f;
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                const float z = block_sum_tile<TILE>(sm.red, buf, acc[h]);
+                if (mine_j) {
+                    a.z[(bh * G + h) * a.cap + j] = z;
+                    float2 &run_h = sm.run[h][threadIdx.x];
+                    lse_merge(run_h.x, run_h.y, z, n_j);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // the block's partial per query head
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float2 v = sm.run[h][threadIdx.x];
+        lse_warp_merge(v.x, v.y);
+        if (lane == 0) sm.lse[warp][h] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float m = -INFINITY, sum = 0.f;
+        for (int w = 0; w < WARPS; ++w) lse_merge(m, sum, sm.lse[w][threadIdx.x].x, sm.lse[w][threadIdx.x].y);
+        a.part[(bh * a.blocks + blockIdx.x) * G + threadIdx.x] = make_float2(m, sum);
+    }
+}
+
+constexpr int NORM_PAGES = THREADS * 8; // pass 2: pages per block
+
+// Pass 2: lse_h from the blocks' partials, then u[j] = sum_h exp(z[h][j] - lse_h).
+template <int G>
+__global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
+{
+    __shared__ float lse[G];
+    const int64_t bh = head0 + blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp < G) {
+        float m = -INFINITY, s = 0.f;
+        for (int b = lane; b < a.blocks; b += 32) {
+            const float2 p = a.part[(bh * a.blocks + b) * G + warp];
+            lse_merge(m, s, p.x, p.y);
+        }
+        lse_warp_merge(m, s);
+        if (lane == 0) lse[warp] = m + logf(s);
+    }
+    __syncthreads();
+    const int end = min(a.n_pages, (int)(blockIdx.x + 1) * NORM_PAGES);
+    const float *z = a.z + bh * G * a.cap;
+    for (int j = blockIdx.x * NORM_PAGES + threadIdx.x; j < end; j += THREADS) {
+        float sum = 0.f;
+#pragma unroll
+        for (int h = 0; h < G; ++h) sum += expf(z[(int64_t)h * a.cap + j] - lse[h]);
+        a.u[bh * a.n_pages + j] = sum;
+    }
+}
+
+// ---- Quest ----
+
+struct QuestArgs {
+    const uint16_t *q, *kmin, *kmax;
+    int Hkv, D, cap, n_pages;
+    int tiles, per_block;
+    float *scores; // [heads, n_pages]
+};
+
+template <int G>
+struct QuestSmem {
+    float qpos[PAGE_MAX_D][G], qneg[PAGE_MAX_D][G]; // max(q, 0), min(q, 0)
+    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
+};
+
+// scores[j] = max_h sum_c max(q[h][c] kmax[c][j], q[h][c] kmin[c][j]). With hi = max(kmax, kmin) and
+// lo = min(kmax, kmin) that term is q+ hi + q- lo exactly (one of q+, q- is 0; bf16 x bf16 products are
+// exact in fp32): two FMAs per head and two min/max per page shared by the G heads.
+template <int G, int TILE>
+__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(QuestArgs a, int64_t head0)
+{
+    using S = Shape<TILE>;
+    __shared__ QuestSmem<G> sm;
+    extern __shared__ __align__(16) uint4 ring[]; // [QUEST_STAGES][2][THREADS]: kmax and kmin pieces
+    const int64_t bh = head0 + blockIdx.y;
+    const int D = a.D;
+    const uint16_t *qg = a.q + bh * G * D;
+    for (int i = threadIdx.x; i < G * D; i += THREADS) {
+        const float v = bf16_bits_to_float(qg[i]);
+        sm.qpos[i % D][i / D] = fmaxf(v, 0.f);
+        sm.qneg[i % D][i / D] = fminf(v, 0.f);
+    }
+    __syncthreads();
+
+    const TileRun run = tile_run(a.per_block, a.tiles);
+    // step s: tile s / steps_per_tile, channel (s % steps_per_tile) * SLOTS + this thread's slot
+    const int steps_per_tile = (D + S::SLOTS - 1) / S::SLOTS, steps = run.count * steps_per_tile;
+    const uint64_t policy = l2_evict_first_policy();
+    uint4 *mine = ring + threadIdx.x; // stage k, tensor t at mine[(2k + t) * THREADS]
+    auto issue = [&](int s) {
+        if (s < steps) {
+            const int tile = run.first + s / steps_per_tile, c = (s % steps_per_tile) * S::SLOTS + S::slot();
+            const int page = tile * TILE + S::first_page();
+            const bool valid = c < D && page < a.n_pages;
+            const int64_t off = valid ? (bh * D + c) * a.cap + page : 0;
+            cp_async16_hint(smem_u32(mine + (2 * (s % QUEST_STAGES)) * THREADS), a.kmax + off, valid, policy);
+            cp_async16_hint(smem_u32(mine + (2 * (s % QUEST_STAGES) + 1) * THREADS), a.kmin + off, valid, policy);
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < QUEST_STAGES - 1; ++s) issue(s);
+
+    float acc[G][8];
+    int buf = 0;
+    for (int s = 0; s < steps; ++s) {
+        const int group = s % steps_per_tile, c = group * S::SLOTS + S::slot();
+        if (group == 0) {
+#pragma unroll
+            for (int h = 0; h < G; ++h)
+#pragma unroll
+                for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
+        }
+        cp_async_wait<QUEST_STAGES - 2>();
+        if (c < D) {
+            float mx[8], mn[8];
+            unpack_bf16x8(mine[(2 * (s % QUEST_STAGES)) * THREADS], mx);
+            unpack_bf16x8(mine[(2 * (s % QUEST_STAGES) + 1) * THREADS], mn);
+#pragma unroll
+            for (int p = 0; p < 8; ++p) {
+                const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
+#pragma unroll
+                for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
+            }
+        }
+        issue(s + QUEST_STAGES - 1);
+        if (group == steps_per_tile - 1) {
+            const int j = (run.first + s / steps_per_tile) * TILE + threadIdx.x;
+            float best = -INFINITY;
+#pragma unroll
+            for (int h = 0; h < G; ++h) best = fmaxf(best, block_sum_tile<TILE>(sm.red, buf, acc[h]));
+            if (threadIdx.x < TILE && j < a.n_pages) a.scores[bh * a.n_pages + j] = best;
+        }
+    }
+    cp_async_wait<0>();
+}
+
+// ---- metadata ----
+
+constexpr int BUILD_PAGES = 32; // pages per block of page_meta_build
+
+
+// bf16 number x (0..7, a constant after unrolling) of a 16-byte piece
+__device__ __forceinline__ uint16_t elem(const uint4 &v, int x)
+{
+    const uint32_t w = x < 2 ? v.x : x < 4 ? v.y : x < 6 ? v.z : v.w;
+    return (uint16_t)(x & 1 ? w >> 16 : w & 0xFFFFu);
+}
+
+// The extrema of the tokens of page tiles: a group of D/8 threads reads one token row (D x 2 B,
+// coalesced) per step and keeps 8 channels' min and max; the tile is transposed through shared memory
+// so that the channel-major rows are written 4 bytes per thread, contiguous along pages.
+__global__ void __launch_bounds__(THREADS) page_meta_build_kernel(const uint16_t *K, page_layout s, int n_pages,
+                                                                  uint16_t *kmin, uint16_t *kmax, int64_t head0)
+{
+    __shared__ uint16_t smin[PAGE_MAX_D][BUILD_PAGES + 2], smax[PAGE_MAX_D][BUILD_PAGES + 2];
+    const int64_t bh = head0 + blockIdx.y;
+    const int D = s.D, cpr = D / 8, groups = THREADS / cpr, j0 = blockIdx.x * BUILD_PAGES;
+    const int g = threadIdx.x / cpr, piece = threadIdx.x % cpr;
+    if (g < groups)
+        for (int jj = g; jj < BUILD_PAGES; jj += groups) {
+            const int j = j0 + jj;
+            uint16_t lo[8], hi[8];
+            if (j < n_pages) {
+                const int64_t t0 = (int64_t)j * s.P;
+                const int nt = min(s.P, (int)(s.L - t0));
+                const uint4 *src = reinterpret_cast<const uint4 *>(K + (bh * s.L + t0) * D) + piece;
+                const uint4 v0 = __ldg(src);
+#pragma unroll
+                for (int x = 0; x < 8; ++x) lo[x] = hi[x] = elem(v0, x);
+#pragma unroll 4
+                for (int i = 1; i < nt; ++i) {
+                    const uint4 v = __ldg(src + (int64_t)i * cpr);
+#pragma unroll
+                    for (int x = 0; x < 8; ++x) { // v < m ? v : m in token order, as the reference
+                        const uint16_t e = elem(v, x);
+                        if (bf16_bits_to_float(e) < bf16_bits_to_float(lo[x])) lo[x] = e;
+                        if (bf16_bits_to_float(e) > bf16_bits_to_float(hi[x])) hi[x] = e;
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int x = 0; x < 8; ++x) lo[x] = 0x7F80u, hi[x] = 0xFF80u; // no token: +inf, -inf
+            }
+#pragma unroll
+            for (int x = 0; x < 8; ++x) smin[piece * 8 + x][jj] = lo[x], smax[piece * 8 + x][jj] = hi[x];
+        }
+    __syncthreads();
+    // 2 tensors x D rows x BUILD_PAGES/2 words
+    const int words = BUILD_PAGES / 2;
+    for (int w = threadIdx.x; w < 2 * D * words; w += THREADS) {
+        const int t = w / (D * words), c = (w / words) % D, jj = (w % words) * 2;
+        if (j0 + jj >= s.cap) continue; // cap is even: a pair is inside or outside
+        const uint16_t(*src)[BUILD_PAGES + 2] = t ? smax : smin;
+        const uint32_t pair = (uint32_t)src[c][jj] | (uint32_t)src[c][jj + 1] << 16;
+        uint16_t *dst = (t ? kmax : kmin) + (bh * D + c) * s.cap + j0 + jj;
+        *reinterpret_cast<uint32_t *>(dst) = pair;
+    }
+}
+
+// One thread per (b, KV head, channel).
+__global__ void page_meta_append_kernel(const uint16_t *k, const int32_t *t, page_layout s, int64_t total, uint16_t *kmin,
+                                        uint16_t *kmax)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int64_t bh = i / s.D;
+    const int c = (int)(i % s.D), pos = t[bh / s.Hkv];
+    const int64_t at = (bh * s.D + c) * s.cap + pos / s.P;
+    const uint16_t v = k[i];
+    if (pos % s.P == 0) { // the page starts: the entry becomes k, whatever it held
+        kmin[at] = v, kmax[at] = v;
+        return;
+    }
+    if (bf16_bits_to_float(v) < bf16_bits_to_float(kmin[at])) kmin[at] = v;
+    if (bf16_bits_to_float(v) > bf16_bits_to_float(kmax[at])) kmax[at] = v;
+}
+
+// ---- host side ----
+
+int sm_count()
+{
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 132;
+    }
+    return sms;
+}
+
+// Blocks per head: as many as fill the GPU once (resident blocks / heads), at most one per tile; the
+// tiles of a head are split evenly, and no block is left without a tile.
+void plan_blocks(int resident, int64_t heads, int tiles, int *per_block, int *blocks)
+{
+    int64_t want = resident / heads;
+    if (want < 1) want = 1;
+    if (want > tiles) want = tiles;
+    *per_block = (int)((tiles + want - 1) / want);
+    *blocks = (tiles + *per_block - 1) / *per_block;
+}
+
+template <typename K>
+int resident_blocks(K kernel, size_t dyn_smem, int *out)
+{
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_smem));
+    int per_sm = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, dyn_smem));
+    if (per_sm < 1) return kvb_fail(KVB_EDEVICE, "page_scoring: a scoring kernel does not fit on an SM (%zu bytes of dynamic shared memory)", dyn_smem);
+    *out = per_sm * sm_count();
+    return KVB_OK;
+}
+
+size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+struct HybridWorkspace {
+    size_t z, part, topk, total;
+};
+
+HybridWorkspace hybrid_workspace(const page_layout *s)
+{
+    const int64_t heads = (int64_t)s->B * s->Hkv;
+    const int G = s->Hq / s->Hkv, n = page_count(s->L, s->P);
+    HybridWorkspace w;
+    w.z = 0;
+    w.part = align256(sizeof(float) * (size_t)heads * G * s->cap);
+    w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n, NARROW) * G); // blocks per head <= tiles
+    w.total = w.topk + align256(topk_workspace_bytes((int)heads, n));
+    return w;
+}
+
+// NARROW tiles when WIDE ones would leave resident block slots empty (a small context): twice the blocks.
+bool narrow_tiles(int resident, int64_t heads, int n_pages) { return heads * tiles_of(n_pages, WIDE) < resident; }
+
+template <int G>
+int launch_hybrid(HybridArgs a, int64_t heads, cudaStream_t stream)
+{
+    constexpr size_t ring = sizeof(uint4) * HYB_STAGES * THREADS;
+    static int resident = 0, resident_narrow = 0; // per instantiation, on the first call
+    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G, WIDE>, ring, &resident);
+    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(hybrid_score_kernel<G, NARROW>, ring, &resident_narrow)))
+        return rc;
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
+    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
+    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
+    const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
+    return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
+        const dim3 grid((unsigned)a.blocks, n);
+        if (narrow) hybrid_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
+        else hybrid_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
+        CUDA_TRY(cudaGetLastError());
+        hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
+}
+
+template <int G>
+int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
+{
+    constexpr size_t ring = sizeof(uint4) * 2 * QUEST_STAGES * THREADS;
+    static int resident = 0, resident_narrow = 0;
+    int rc = resident ? KVB_OK : resident_blocks(quest_score_kernel<G, WIDE>, ring, &resident);
+    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(quest_score_kernel<G, NARROW>, ring, &resident_narrow)))
+        return rc;
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
+    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
+    int blocks = 0;
+    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &blocks);
+    return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
+        const dim3 grid((unsigned)blocks, n);
+        if (narrow) quest_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
+        else quest_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
+}
+
+// The metadata rows (and K's token rows) are read 16 bytes at a time.
+int check_aligned16(const char *who, const char *what, const void *p)
+{
+    if ((uintptr_t)p % 16)
+        return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (rows are read 16 bytes at a time)", who, what, p);
+    return KVB_OK;
+}
+
+int check_workspace(const char *who, const void *ws, size_t have, size_t need)
+{
+    if (need && (!ws || have < need))
+        return kvb_fail(KVB_EINVAL, "%s: workspace_bytes=%zu out of range [%zu, ...) (or the workspace is NULL)", who,
+                        ws ? have : 0, need);
+    return KVB_OK;
+}
+
+} // namespace
+
+extern "C" int page_meta_build(const kvb_bf16 *K, const page_layout *s, kvb_bf16 *kmin, kvb_bf16 *kmax, cudaStream_t stream)
+{
+    int rc = page_layout_check(s, "page_meta_build");
+    if (rc) return rc;
+    if (!K || !kmin || !kmax) return kvb_fail(KVB_EINVAL, "page_meta_build: K, kmin or kmax is NULL");
+    if ((rc = check_aligned16("page_meta_build", "K", K)) || (rc = check_aligned16("page_meta_build", "kmin", kmin)) ||
+        (rc = check_aligned16("page_meta_build", "kmax", kmax)))
+        return rc;
+    const int64_t heads = (int64_t)s->B * s->Hkv;
+    const unsigned tiles = (unsigned)((s->cap + BUILD_PAGES - 1) / BUILD_PAGES); // cap <= 2^21 + 7: < 2^17
+    const int n = page_count(s->L, s->P);
+    return kvb_grid_chunks(heads, [&](int64_t h0, unsigned cnt) -> int {
+        page_meta_build_kernel<<<dim3(tiles, cnt), THREADS, 0, stream>>>(K, *s, n, kmin, kmax, h0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
+}
+
+extern "C" int page_meta_append(const kvb_bf16 *k, const int32_t *t, const int32_t *t_host, const page_layout *s,
+                                kvb_bf16 *kmin, kvb_bf16 *kmax, cudaStream_t stream)
+{
+    int rc = page_layout_check(s, "page_meta_append");
+    if (rc) return rc;
+    if (!k || !t || !t_host || !kmin || !kmax)
+        return kvb_fail(KVB_EINVAL, "page_meta_append: k, t, t_host, kmin or kmax is NULL");
+    if ((rc = page_positions_check(s, t_host, "page_meta_append"))) return rc;
+    const int64_t total = (int64_t)s->B * s->Hkv * s->D;
+    unsigned blocks = 0;
+    if ((rc = kvb_grid_x("page_meta_append", "B*Hkv*D", total, THREADS, &blocks))) return rc;
+    page_meta_append_kernel<<<blocks, THREADS, 0, stream>>>(k, t, *s, total, kmin, kmax);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+extern "C" size_t hybrid_score_workspace_bytes(const page_layout *s)
+{
+    if (page_layout_check(s, "hybrid_score_workspace_bytes")) return 0;
+    return hybrid_workspace(s).total;
+}
+
+extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, const page_layout *s, int r,
+                            int k, float *u, int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
+                            cudaStream_t stream)
+{
+    int rc = page_layout_check(s, "hybrid_score");
+    if (rc || (rc = hybrid_params_check(s, r, k, "hybrid_score"))) return rc;
+    if (!q || !kmin || !kmax || !u) return kvb_fail(KVB_EINVAL, "hybrid_score: q, kmin, kmax or u is NULL");
+    if ((rc = check_aligned16("hybrid_score", "kmin", kmin)) || (rc = check_aligned16("hybrid_score", "kmax", kmax))) return rc;
+    const HybridWorkspace w = hybrid_workspace(s);
+    if ((rc = check_workspace("hybrid_score", workspace, workspace_bytes, w.total))) return rc;
+    const int64_t heads = (int64_t)s->B * s->Hkv;
+    HybridArgs a = {};
+    a.q = q, a.kmin = kmin, a.kmax = kmax;
+    a.Hkv = s->Hkv, a.D = s->D, a.L = s->L, a.P = s->P, a.cap = s->cap, a.n_pages = page_count(s->L, s->P), a.r = r;
+    a.z = (float *)((char *)workspace + w.z);
+    a.part = (float2 *)((char *)workspace + w.part);
+    a.u = u, a.channels = channels;
+    switch (s->Hq / s->Hkv) {
+    case 1: rc = launch_hybrid<1>(a, heads, stream); break;
+    case 2: rc = launch_hybrid<2>(a, heads, stream); break;
+    case 4: rc = launch_hybrid<4>(a, heads, stream); break;
+    default: rc = launch_hybrid<8>(a, heads, stream); break; // page_layout_check: G in {1, 2, 4, 8}
+    }
+    if (rc || !pages) return rc;
+    const int n_sel = hybrid_selected_pages(k, s->P);
+    void *topk_ws = w.total > w.topk ? (char *)workspace + w.topk : NULL;
+    return topk_rows(u, (int)heads, a.n_pages, a.n_pages, n_sel, 0, 0, pages, n_sel, topk_ws, stream);
+}
+
+extern "C" size_t quest_score_workspace_bytes(const page_layout *s)
+{
+    if (page_layout_check(s, "quest_score_workspace_bytes")) return 0;
+    const int n = page_count(s->L, s->P);
+    return topk_workspace_bytes(s->B * s->Hkv, n > 1 ? n - 1 : 1);
+}
+
+extern "C" int quest_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, const page_layout *s, int budget,
+                           float *scores, int32_t *pages, void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    int rc = page_layout_check(s, "quest_score");
+    if (rc || (rc = quest_params_check(s, budget, "quest_score"))) return rc;
+    if (!q || !kmin || !kmax || !scores) return kvb_fail(KVB_EINVAL, "quest_score: q, kmin, kmax or scores is NULL");
+    if ((rc = check_aligned16("quest_score", "kmin", kmin)) || (rc = check_aligned16("quest_score", "kmax", kmax))) return rc;
+    const size_t need = quest_score_workspace_bytes(s);
+    if ((rc = check_workspace("quest_score", workspace, workspace_bytes, need))) return rc;
+    const int64_t heads = (int64_t)s->B * s->Hkv;
+    QuestArgs a = {};
+    a.q = q, a.kmin = kmin, a.kmax = kmax;
+    a.Hkv = s->Hkv, a.D = s->D, a.cap = s->cap, a.n_pages = page_count(s->L, s->P);
+    a.scores = scores;
+    switch (s->Hq / s->Hkv) {
+    case 1: rc = launch_quest<1>(a, heads, stream); break;
+    case 2: rc = launch_quest<2>(a, heads, stream); break;
+    case 4: rc = launch_quest<4>(a, heads, stream); break;
+    default: rc = launch_quest<8>(a, heads, stream); break;
+    }
+    if (rc || !pages) return rc;
+    // budget/P - 1 pages among the first n - 1, then the last page (topk_rows' tail)
+    const int n_sel = quest_selected_pages(budget, s->P), n = a.n_pages;
+    return topk_rows(scores, (int)heads, n, n - 1, n_sel - 1, n - 1, 1, pages, n_sel, need ? workspace : NULL, stream);
+}

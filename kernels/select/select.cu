@@ -1,0 +1,447 @@
+// select.cu: the suite's top-k (select.h). Radix select of the k-th largest order-preserving key,
+// 11 + 11 + 10 bits from the top, then an ordered compaction.
+//
+// Napkin math (H200, ~4.5 TB/s read): rows=256 n=128K is 128 MiB of scores: one read ~30 us; the goal
+// (spec) is 3 reads + 10 us. One block per row reads its row from DRAM in the first pass; the next
+// passes and the compaction find it in L2 only while the rows in flight fit (256 rows x 512 KiB do
+// not: up to 4 DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the
+// launches (a histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <=
+// 8K: page and chunk selections, e.g. RocketKV's 64 rows x 4239 pages) are read once into shared
+// memory by one block each and selected there in one launch: at 8 rows x 4239 the split path's five
+// launches measured 33 us under ncu (H200, results/h200/rocketkv-*), for 136 KB of scores.
+#include <cstdint>
+
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_device.cuh"
+#include "kernels/common/kvb_grid.h"
+#include "kernels/select/select.h"
+
+namespace {
+
+constexpr int THREADS = 512;           // one block per row, and the blocks of a split row
+constexpr int NBINS = 2048;            // 11-bit digits (the last pass 10)
+constexpr int ITEMS = 8;               // compaction: consecutive elements per thread and tile
+constexpr int TILE = THREADS * ITEMS;  // elements per compaction step
+constexpr int MIN_SPLIT = 4096;        // elements per block of a split row, at least
+constexpr int SMEM_ROW_N = 2 * MIN_SPLIT; // rows up to this long are held in shared memory (32 KB): where a
+                                         // split would give a row at most 2 blocks
+__host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
+__host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
+
+using kvb_dev::order_key; // the one copy (kvb_device.cuh), shared with the page selections
+
+using Scan = cub::BlockScan<int, THREADS>;
+
+struct SelectSmem {
+    typename Scan::TempStorage scan;
+    int hist[NBINS];
+    int digit, need;
+};
+
+// The digit d of the k-th largest: above(d) < need <= above(d) + hist[d], above(d) = sum of the
+// bins above d. Thread t holds bins nbins - (t+1)*per .. nbins - t*per - 1 (thread 0 the highest);
+// an exclusive scan gives each thread the count above its bins. Exactly one thread finds d.
+__device__ void find_digit(SelectSmem &s, const int *hist, int nbins, int need)
+{
+    const int per = nbins / THREADS, hi = nbins - threadIdx.x * per; // per = 2 or 1
+    int mine = 0;
+    for (int d = hi - 1; d >= hi - per; --d) mine += hist[d];
+    int above;
+    Scan(s.scan).ExclusiveSum(mine, above);
+    for (int d = hi - 1; d >= hi - per; --d) {
+        if (above < need && above + hist[d] >= need) s.digit = d, s.need = need - above;
+        above += hist[d];
+    }
+    __syncthreads();
+}
+
+// Where a pass reads its keys: the order keys of a row in global memory (read through L2 each pass),
+// or a copy of them in shared memory (rows short enough to hold).
+struct GlobalKeys {
+    const float *x;
+    __device__ uint32_t operator()(int i) const { return order_key(__ldg(x + i)); }
+};
+struct SmemKeys {
+    const uint32_t *k;
+    __device__ uint32_t operator()(int i) const { return k[i]; }
+};
+
+// Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. (Lanes that
+// hit the same bin first added once per warp through match_any: 2.5x slower at rows=256 n=128K and
+// slower on every topk bench shape, H200, results/h200/rocketkv-*; the plain atomics stay.)
+template <class Keys>
+__device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift, int nbins)
+{
+    for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
+        const uint32_t key = keys(i);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
+    }
+}
+
+// Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
+// equal keys of the whole row is below `need_eq`. `written` and `eq_seen` count what came before lo.
+// Each thread takes ITEMS consecutive elements, one scan per tile carries (gt, eq) counts.
+template <class Keys>
+__device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_t T, int need_eq, int written, int eq_seen,
+                        int32_t *out)
+{
+    for (int base = lo; base < hi; base += TILE) {
+        const int first = base + threadIdx.x * ITEMS;
+        uint32_t key[ITEMS];
+        int gt = 0, eq = 0;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            key[j] = first + j < hi ? keys(first + j) : 0u;
+            gt += first + j < hi && key[j] > T;
+            eq += first + j < hi && key[j] == T;
+        }
+        // gt and eq per tile are at most TILE = 8192 < 2^16: one scan carries both
+        int packed = gt | (eq << 16), before, total;
+        Scan(s.scan).ExclusiveSum(packed, before, total);
+        __syncthreads(); // the scan storage is reused next tile
+        const int gt_before = before & 0xFFFF, eq_before = before >> 16;
+        const int eq_total = total >> 16, gt_total = total & 0xFFFF;
+        const int eq_left = need_eq - eq_seen > 0 ? need_eq - eq_seen : 0; // equal keys still wanted
+        int pos = written + gt_before + (eq_before < eq_left ? eq_before : eq_left);
+        int eq_rank = eq_before;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            if (first + j >= hi) break;
+            if (key[j] > T) out[pos++] = first + j;
+            else if (key[j] == T && eq_rank++ < eq_left) out[pos++] = first + j;
+        }
+        written += gt_total + (eq_total < eq_left ? eq_total : eq_left);
+        eq_seen += eq_total;
+    }
+}
+
+__device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n)
+{
+    for (int i = threadIdx.x; i < tail_n; i += THREADS) out[k + i] = tail_first + i;
+}
+
+// ---- many rows, or short ones: one block per row, the whole selection in one kernel ----
+
+// Three radix passes over the row's keys, then the ordered compaction.
+template <class Keys>
+__device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out)
+{
+    uint32_t prefix = 0, mask = 0;
+    int need = k;
+#pragma unroll 1
+    for (int p = 0; p < 3; ++p) {
+        const int nbins = 1 << pass_bits(p);
+        for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
+        __syncthreads();
+        histogram(s.hist, keys, 0, n, prefix, mask, pass_shift(p), nbins);
+        __syncthreads();
+        find_digit(s, s.hist, nbins, need);
+        prefix |= (uint32_t)s.digit << pass_shift(p);
+        mask |= (uint32_t)(nbins - 1) << pass_shift(p);
+        need = s.need;
+        __syncthreads(); // everyone has read digit and need before the next pass can write them
+    }
+    compact(s, keys, 0, n, prefix, need, 0, 0, out);
+}
+
+// The rows' trivial selections (k = 0: nothing; k >= n: every index) and the tail; true when done.
+__device__ bool trivial_row(int n, int k, int tail_first, int tail_n, int32_t *out)
+{
+    fill_tail(out, k, tail_first, tail_n);
+    if (k >= n)
+        for (int i = threadIdx.x; i < n; i += THREADS) out[i] = i;
+    return k >= n || k == 0;
+}
+
+// Long rows: every pass reads the row again (from L2 while the rows in flight fit).
+__global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, int64_t ld, int n, int k,
+                                                           int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    int32_t *out = idx + blockIdx.x * ldo;
+    if (trivial_row(n, k, tail_first, tail_n, out)) return;
+    select_row(s, GlobalKeys{scores + blockIdx.x * ld}, n, k, out);
+}
+
+// Short rows (n <= SMEM_ROW_N): the row's keys read once into shared memory, every pass and the
+// compaction work from there: one launch and one read, where the split path took five launches.
+__global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *scores, int64_t ld, int n, int k,
+                                                                int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    extern __shared__ uint32_t row_keys[]; // n keys
+    int32_t *out = idx + blockIdx.x * ldo;
+    if (trivial_row(n, k, tail_first, tail_n, out)) return;
+    const float *x = scores + blockIdx.x * ld;
+    for (int i = threadIdx.x; i < n; i += THREADS) row_keys[i] = order_key(__ldg(x + i));
+    __syncthreads();
+    select_row(s, SmemKeys{row_keys}, n, k, out);
+}
+
+// ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
+
+struct RowState {
+    uint32_t prefix, mask;
+    int need;   // after the 3 passes: how many keys equal to the threshold are taken
+    int done;   // blocks of the row finished with the current pass
+};
+
+struct SplitArgs {
+    const float *scores;
+    int64_t ld;
+    int n, k, split, chunk;
+    int *hist;       // [rows, NBINS], zero between passes
+    RowState *state; // [rows]
+    int2 *counts;    // [rows, split]: (keys > T, keys == T) per block
+};
+
+__device__ __forceinline__ void chunk_of(const SplitArgs &a, int b, int *lo, int *hi)
+{
+    *lo = b * a.chunk;
+    *hi = min(a.n, *lo + a.chunk);
+}
+
+// One pass: each block adds its chunk's histogram to the row's; the last block to finish picks the
+// digit, records the row's state and clears the histogram for the next pass.
+__global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
+{
+    __shared__ SelectSmem s;
+    __shared__ bool last;
+    const int row = blockIdx.y, nbins = 1 << pass_bits(p);
+    RowState *st = a.state + row;
+    const uint32_t prefix = p ? st->prefix : 0u, mask = p ? st->mask : 0u;
+    const int need = p ? st->need : a.k;
+    for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
+    __syncthreads();
+    int lo, hi;
+    chunk_of(a, blockIdx.x, &lo, &hi);
+    histogram(s.hist, GlobalKeys{a.scores + row * a.ld}, lo, hi, prefix, mask, pass_shift(p), nbins);
+    __syncthreads();
+    int *g = a.hist + (int64_t)row * NBINS;
+    for (int i = threadIdx.x; i < nbins; i += THREADS)
+        if (s.hist[i]) atomicAdd(&g[i], s.hist[i]);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&st->done, 1) == a.split - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = __ldcg(&g[i]), g[i] = 0;
+    __syncthreads();
+    find_digit(s, s.hist, nbins, need);
+    if (threadIdx.x == 0) {
+        st->prefix = prefix | (uint32_t)s.digit << pass_shift(p);
+        st->mask = mask | (uint32_t)(nbins - 1) << pass_shift(p);
+        st->need = s.need;
+        st->done = 0;
+    }
+}
+
+// Per block: how many keys of its chunk are above the threshold, and how many equal it.
+__global__ void __launch_bounds__(THREADS) split_count_kernel(SplitArgs a)
+{
+    __shared__ typename Scan::TempStorage tmp;
+    const int row = blockIdx.y;
+    const uint32_t T = a.state[row].prefix;
+    const float *x = a.scores + row * a.ld;
+    int lo, hi;
+    chunk_of(a, blockIdx.x, &lo, &hi);
+    int gt = 0, eq = 0;
+    for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
+        const uint32_t key = order_key(__ldg(x + i));
+        gt += key > T, eq += key == T;
+    }
+    int g_total, e_total, dummy;
+    Scan(tmp).ExclusiveSum(gt, dummy, g_total);
+    __syncthreads();
+    Scan(tmp).ExclusiveSum(eq, dummy, e_total);
+    if (threadIdx.x == 0) a.counts[(int64_t)row * a.split + blockIdx.x] = make_int2(g_total, e_total);
+}
+
+__global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int tail_first, int tail_n, int32_t *idx,
+                                                              int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    __shared__ int s_gt, s_eq;
+    const int row = blockIdx.y;
+    int32_t *out = idx + row * ldo;
+    if (blockIdx.x == 0) fill_tail(out, a.k, tail_first, tail_n);
+    int gt = 0, eq = 0; // of the blocks before this one
+    for (int b = threadIdx.x; b < blockIdx.x; b += THREADS) {
+        const int2 c = a.counts[(int64_t)row * a.split + b];
+        gt += c.x, eq += c.y;
+    }
+    int g_total, e_total, dummy;
+    Scan(s.scan).ExclusiveSum(gt, dummy, g_total);
+    __syncthreads();
+    Scan(s.scan).ExclusiveSum(eq, dummy, e_total);
+    if (threadIdx.x == 0) s_gt = g_total, s_eq = e_total;
+    __syncthreads();
+    const int need_eq = a.state[row].need;
+    int lo, hi;
+    chunk_of(a, blockIdx.x, &lo, &hi);
+    compact(s, GlobalKeys{a.scores + row * a.ld}, lo, hi, a.state[row].prefix, need_eq,
+            s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
+}
+
+// The plan: how many blocks share a row (1: one block per row).
+int split_of(int rows, int n)
+{
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 132;
+    }
+    // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
+    // 387 us against 241 us for one (H200, results/h200/): the extra passes cost more than they hide.
+    if (rows >= sms || n <= SMEM_ROW_N) return 1;
+    const int64_t want = (2LL * sms + rows - 1) / rows, most = (n + MIN_SPLIT - 1) / MIN_SPLIT;
+    const int64_t split = want < most ? want : most;
+    return split > 1 ? (int)split : 1;
+}
+
+size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+size_t split_bytes(int rows, int split, size_t *off_state, size_t *off_counts)
+{
+    *off_state = align256((size_t)rows * NBINS * sizeof(int));
+    *off_counts = *off_state + align256((size_t)rows * sizeof(RowState));
+    return *off_counts + align256((size_t)rows * split * sizeof(int2));
+}
+
+// ---- max-pooling and the gather of kept rows ----
+
+constexpr int POOL_OUT = 1024, POOL_THREADS = 256; // max-pooling: outputs per block, threads
+
+__global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, int L, int half, float *y, int64_t r0)
+{
+    extern __shared__ float tile[]; // POOL_OUT + 2 * half values, -inf outside [0, L)
+    const int64_t r = r0 + blockIdx.y; // rows in chunks of grid.y (kvb_grid.h)
+    const int j0 = blockIdx.x * POOL_OUT, span = POOL_OUT + 2 * half;
+    const float *xr = x + r * L;
+    for (int i = threadIdx.x; i < span; i += POOL_THREADS) {
+        const int j = j0 - half + i;
+        tile[i] = j >= 0 && j < L ? xr[j] : -INFINITY;
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < POOL_OUT && j0 + o < L; o += POOL_THREADS) {
+        float m = tile[o];
+        for (int w = 1; w <= 2 * half; ++w) m = fmaxf(m, tile[o + w]);
+        y[r * L + j0 + o] = m;
+    }
+}
+
+// one warp per kept row, 16-byte copies
+__global__ void gather_kernel(const uint4 *X, int64_t rows_out, int group, int L, int cpr, const int32_t *keep,
+                              int n_keep, uint4 *Y)
+{
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= rows_out * n_keep) return;
+    const int64_t r = w / n_keep;
+    const int32_t t = keep[w];
+    if (t < 0 || t >= L) return;
+    const uint4 *src = X + ((r / group) * L + t) * cpr;
+    uint4 *dst = Y + w * cpr;
+    for (int c = lane; c < cpr; c += 32) dst[c] = src[c];
+}
+
+} // namespace
+
+extern "C" int select_check_rows(const char *who, int rows, int L)
+{
+    if (rows < 1) return kvb_fail(KVB_EINVAL, "%s: rows=%d out of range [1, 2^31)", who, rows);
+    if (L < 1) return kvb_fail(KVB_EINVAL, "%s: L=%d out of range [1, 2^31)", who, L);
+    return KVB_OK;
+}
+
+
+extern "C" size_t topk_workspace_bytes(int rows, int n)
+{
+    if (rows < 1 || n < 1) return 0;
+    const int split = split_of(rows, n);
+    if (split == 1) return 0;
+    size_t a, b;
+    return split_bytes(rows, split, &a, &b);
+}
+
+extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k, int tail_first, int tail_n,
+                         int32_t *idx, int64_t ldo, void *workspace, cudaStream_t stream)
+{
+    if (rows < 1) return kvb_fail(KVB_EINVAL, "topk_rows: rows=%d out of range [1, 2^31)", rows);
+    if (n < 0 || n > TOPK_MAX_N) return kvb_fail(KVB_EINVAL, "topk_rows: n=%d out of range [0, %d]", n, TOPK_MAX_N);
+    if (ld < n) return kvb_fail(KVB_EINVAL, "topk_rows: ld=%lld out of range [n = %d, ...)", (long long)ld, n);
+    if (k < 0 || k > n) return kvb_fail(KVB_EINVAL, "topk_rows: k=%d out of range [0, n = %d]", k, n);
+    if (tail_n < 0 || ldo < (int64_t)k + tail_n)
+        return kvb_fail(KVB_EINVAL, "topk_rows: k + tail_n = %lld out of range [0, ldo = %lld]", (long long)k + tail_n,
+                        (long long)ldo);
+    if (!scores || !idx) return kvb_fail(KVB_EINVAL, "topk_rows: scores or idx is NULL");
+    if (n <= SMEM_ROW_N) {
+        topk_row_smem_kernel<<<rows, THREADS, (size_t)n * sizeof(uint32_t), stream>>>(scores, ld, n, k, tail_first,
+                                                                                      tail_n, idx, ldo);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    }
+    const int split = workspace && k > 0 && k < n ? split_of(rows, n) : 1;
+    if (split == 1) {
+        topk_row_kernel<<<rows, THREADS, 0, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    }
+    // split rows only when rows < 2 x SMs, so rows fits grid.y (65535) on any GPU with fewer SMs
+    if (rows > 65535) return kvb_fail(KVB_EINVAL, "topk_rows: rows=%d out of range [1, 65535] for split rows", rows);
+    size_t off_state, off_counts;
+    split_bytes(rows, split, &off_state, &off_counts);
+    CUDA_TRY(cudaMemsetAsync(workspace, 0, off_counts, stream)); // histograms and row states
+    SplitArgs a;
+    a.scores = scores, a.ld = ld, a.n = n, a.k = k, a.split = split, a.chunk = (n + split - 1) / split;
+    a.hist = (int *)workspace;
+    a.state = (RowState *)((char *)workspace + off_state);
+    a.counts = (int2 *)((char *)workspace + off_counts);
+    const dim3 grid((unsigned)split, (unsigned)rows);
+    for (int p = 0; p < 3; ++p) {
+        split_pass_kernel<<<grid, THREADS, 0, stream>>>(a, p);
+        CUDA_TRY(cudaGetLastError());
+    }
+    split_count_kernel<<<grid, THREADS, 0, stream>>>(a);
+    CUDA_TRY(cudaGetLastError());
+    split_write_kernel<<<grid, THREADS, 0, stream>>>(a, tail_first, tail_n, idx, ldo);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+extern "C" int maxpool_rows(const float *x, int rows, int L, int ks, float *y, cudaStream_t stream)
+{
+    int rc = select_check_rows("maxpool_rows", rows, L);
+    if (rc) return rc;
+    if (ks < 1 || ks > MAXPOOL_MAX_KS || ks % 2 == 0)
+        return kvb_fail(KVB_EINVAL, "maxpool_rows: ks=%d is not an odd pooling kernel in [1, %d]", ks, MAXPOOL_MAX_KS);
+    if (!x || !y) return kvb_fail(KVB_EINVAL, "maxpool_rows: NULL pointer");
+    const int half = ks / 2;
+    const size_t smem = sizeof(float) * (size_t)(POOL_OUT + 2 * half);
+    const unsigned tiles = (unsigned)((L + POOL_OUT - 1) / POOL_OUT); // L < 2^31: < 2^21
+    return kvb_grid_chunks(rows, [&](int64_t r0, unsigned n) -> int {
+        maxpool_kernel<<<dim3(tiles, n), POOL_THREADS, smem, stream>>>(x, L, half, y, r0);
+        CUDA_TRY(cudaGetLastError());
+        return KVB_OK;
+    });
+}
+
+extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
+                           kvb_bf16 *Y, cudaStream_t stream)
+{
+    int rc = select_check_rows("gather_rows", rows, L);
+    if (rc) return rc;
+    if (group < 1 || rows % group) return kvb_fail(KVB_EINVAL, "gather_rows: group=%d does not divide rows=%d", group, rows);
+    if (D < 8 || D % 8) return kvb_fail(KVB_EINVAL, "gather_rows: D=%d is not a positive multiple of 8 (16-byte rows)", D);
+    if (n_keep < 1 || n_keep > L) return kvb_fail(KVB_EINVAL, "gather_rows: n_keep=%d out of range [1, L = %d]", n_keep, L);
+    if (!X || !keep || !Y) return kvb_fail(KVB_EINVAL, "gather_rows: NULL pointer");
+    unsigned blocks = 0; // one warp per kept row, 8 per block
+    if ((rc = kvb_grid_x("gather_rows", "rows*n_keep", (int64_t)rows * n_keep, 256 / 32, &blocks))) return rc;
+    gather_kernel<<<blocks, 256, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep, n_keep, (uint4 *)Y);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}

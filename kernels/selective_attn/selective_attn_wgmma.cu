@@ -1,0 +1,852 @@
+// selective_attn_wgmma.cu: the Hopper (sm_90a) passes of selective flash attention, as FlashAttention-3
+// builds them: a producer warpgroup (one thread issuing TMA loads into a ring of shared-memory stages
+// tracked with mbarriers; setmaxnreg hands its registers to the consumers) and two consumer
+// warpgroups running wgmma, with no block-wide barrier in the main loop. Semantics and API:
+// selective_attn.h; the mma.sync passes stay in selective_attn.cu for A/B (impl=*_mma).
+//
+// Napkin math (B=1, H=32, D=128, causal, L=16K; pairs = H L (L+1) / 2 = 4.3e9):
+//   forward   4 D pairs = 2.2 TFLOP: 2.85 ms at the 772 TFLOP/s bf16 GEMM rate of an H200.
+//   colsum    2 D pairs = 1.1 TFLOP (1.42 ms at that rate) plus one exp2 per pair: per SM and clock
+//             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so the
+//             exps alone take ~1.1 ms. Measured, the SFU does not bound it: moving exps to the FMA pipe
+//             (ten instructions for one) made the pass slower, about in step with the instructions
+//             added (results/h100/sattn-emu-8e41b12).
+//   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
+//   Measured: on an H200 with two column-sum warpgroups (results/h200/sattn-wgmma-9189aff) forward
+//   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
+//   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x;
+//   on an H100 with four (results/h100/s12-sattn-wg4-4ed0b36) forward 3.79 ms = 1.00x, column sums
+//   2.00 ms, both 5.76 ms = 1.53x at 16K, 1.45x at 32K; then with the CTAs in L2-sized sections of
+//   KV heads (results/h100/s13-sattn-order: the forward's DRAM reads 4.67 -> 0.42 GB) forward
+//   3.55 ms = 0.95x, column sums 1.95 ms, both 5.43 ms = 1.45x at 16K (1.47x in a second call),
+//   1.42x at 32K. The column sums' two floors overlap only partly: their tensor pipe and their MUFU
+//   are each 60-66% busy (ncu; NOTES.md files).
+//
+// Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
+// 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
+// the layout a wgmma SW128 descriptor names (kvb_device.cuh: wgmma_desc_sw128).
+//   forward     CTA = 128 query rows of one head (each consumer warpgroup 64), 128-key steps, 2 K and
+//               2 V stages. S = Q K^T: m64n128k16, A = Q from registers (ldmatrix once), B = K from
+//               shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from shared
+//               memory (N-major). Per tile one wait, the softmax, then P V of this tile and S of the
+//               next issued back to back.
+//   col sums    CTA = 256 keys of one KV head (four consumer warpgroups of 64, 4 Q stages, K read by
+//               the MMAs from shared memory; KVB_SATTN_COL_WG=3: 192 keys, three warpgroups, K from
+//               registers, 5 Q stages; =2: 128 keys, two warpgroups, each issuing the next step's S^T
+//               before this step's exps in a second register set), 128-query steps over the G query
+//               heads: S^T = K Q^T (m64n128k16, A = K, B = Q K-major),
+//               p = exp2(s log2e/sqrt(D) - LSE log2e) summed per key in registers. The producer also
+//               stages each step's log2-scaled LSE (+inf for rows that do not contribute), fetched by
+//               cp.async three steps ahead. Each colsum and colsum_kv element is written once, by the
+//               CTA owning its key: no atomics, no dependence on launch order. The consumer warpgroups
+//               take turns issuing their MMAs (ping-pong, turn_wait): 1-2% on an H100
+//               (results/h100/sattn-pp-8eee9dd).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_device.cuh"
+#include "kernels/selective_attn/selective_attn.h"
+
+typedef __nv_bfloat16 bf16;
+using namespace kvb_dev;
+
+// The compute_90 (PTX) pass compiles the kernels' bodies away (wgmma is sm_90a only), which leaves
+// the helpers they use unreferenced there.
+#pragma nv_diag_suppress 177
+
+namespace {
+
+constexpr float LOG2E = 1.4426950408889634f;
+
+constexpr int WG_THREADS = 128;                       // a warpgroup
+constexpr int CONSUMERS = 2;                          // consumer warpgroups
+constexpr int PRODUCER_WARP = 4 * CONSUMERS;          // the TMA warp: the first of the producer warpgroup
+constexpr int THREADS = (CONSUMERS + 1) * WG_THREADS; // 384, 168 registers each at launch; then the
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240; // producer warpgroup gives 144 each to the consumers
+constexpr int COL_PRODUCER_REGS = 40, COL_CONSUMER_REGS = 232; // (the column sums' producer also stages the LSE)
+static_assert(PRODUCER_REGS * WG_THREADS + CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
+static_assert(COL_PRODUCER_REGS * WG_THREADS + COL_CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
+constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or keys (col sums) per CTA
+constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
+constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
+constexpr int FWD_STAGES = 2;                         // K, V tiles in flight
+constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a forward stage (one per warp)
+
+// Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
+template <int D> __host__ __device__ constexpr uint32_t tile_bytes(int rows) { return (uint32_t)rows * D * 2; }
+__host__ __device__ constexpr uint32_t chunk_off(int rows, int c) { return (uint32_t)c * rows * 128; }
+
+// Shared memory of the forward: Q | K stages | V stages | mbarriers (+1024 for the alignment of the base).
+template <int D> struct FwdSmem {
+    static constexpr uint32_t Q = 0, K = tile_bytes<D>(ROWS), V = K + FWD_STAGES * tile_bytes<D>(TILE),
+                              BAR = V + FWD_STAGES * tile_bytes<D>(TILE), BYTES = BAR + 128 + 1024;
+};
+// Shared memory of the column sums: K block | Q stages | log2 LSE stages | raw LSE staging | mbarriers.
+// Q tiles in flight: 5, or 4 with four consumer warpgroups (their 256-key K block leaves room for 4).
+constexpr int LSE_SLOTS = 4; // the producer's cp.async staging of the LSE: 3 steps ahead
+template <int NWG> constexpr int col_stages() { return NWG == 4 ? 4 : 5; }
+template <int D, int NWG> struct ColSmem {
+    static constexpr int STAGES = col_stages<NWG>();
+    static constexpr uint32_t K = 0, Q = tile_bytes<D>(64 * NWG), LSE = Q + STAGES * tile_bytes<D>(TILE),
+                              LSE_RAW = LSE + STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
+                              BYTES = BAR + 128 + 1024;
+    static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
+};
+
+// Which (head, tile) a CTA runs (block_tile): the grid is 1-D, in sections of `hsec` consecutive heads
+// (whole KV groups) so that the K and V (forward) or Q (column sums) streamed by the CTAs running at once
+// stay in L2; within a section the longest tiles come first, the section's heads fastest.
+struct Order {
+    int heads, tiles, hsec;
+};
+
+struct FwdArgs {
+    float *lse; // [B * Hq, L]
+    int L, G, n_qtiles;
+    float scale, scale_log2;
+    Order ord; // heads = B Hq, tiles = n_qtiles
+};
+
+struct ColArgs {
+    const float *lse;
+    float *colsum, *colsum_kv;
+    int L, G, w0, lse_len, lse_row0;
+    float scale_log2;
+    Order ord; // heads = B Hkv, tiles = key blocks
+};
+
+// Tile index 0 is the longest (the forward's last query tile, the column sums' first key block).
+__device__ __forceinline__ void block_tile(const Order &o, int &head, int &tile)
+{
+    const int b = blockIdx.x, per = o.hsec * o.tiles, sec = b / per, r = b - sec * per;
+    const int h0 = sec * o.hsec, n = min(o.hsec, o.heads - h0);
+    tile = r / n;
+    head = h0 + (r - tile * n);
+}
+
+// The 1024-byte-aligned base of the dynamic shared memory (TMA's 128-byte swizzle needs it).
+__device__ __forceinline__ uint8_t *aligned_smem(uint8_t *raw)
+{
+    const uint32_t a = smem_u32(raw);
+    return raw + (((a + 1023u) & ~1023u) - a);
+}
+
+// k-step kk of a 64 x 128 S tile: the first one writes it, the others accumulate (kk is a constant
+// once the k-loop is unrolled).
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int kk)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (kk == 0)
+        wgmma_m64n128k16_ss<false>(d, desc_a, desc_b);
+    else
+        wgmma_m64n128k16_ss<true>(d, desc_a, desc_b);
+#endif
+}
+
+// The same with A from registers.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int kk)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (kk == 0)
+        wgmma_m64n128k16_rs<false>(d, a, desc_b);
+    else
+        wgmma_m64n128k16_rs<true>(d, a, desc_b);
+#endif
+}
+
+// A warp's 16 rows (row0.. of a swizzled tile whose 64-column chunks are `chunk_rows` rows apart) as the
+// A fragments of its D / 16 k-steps: ldmatrix x4 of rows lane & 15, 16-byte unit 2 (kk & 3) + lane / 16.
+template <int D>
+__device__ __forceinline__ void load_a_frags(uint32_t (&f)[D / 16][4], uint32_t tile, int chunk_rows, int row0, int lane)
+{
+    const int r = row0 + (lane & 15);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const int u = 2 * (kk & 3) + (lane >> 4);
+        ldsm_x4(f[kk], tile + chunk_off(chunk_rows, kk >> 2) + r * 128 + ((u ^ (r & 7)) << 4));
+    }
+}
+
+// ---- ping-pong (FlashAttention-3's warp-scheduler barriers) ---------------------------------------
+// With PP, consumer warpgroup w issues a step's MMAs only after warpgroup w - 1 (cyclically) issued
+// its own, so the warpgroups take turns on the tensor cores and one's exps run under another's MMAs
+// instead of all of them computing exps at once. Hardware barrier TURN_BAR + w holds w's turn: w waits
+// on it (bar.sync, 128 threads) and w - 1 arrives on it (bar.arrive, 128 more). The last warpgroup
+// arrives once before its first step (warpgroup 0 goes first) and skips its arrival after its last
+// step, so that every arrival is matched.
+constexpr int TURN_BAR = 3; // (1 and 2: the forward epilogue's per-warpgroup barriers)
+__device__ __forceinline__ void turn_wait(int wg) { named_barrier(TURN_BAR + wg, 2 * WG_THREADS); }
+template <int NWG> __device__ __forceinline__ void turn_pass(int wg)
+{
+    named_barrier_arrive(TURN_BAR + (wg + 1) % NWG, 2 * WG_THREADS);
+}
+
+// ---- pass 1: forward (O, LSE) ----------------------------------------------------------------------
+
+template <int D, bool CAUSAL, bool PP>
+__global__ void __launch_bounds__(THREADS, 1)
+    fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const FwdArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = FwdSmem<D>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, NO = D / 2; // k-steps of S, chunks of D, O registers
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = aligned_smem(smem_raw);
+    const uint32_t base = smem_u32(smem);
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
+    uint64_t *q_full = bar, *k_full = bar + 1, *v_full = k_full + FWD_STAGES, *k_empty = v_full + FWD_STAGES,
+             *v_empty = k_empty + FWD_STAGES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int bh, qt;
+    block_tile(a.ord, bh, qt);
+    const int L = a.L, bkv = bh / a.G;
+    const int q0 = (a.n_qtiles - 1 - qt) * ROWS; // the longest rows first
+    const int kend = CAUSAL ? min(L, q0 + ROWS) : L;
+    const int n_tiles = (kend + TILE - 1) / TILE;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < FWD_STAGES; ++s) {
+            mbar_init(&k_full[s], 1), mbar_init(&v_full[s], 1);
+            mbar_init(&k_empty[s], CONSUMER_WARPS), mbar_init(&v_empty[s], CONSUMER_WARPS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp >= PRODUCER_WARP) { // one lane issues every load; a stage is refilled once all 8 consumer warps freed it
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (warp == PRODUCER_WARP && lane == 0) {
+            mbar_expect_tx(q_full, tile_bytes<D>(ROWS));
+            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::Q + chunk_off(ROWS, c), &tm_q, c * CHUNK, q0, bh, q_full);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int st = it % FWD_STAGES;
+                const uint32_t off = st * tile_bytes<D>(TILE);
+                if (it >= FWD_STAGES) mbar_wait(&k_empty[st], ((it / FWD_STAGES) + 1) & 1);
+                mbar_expect_tx(&k_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::K + off + chunk_off(TILE, c), &tm_k, c * CHUNK, it * TILE, bkv, &k_full[st]);
+                if (it >= FWD_STAGES) mbar_wait(&v_empty[st], ((it / FWD_STAGES) + 1) & 1);
+                mbar_expect_tx(&v_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::V + off + chunk_off(TILE, c), &tm_v, c * CHUNK, it * TILE, bkv, &v_full[st]);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int row_w = q0 + wg * 64 + wl * 16;                 // this warp's first row
+    const uint32_t q_s = base + S::Q + wg * 64 * 128;         // this warpgroup's 64 rows in each Q chunk
+    float o[NO], s[64];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f}; // rows g and g + 8; m in raw score units
+
+    // Per tile: one wait (S of this tile and P V of the last one are done), the softmax, then P V of
+    // this tile and S of the next issued back to back, so that the tensor cores have 2 x 512 cycles of
+    // work queued while the other warpgroup runs its softmax.
+    uint32_t qf[KSTEPS][4];    // this warp's 16 query rows as register A operands (loaded once)
+    uint32_t pa[TILE / 16][4]; // P in bf16: the A fragments of the tile's 8 key k-steps (read by P V in flight)
+    // The stages' descriptors as the first one plus constant offsets (the start address field, bits
+    // 0-13, holds address / 16 and never carries: shared memory is below 256 KB); per MMA the
+    // recomputed descriptor cost ~7 issue slots.
+    const uint64_t desc_k0 = wgmma_desc_sw128(base + S::K, 16, 1024);
+    const uint64_t desc_v0 = wgmma_desc_sw128(base + S::V, chunk_off(TILE, 1), 1024);
+    auto issue_s = [&](int it) {
+        const int st = it % FWD_STAGES;
+        const uint64_t dk = desc_k0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
+        mbar_wait(&k_full[st], (it / FWD_STAGES) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) wgmma_rs(s, qf[kk], dk + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
+        wgmma_commit();
+    };
+    wgmma_fence_regs(o); // the zeros are in place before any MMA is in flight
+    // Q as register A operands: the S MMAs then read only K from shared memory (with both operands
+    // there, the two warpgroups' MMAs and the TMA writes would ask more of shared memory than it gives)
+    mbar_wait(q_full, 0);
+    load_a_frags<D>(qf, q_s, ROWS, wl * 16, lane);
+    issue_s(0);
+    if (PP && wg == CONSUMERS - 1) turn_pass<CONSUMERS>(wg);
+    for (int it = 0;; ++it) {
+        const int st = it % FWD_STAGES;
+        const uint64_t dv0 = desc_v0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
+        const int k0 = it * TILE;
+
+        wgmma_wait<0>(); // S = Q K^T of this tile (64 rows x 128 keys per warpgroup) and P V of the last
+        wgmma_fence_regs(s);
+        wgmma_fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; ++kk) wgmma_fence_regs(pa[kk]);
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(&k_empty[st]);
+            if (it > 0) mbar_arrive(&v_empty[(it - 1) % FWD_STAGES]);
+        }
+
+        if (k0 + TILE > L || (CAUSAL && k0 + TILE - 1 > row_w)) {
+#pragma unroll
+            for (int n = 0; n < 16; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = k0 + n * 8 + 2 * t + (e & 1), i = row_w + g + (e >> 1) * 8;
+                    if (j >= L || (CAUSAL && j > i)) s[4 * n + e] = -INFINITY;
+                }
+        }
+
+        // online softmax (rows g and g + 8 of the warp; a row's 128 columns are spread over its quad)
+        float mx[2] = {m_r[0], m_r[1]};
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+        }
+        float alpha[2], msc[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = warp_max<1, 2>(mx[r]);
+            alpha[r] = m_r[r] == -INFINITY ? 0.f : ex2((m_r[r] - mx[r]) * a.scale_log2);
+            msc[r] = mx[r] == -INFINITY ? 0.f : mx[r] * a.scale_log2;
+            m_r[r] = mx[r];
+            l_r[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            const float p0 = ex2(fmaf(s[4 * n], a.scale_log2, -msc[0])), p1 = ex2(fmaf(s[4 * n + 1], a.scale_log2, -msc[0]));
+            const float p2 = ex2(fmaf(s[4 * n + 2], a.scale_log2, -msc[1])),
+                        p3 = ex2(fmaf(s[4 * n + 3], a.scale_log2, -msc[1]));
+            l_r[0] += p0 + p1;
+            l_r[1] += p2 + p3;
+            pa[n >> 1][(n & 1) * 2] = pack_bf16(p0, p1);
+            pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int n = 0; n < NO / 4; ++n) {
+            o[4 * n] *= alpha[0], o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1], o[4 * n + 3] *= alpha[1];
+        }
+
+        // O += P V, then S of the next tile
+        mbar_wait(&v_full[st], (it / FWD_STAGES) & 1);
+        if constexpr (PP) turn_wait(wg);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; ++kk) {
+            const uint64_t dv = dv0 + (kk * 16 * 128 >> 4);
+            if constexpr (D == 128)
+                wgmma_m64n128k16_rs_mn(o, pa[kk], dv, 1);
+            else
+                wgmma_m64n64k16_rs_mn(o, pa[kk], dv, 1);
+        }
+        wgmma_commit();
+        if (it + 1 == n_tiles) { // (the loop's back edge always passes an issue of S: nothing keeps a
+            if (PP && wg != CONSUMERS - 1) turn_pass<CONSUMERS>(wg); // copy of s while its MMAs are in flight)
+            break;
+        }
+        issue_s(it + 1);
+        if constexpr (PP) turn_pass<CONSUMERS>(wg);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
+
+    // epilogue: LSE, then O through this warpgroup's (now unused) Q rows and one TMA store per chunk
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_r[r] = warp_sum<1, 2>(l_r[r]);
+    if (t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = row_w + g + 8 * r;
+            if (i < L) a.lse[(int64_t)bh * L + i] = m_r[r] * a.scale + logf(l_r[r]);
+        }
+    }
+    const float inv[2] = {1.f / l_r[0], 1.f / l_r[1]}; // l > 0: key 0 is visible to every row
+    const int r0 = wl * 16 + g;
+#pragma unroll
+    for (int n = 0; n < NO / 4; ++n) {
+        const uint32_t at = q_s + chunk_off(ROWS, n >> 3) + (((n & 7) ^ (r0 & 7)) << 4) + 4 * t; // (r0 + 8) & 7 == r0 & 7
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + r0 * 128), "r"(pack_bf16(o[4 * n] * inv[0], o[4 * n + 1] * inv[0])));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + (r0 + 8) * 128),
+                     "r"(pack_bf16(o[4 * n + 2] * inv[1], o[4 * n + 3] * inv[1])));
+    }
+    fence_proxy_async_smem();
+    named_barrier(1 + wg, WG_THREADS);
+    if (wl == 0 && lane == 0) {
+        for (int c = 0; c < NCH; ++c) tma_store_3d(&tm_o, q_s + chunk_off(ROWS, c), c * CHUNK, q0 + wg * 64, bh);
+        tma_store_wait_read();
+    }
+#endif
+}
+
+// p[4 n + e] += p[4 (n + HALF) + e] for n < HALF: one level of the column sums' tree over 8-column tiles.
+template <int HALF> __device__ __forceinline__ void fold_tiles(float (&p)[64])
+{
+#pragma unroll
+    for (int n = 0; n < HALF; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[4 * n + e] += p[4 * (n + HALF) + e];
+}
+
+// ---- pass 2: column sums ---------------------------------------------------------------------------
+
+// Column-sum register budgets: with NWG = 2 consumer warpgroups, two S^T register sets per warpgroup
+// (the next step's MMAs in flight during this step's exps); with 3, one set (160 registers), and the
+// overlap comes from the other warpgroups. With 4, 112 registers (640 threads launch with 96: each SM
+// sub-partition's 16K registers hold five warps), and K is read by the MMAs from shared memory (as
+// registers it would take 32 of the 112).
+template <int NWG> struct ColRegs {
+    static constexpr int PRODUCER = NWG == 2 ? COL_PRODUCER_REGS : 24, CONSUMER = NWG == 2 ? COL_CONSUMER_REGS : NWG == 3 ? 160 : 112;
+    static constexpr int THREADS = (NWG + 1) * WG_THREADS;
+    static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536 / THREADS / 8 * 8 * THREADS, "register file");
+};
+
+template <int D, bool CAUSAL, int NWG, bool PP>
+__global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
+    colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = ColSmem<D, NWG>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, ROWS = 64 * NWG, PRODUCER_WARP = 4 * NWG, STAGES = S::STAGES;
+    constexpr bool K_SMEM = NWG == 4; // K as the MMAs' A operand from shared memory, else from registers
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = aligned_smem(smem_raw);
+    const uint32_t base = smem_u32(smem);
+    float *lse_s = reinterpret_cast<float *>(smem + S::LSE);       // [stage][TILE] log2-scaled
+    float *lse_raw = reinterpret_cast<float *>(smem + S::LSE_RAW); // [slot][TILE] as fetched
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
+    uint64_t *k_full = bar, *q_full = bar + 1, *q_empty = q_full + STAGES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int L = a.L, G = a.G, w0 = a.w0;
+    int bkv, kt;
+    block_tile(a.ord, bkv, kt);
+    const int k0 = kt * ROWS;
+    const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
+    const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
+
+    if (tid == 0) {
+        mbar_init(k_full, 1);
+        for (int s = 0; s < STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * NWG);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    // Where step `it` is, kept by increments (no division per step: the step's issue slots are the
+    // pass's bound): its stage and the stage's phase, its head h and query tile qi.
+    struct Pos {
+        int it, st, phase, h, qi;
+        __device__ void next(int nq)
+        {
+            ++it;
+            if (++st == STAGES) st = 0, phase ^= 1;
+            if (++qi == nq) qi = 0, ++h;
+        }
+    };
+
+    if (warp >= PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
+        setmaxnreg_dec<ColRegs<NWG>::PRODUCER>();
+        if (warp > PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
+            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
+        }
+        // The LSE of step `it` (rows q0 + 4 lane .. + 3 of head h) is fetched by cp.async three steps
+        // ahead into a staging slot, so that no global-load latency sits on the per-step path: a
+        // synchronous load there measured about 1 us per step, more than the step's MMAs and exps.
+        auto fetch_lse = [&](const Pos &f) {
+            if (f.it < total) {
+                const int q0 = qbeg + f.qi * TILE, bh = bkv * G + f.h;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int q = q0 + 4 * lane + j;
+                    const bool ok = q >= w0 && q < L;
+                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + 4 * lane + j,
+                                      ok ? a.lse + (int64_t)bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
+                }
+            }
+            cp_async_commit(); // one group per step, empty past the end
+        };
+        Pos fp = {0, 0, 0, 0, 0}, ps = fp; // the next step to fetch the LSE of, and the step staged
+        for (int k = 0; k < LSE_SLOTS - 1; ++k, fp.next(nq)) fetch_lse(fp);
+        for (; ps.it < total; ps.next(nq)) {
+            const int it = ps.it, st = ps.st, q0 = qbeg + ps.qi * TILE, bh = bkv * G + ps.h;
+            fetch_lse(fp);
+            fp.next(nq);
+            cp_async_wait<LSE_SLOTS - 1>(); // step it's group (this lane's own four values) has landed
+            const float4 raw = *reinterpret_cast<const float4 *>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane);
+            float l4[4] = {raw.x, raw.y, raw.z, raw.w}; // log2-scaled, +inf where a row does not contribute
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int q = q0 + 4 * lane + j;
+                l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
+            }
+            if (it >= STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
+            if (lane == 0) {
+                mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c), &tm_q, c * CHUNK, q0, bh,
+                                &q_full[st]);
+            }
+            *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
+            mbar_arrive(&q_full[st]);
+        }
+        return;
+    }
+
+    setmaxnreg_inc<ColRegs<NWG>::CONSUMER>();
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    const int wk0 = k0 + wg * 64 + wl * 16;            // this warp's first key
+    const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
+    float acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
+    float s_even[64], s_odd[NWG == 2 ? 64 : 1]; // S^T of even and odd steps (NWG = 2: the next step's MMAs run during this step's exps)
+    uint32_t kf[K_SMEM ? 1 : KSTEPS][4];        // the warp's 16 keys as register A operands, for the whole kernel
+    const uint64_t desc_k0 = wgmma_desc_sw128(k_s, 16, 1024); // (K_SMEM) the same keys in shared memory
+
+    // The stage's descriptors as the first one plus constant offsets (the start address field, bits
+    // 0-13, holds address / 16 and never carries: shared memory is below 256 KB).
+    const uint64_t desc_q0 = wgmma_desc_sw128(base + S::Q, 16, 1024);
+    auto issue = [&](float(&sd)[64], const Pos &ps) {
+        const uint64_t d = desc_q0 + (uint64_t)(ps.st * (tile_bytes<D>(TILE) >> 4));
+        mbar_wait(&q_full[ps.st], ps.phase);
+        if constexpr (PP) turn_wait(wg);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+            const uint64_t koff = (chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4; // k-step kk of a Q tile
+            if constexpr (K_SMEM)
+                wgmma_ss(sd, desc_k0 + ((chunk_off(ROWS, kk >> 2) + (kk & 3) * 32) >> 4), d + koff, kk);
+            else
+                wgmma_rs(sd, kf[kk], d + koff, kk);
+        }
+        wgmma_commit();
+        if (PP && !(wg == NWG - 1 && ps.it == total - 1)) turn_pass<NWG>(wg);
+    };
+    // Step ps.it once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
+    auto consume = [&](float(&sc)[64], const Pos &ps) {
+        const int st = ps.st, h = ps.h, q0 = qbeg + ps.qi * TILE;
+        wgmma_fence_regs(sc);
+        float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1
+#pragma unroll
+        for (int n = 0; n < 16; ++n) l2[n] = *reinterpret_cast<const float2 *>(lse_s + st * TILE + 8 * n + 2 * t);
+        mbar_arrive(&q_empty[st]); // every lane: its own LSE reads are ordered before the producer's next stores
+
+        // All 64 exps first (independent: the MUFU queue stays full), then a tree sum per key row.
+        const bool mask = CAUSAL && q0 < wk0 + 15; // some query of the tile precedes some key of the warp
+        float p[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
+        if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
+#pragma unroll
+            for (int i = 0; i < 64; ++i)
+                if (q0 + 8 * (i >> 2) + 2 * t + (i & 1) < wk0 + g + 8 * ((i >> 1) & 1)) p[i] = 0.f;
+        }
+        fold_tiles<8>(p); // column tile n + 8 onto n, then + 4, + 2, + 1 (element e keeps its row)
+        fold_tiles<4>(p);
+        fold_tiles<2>(p);
+        fold_tiles<1>(p);
+        acc[0] += p[0] + p[1]; // row g: e = 0, 1; row g + 8: e = 2, 3
+        acc[1] += p[2] + p[3];
+
+        if (ps.qi == nq - 1) { // head h done: reduce over the quad sharing each key, write once
+            const int64_t bh = (int64_t)bkv * G + h;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float v = warp_sum<1, 2>(acc[r]);
+                const int key = wk0 + g + 8 * r;
+                if (t == 0 && key < L) a.colsum[bh * L + key] = v;
+                kvacc[r] += v;
+                acc[r] = 0.f;
+            }
+        }
+    };
+
+    // Step it + 1's MMAs are issued before step it's exps. Every issue is followed by its wait in
+    // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
+    mbar_wait(k_full, 0);
+    if constexpr (!K_SMEM) load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
+    if (PP && wg == NWG - 1 && total > 0) turn_pass<NWG>(wg);
+    Pos ip = {0, 0, 0, 0, 0}, cp = ip; // the next step to issue, and to consume
+    if constexpr (NWG >= 3) {
+        for (; cp.it < total; cp.next(nq)) {
+            issue(s_even, cp);
+            wgmma_wait<0>();
+            consume(s_even, cp);
+        }
+    } else {
+    issue(s_even, ip);
+    ip.next(nq);
+    for (int it = 0;; it += 2) {
+        if (it + 1 == total) {
+            wgmma_wait<0>();
+            consume(s_even, cp);
+            break;
+        }
+        issue(s_odd, ip);
+        ip.next(nq);
+        wgmma_wait<1>();
+        consume(s_even, cp);
+        cp.next(nq);
+        if (it + 2 == total) {
+            wgmma_wait<0>();
+            consume(s_odd, cp);
+            break;
+        }
+        issue(s_even, ip);
+        ip.next(nq);
+        wgmma_wait<1>();
+        consume(s_odd, cp);
+        cp.next(nq);
+    }
+    }
+    if (a.colsum_kv && t == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = wk0 + g + 8 * r;
+            if (key < L) a.colsum_kv[(int64_t)bkv * L + key] = kvacc[r];
+        }
+    }
+#endif
+}
+
+// ---- host side -------------------------------------------------------------------------------------
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    if (!fn) {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+// A 3-D map of a [heads, L, D] bf16 tensor: boxes of 64 columns x box_rows rows of one head, 128-byte
+// swizzled; rows past L read as zeros and are not written.
+// TMA reads and writes tensors whose base is 16-byte aligned; refused before anything is launched.
+int check_aligned(const char *who, const char *name, const void *ptr)
+{
+    if ((uintptr_t)ptr % 16) return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (TMA needs it)", who, name, ptr);
+    return KVB_OK;
+}
+
+int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int box_rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc) return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled is not available from the driver");
+    const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)L, (cuuint64_t)heads};
+    const cuuint64_t strides[2] = {(cuuint64_t)D * 2, (cuuint64_t)L * D * 2};
+    const cuuint32_t box[3] = {CHUNK, (cuuint32_t)box_rows, 1}, elem[3] = {1, 1, 1};
+    const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box, elem,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return kvb_fail(KVB_EDEVICE, "selective_attn (wgmma): cuTensorMapEncodeTiled failed (%d) for D=%d L=%d heads=%lld",
+                        (int)r, D, L, (long long)heads);
+    return KVB_OK;
+}
+
+// The column sums run four consumer warpgroups (256 keys per CTA, one S^T register set each): 1.4-2.6%
+// faster than three on an H100, both in the same calls (results/h100/s12-sattn-wg4-4ed0b36); three
+// were 5-6% faster than two (results/h100/sattn-wgmma-*). KVB_SATTN_COL_WG=3 or 2 selects the others
+// (A/B switches, read once).
+int colsum_warpgroups()
+{
+    static int v = 0;
+    if (!v) {
+        const char *e = getenv("KVB_SATTN_COL_WG");
+        v = e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 4;
+    }
+    return v;
+}
+
+// Ping-pong of the consumer warpgroups (see turn_wait), A/B switches read once. Column sums: on unless
+// KVB_SATTN_COL_PP=0 (1-2% faster at 16K on an H100 in one run, results/h100/sattn-pp-*); forward: off
+// unless KVB_SATTN_FWD_PP=1 (no difference above that run's noise).
+bool env_flag(const char *name, bool dflt)
+{
+    const char *e = getenv(name);
+    return e && e[0] ? e[0] == '1' : dflt;
+}
+bool fwd_pingpong()
+{
+    static const bool v = env_flag("KVB_SATTN_FWD_PP", false);
+    return v;
+}
+bool col_pingpong()
+{
+    static const bool v = env_flag("KVB_SATTN_COL_PP", true);
+    return v;
+}
+
+// The CTA order (Order): by default (KVB_SATTN_HSEC=l2) a section holds as many KV heads as a third of
+// the L2 holds of the operand their CTAs stream (K and V for the forward, Q and the LSE for the column
+// sums), at least one; =N sets N KV heads, =all one section of every head (heads fastest: the order
+// before sections). On an H100, sections of 1-4 KV heads made the forward 3-8% and the column
+// sums 1-4% faster than all heads at once, the forward's DRAM reads 4.67 -> 0.42 GB at 16K
+// (results/h100/s13-sattn-order). A/B switch, read once.
+int hsec_setting()
+{
+    static int v = -2; // -1: all, 0: l2, N > 0
+    if (v == -2) {
+        const char *e = getenv("KVB_SATTN_HSEC");
+        v = !e || !e[0] || !strcmp(e, "l2") ? 0 : !strcmp(e, "all") ? -1 : atoi(e) > 0 ? atoi(e) : 0;
+    }
+    return v;
+}
+
+// heads CTAs' heads in groups of `group` (a KV head's query heads), each group streaming
+// `group_bytes`; refused when the 1-D grid would exceed what a launch takes.
+int make_order(Order *o, const char *who, int64_t heads, int group, int tiles, double group_bytes)
+{
+    if (heads * tiles > 0x7fffffff)
+        return kvb_fail(KVB_EINVAL, "%s: heads x tiles = %lld x %d out of range [1, 2^31 - 1] (CTAs of one launch)", who,
+                        (long long)heads, tiles);
+    const int s = hsec_setting();
+    int64_t groups = heads / group; // all
+    if (s > 0) groups = s;
+    else if (s == 0) {
+        int dev = 0, l2 = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
+            groups = (int64_t)(l2 / 3.0 / group_bytes);
+            if (groups < 1) groups = 1;
+        } // (else every head in one section)
+    }
+    if (groups * group > heads) groups = heads / group;
+    o->heads = (int)heads, o->tiles = tiles, o->hsec = (int)(groups * group);
+    return KVB_OK;
+}
+
+template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
+{
+    if (!*ready) { // the attribute is per kernel and device; set once
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        *ready = true;
+    }
+    return KVB_OK;
+}
+
+template <int D, bool CAUSAL, bool PP>
+int launch_fwd_pp(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+{
+    static bool ready = false;
+    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL, PP>, FwdSmem<D>::BYTES, &ready);
+    if (rc) return rc;
+    fwd_wgmma_kernel<D, CAUSAL, PP><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+template <int D, bool CAUSAL>
+int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+{
+    return fwd_pingpong() ? launch_fwd_pp<D, CAUSAL, true>(m, a, grid, s) : launch_fwd_pp<D, CAUSAL, false>(m, a, grid, s);
+}
+
+template <int D, bool CAUSAL, int NWG, bool PP>
+int launch_col_pp(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+{
+    static bool ready = false;
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP>, ColSmem<D, NWG>::BYTES, &ready);
+    if (rc) return rc;
+    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, ColRegs<NWG>::THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+template <int D, bool CAUSAL, int NWG>
+int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+{
+    return col_pingpong() ? launch_col_pp<D, CAUSAL, NWG, true>(m, a, grid, s)
+                          : launch_col_pp<D, CAUSAL, NWG, false>(m, a, grid, s);
+}
+
+} // namespace
+
+extern "C" int selective_attn_wgmma_supported(void)
+{
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cached[dev]) {
+        int major = 0, minor = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cached[dev] = major == 9 && minor == 0 && encode_fn() ? 1 : 2; // sm_90a code runs on 9.0 only
+    }
+    return cached[dev] == 1;
+}
+
+extern "C" int selective_attn_fwd_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, const sattn_params *p,
+                                        kvb_bf16 *O, float *LSE, cudaStream_t stream)
+{
+    int rc = sattn_check(p, "selective_attn_fwd_wgmma");
+    if (rc) return rc;
+    if (!p->need_out)
+        return kvb_fail(KVB_EINVAL, "selective_attn_fwd_wgmma: need_out=0 out of range [1, 1] (rows from w0 on only: the "
+                                    "mma.sync forward, which splits the keys)");
+    if (!Q || !K || !V || !O || !LSE) return kvb_fail(KVB_EINVAL, "selective_attn_fwd_wgmma: NULL pointer among Q, K, V, O, LSE");
+    const char *who = "selective_attn_fwd_wgmma";
+    if ((rc = check_aligned(who, "Q", Q)) || (rc = check_aligned(who, "K", K)) || (rc = check_aligned(who, "V", V)) ||
+        (rc = check_aligned(who, "O", O)))
+        return rc;
+    if (!selective_attn_wgmma_supported())
+        return kvb_fail(KVB_EDEVICE, "selective_attn_fwd_wgmma: needs a compute capability 9.0 device (sm_90a code)");
+    const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
+    CUtensorMap m[4];
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, ROWS)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, TILE)) ||
+        (rc = make_map(&m[2], V, p->D, p->L, n_kv, TILE)) || (rc = make_map(&m[3], O, p->D, p->L, BH, 64)))
+        return rc;
+    FwdArgs a;
+    a.lse = LSE, a.L = p->L, a.G = sattn_groups(p), a.n_qtiles = (p->L + ROWS - 1) / ROWS;
+    a.scale = 1.f / sqrtf((float)p->D), a.scale_log2 = a.scale * LOG2E;
+    if ((rc = make_order(&a.ord, who, BH, a.G, a.n_qtiles, 4.0 * p->L * p->D))) return rc; // K and V of a KV head
+    const dim3 grid((unsigned)(BH * a.n_qtiles));
+    if (p->D == 64) return p->causal ? launch_fwd<64, true>(m, a, grid, stream) : launch_fwd<64, false>(m, a, grid, stream);
+    return p->causal ? launch_fwd<128, true>(m, a, grid, stream) : launch_fwd<128, false>(m, a, grid, stream);
+}
+
+extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
+                                           float *colsum, float *colsum_kv, cudaStream_t stream)
+{
+    int rc = sattn_check(p, "selective_attn_colsum_wgmma");
+    if (rc) return rc;
+    if (!Q || !K || !LSE || !colsum || (p->group_sum && !colsum_kv))
+        return kvb_fail(KVB_EINVAL, "selective_attn_colsum_wgmma: NULL pointer among Q, K, LSE, colsum, colsum_kv");
+    if ((rc = check_aligned("selective_attn_colsum_wgmma", "Q", Q)) || (rc = check_aligned("selective_attn_colsum_wgmma", "K", K)))
+        return rc;
+    if (!selective_attn_wgmma_supported())
+        return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
+    const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
+    CUtensorMap m[2];
+    const int nwg = colsum_warpgroups(), rows = 64 * nwg;
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, rows))) return rc;
+    ColArgs a;
+    a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
+    a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
+    a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
+    a.scale_log2 = LOG2E / sqrtf((float)p->D);
+    const int kblocks = (p->L + rows - 1) / rows;
+    if ((rc = make_order(&a.ord, "selective_attn_colsum_wgmma", n_kv, 1, kblocks, (2.0 * p->D + 4) * a.G * p->L))) // Q, LSE
+        return rc;
+    const dim3 grid((unsigned)(n_kv * kblocks));
+    if (nwg == 4) {
+        if (p->D == 64) return p->causal ? launch_col<64, true, 4>(m, a, grid, stream) : launch_col<64, false, 4>(m, a, grid, stream);
+        return p->causal ? launch_col<128, true, 4>(m, a, grid, stream) : launch_col<128, false, 4>(m, a, grid, stream);
+    }
+    if (nwg == 3) {
+        if (p->D == 64) return p->causal ? launch_col<64, true, 3>(m, a, grid, stream) : launch_col<64, false, 3>(m, a, grid, stream);
+        return p->causal ? launch_col<128, true, 3>(m, a, grid, stream) : launch_col<128, false, 3>(m, a, grid, stream);
+    }
+    if (p->D == 64) return p->causal ? launch_col<64, true, 2>(m, a, grid, stream) : launch_col<64, false, 2>(m, a, grid, stream);
+    return p->causal ? launch_col<128, true, 2>(m, a, grid, stream) : launch_col<128, false, 2>(m, a, grid, stream);
+}

@@ -1,0 +1,374 @@
+// shadowkv.cu: ShadowKV's prefill on the GPU (spec: shadowkv.md "Prefill"; the API and the method in
+// shadowkv.h): the rank-r factorization of the pre-RoPE keys with cuBLAS and cuSOLVER, and the chunk
+// landmarks and outliers, whose selection goes through the suite's one top-k (select.h).
+#include <cstring>
+#include <type_traits>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cusolverDn.h>
+
+#include "reference/shadowkv.h"
+#include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_device.cuh"
+#include "kernels/common/kvb_grid.h"
+#include "kernels/select/select.h"
+#include "kernels/shadowkv/shadowkv.h"
+
+#define CUSOLVER_TRY(call)                                                                         \
+    do {                                                                                           \
+        int s_ = (int)(call);                                                                      \
+        if (s_ != 0)                                                                               \
+            return kvb_fail(KVB_EDEVICE, "%s failed: cuSOLVER status %d (%s:%d)", #call, s_,       \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+// ---- the factorization ------------------------------------------------------------------------------
+
+// Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r].
+struct lowrank_ws {
+    float *G, *W, *work, *Vs;
+};
+
+static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws)
+{
+    char *b = (char *)ws;
+    lowrank_ws w;
+    w.G = (float *)b;
+    b += align256((size_t)p->N * p->N * sizeof(float));
+    w.W = (float *)b;
+    b += align256((size_t)p->N * sizeof(float));
+    w.work = (float *)b;
+    b += align256((size_t)p->eig_lwork * sizeof(float));
+    w.Vs = (float *)b;
+    return w;
+}
+
+extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int Hkv, int D, int r, shadowkv_eig eig,
+                                          cudaStream_t stream)
+{
+    memset(p, 0, sizeof *p);
+    const char *who = "shadowkv_lowrank";
+    KVB_CHECK_RANGE(who, "S", S, 1, SHADOWKV_MAX_S);
+    KVB_CHECK_RANGE(who, "Hkv", Hkv, 1, SHADOWKV_MAX_HKV);
+    KVB_CHECK_RANGE(who, "D", D, 1, SHADOWKV_MAX_D);
+    const int64_t N = (int64_t)Hkv * D;
+    if (N > SHADOWKV_GPU_MAX_N)
+        return kvb_fail(KVB_EINVAL, "%s: Hkv*D=%lld out of range [1, %d] (the Gram matrix is N x N)", who, (long long)N,
+                        SHADOWKV_GPU_MAX_N);
+    const int max_r = S < N ? S : (int)N;
+    KVB_CHECK_RANGE(who, "r", r, 1, max_r);
+    if (eig != SHADOWKV_EIG_TOP_R && eig != SHADOWKV_EIG_ALL)
+        return kvb_fail(KVB_EINVAL, "%s: eig=%d out of range [0, 1]", who, (int)eig);
+    p->S = S, p->Hkv = Hkv, p->D = D, p->r = r, p->N = (int)N, p->eig = eig;
+    cublasHandle_t cb;
+    cusolverDnHandle_t cs;
+    CUBLAS_TRY(cublasCreate(&cb));
+    p->cublas = cb;
+    CUBLAS_TRY(cublasSetStream(cb, stream));
+    CUBLAS_TRY(cublasSetMathMode(cb, CUBLAS_PEDANTIC_MATH)); // fp32 arithmetic: no TF32 inside the Gram matrix
+    CUSOLVER_TRY(cusolverDnCreate(&cs));
+    p->cusolver = cs;
+    CUSOLVER_TRY(cusolverDnSetStream(cs, stream));
+    if (eig == SHADOWKV_EIG_TOP_R)
+        CUSOLVER_TRY(cusolverDnSsyevdx_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                                  CUBLAS_FILL_MODE_LOWER, p->N, NULL, p->N, 0.f, 0.f, p->N - r + 1,
+                                                  p->N, NULL, NULL, &p->eig_lwork));
+    else
+        CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->N, NULL,
+                                                 p->N, NULL, &p->eig_lwork));
+    p->workspace_bytes = align256((size_t)p->N * p->N * sizeof(float)) + align256((size_t)p->N * sizeof(float)) +
+                         align256((size_t)p->eig_lwork * sizeof(float)) + (size_t)p->N * r * sizeof(float);
+    return KVB_OK;
+}
+
+extern "C" void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p)
+{
+    if (p->cublas) cublasDestroy((cublasHandle_t)p->cublas);
+    if (p->cusolver) cusolverDnDestroy((cusolverDnHandle_t)p->cusolver);
+    p->cublas = p->cusolver = NULL;
+}
+
+// From the m eigenpairs the solver left (ascending: W[0..m), vectors in the columns of V, ld N), the
+// j-th largest (j < r) is column m-1-j: s_j = sqrt(lambda) (a negative lambda is rounding: 0),
+//   Vs[n, j] = v[n] / s_j (0 when s_j = 0)   -> U = Kpre Vs in one GEMM
+//   SV[h, j, d] = s_j v[h*D + d]             (fp32 and bf16)
+__global__ void lowrank_factors_kernel(const float *__restrict__ V, const float *__restrict__ W, int m, int N, int D,
+                                       int r, float *__restrict__ Vs, float *__restrict__ SV,
+                                       __nv_bfloat16 *__restrict__ SV16)
+{
+    const int64_t total = (int64_t)N * r;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int j = (int)(i / N), n = (int)(i % N);
+        const int col = m - 1 - j;
+        const float s = sqrtf(fmaxf(W[col], 0.f));
+        const float v = V[(int64_t)col * N + n];
+        Vs[(int64_t)j * N + n] = s > 0.f ? v / s : 0.f;
+        const int h = n / D, d = n % D;
+        const int64_t o = ((int64_t)h * r + j) * D + d;
+        SV[o] = s * v;
+        SV16[o] = __float2bfloat16_rn(s * v);
+    }
+}
+
+__global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
+                                kvb_bf16 *SV16, int *info, void *workspace, cudaStream_t stream)
+{
+    if (!p->cublas || !p->cusolver) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the plan was not made");
+    if (!Kpre || !U || !SV || !U16 || !SV16 || !info || !workspace)
+        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: a NULL pointer (Kpre, U, SV, U16, SV16, info, workspace)");
+    cublasHandle_t cb = (cublasHandle_t)p->cublas;
+    cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
+    CUBLAS_TRY(cublasSetStream(cb, stream));
+    CUSOLVER_TRY(cusolverDnSetStream(cs, stream));
+    const lowrank_ws w = lowrank_carve(p, workspace);
+    const int N = p->N, S = p->S, r = p->r;
+    // Kpre row-major [S, N] is the column-major N x S matrix A; G = A A^T (lower triangle)
+    const float one = 1.f, zero = 0.f;
+    CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
+    int m = N;
+    if (p->eig == SHADOWKV_EIG_TOP_R) {
+        CUSOLVER_TRY(cusolverDnSsyevdx(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, N, w.G,
+                                       N, 0.f, 0.f, N - r + 1, N, &m, w.W, w.work, p->eig_lwork, info));
+        if (m != r) return kvb_fail(KVB_EDEVICE, "shadowkv_lowrank: syevdx returned %d eigenpairs, asked for r=%d", m, r);
+    } else {
+        CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, N, w.G, N, w.W, w.work,
+                                      p->eig_lwork, info));
+    }
+    const int threads = 256;
+    const int64_t nv = (int64_t)N * r;
+    lowrank_factors_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(
+        w.G, w.W, m, N, p->D, r, w.Vs, SV, (__nv_bfloat16 *)SV16);
+    CUDA_TRY(cudaGetLastError());
+    // U^T (column-major r x S, i.e. U row-major [S, r]) = Vs^T A
+    CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, r, S, N, &one, w.Vs, N, Kpre, N, &zero, U, r));
+    const int64_t nu = (int64_t)S * r;
+    const int64_t blocks = (nu + threads - 1) / threads;
+    to_bf16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(U, nu, (__nv_bfloat16 *)U16);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+// ---- chunks, landmarks, outliers ------------------------------------------------------------------
+
+constexpr int kWarpsPerBlock = 8;
+
+static size_t landmarks_means_bytes(int B, int Hkv, int n_chunks, int D)
+{
+    return align256((size_t)B * Hkv * n_chunks * D * sizeof(__nv_bfloat16));
+}
+static size_t landmarks_keys_bytes(int B, int Hkv, int n_chunks)
+{
+    return align256((size_t)B * Hkv * n_chunks * sizeof(float));
+}
+
+extern "C" size_t shadowkv_landmarks_workspace_bytes(int B, int Hkv, int n_chunks, int D)
+{
+    if (B < 1 || Hkv < 1 || n_chunks < 1 || D < 1) return 0;
+    return landmarks_means_bytes(B, Hkv, n_chunks, D) + landmarks_keys_bytes(B, Hkv, n_chunks) +
+           topk_workspace_bytes(B * Hkv, n_chunks);
+}
+
+// One warp per (row = b*Hkv + h, chunk k): the chunk's mean (fp32; stored bf16 for the landmarks), the
+// minimum cosine of its keys with the mean, and the selection key -min_cos (+0.f turns -0 into +0, so
+// equal minimums tie exactly). Lane d-stride loops: any D; the c keys are read twice (the second time
+// from L1/L2).
+__global__ void chunk_stats_kernel(const __nv_bfloat16 *__restrict__ K, int64_t rows, int S, int D, int c,
+                                   int n_chunks, __nv_bfloat16 *__restrict__ means, float *__restrict__ min_cos,
+                                   float *__restrict__ keys)
+{
+    const int64_t item = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= rows * n_chunks) return;
+    const int64_t row = item / n_chunks;
+    const int k = (int)(item % n_chunks);
+    const __nv_bfloat16 *x = K + (row * S + (int64_t)k * c) * D;
+    float mean_part[SHADOWKV_MAX_D / 32];
+    float mm = 0.f;
+    const float inv_c = 1.f / (float)c;
+#pragma unroll
+    for (int t = 0; t < SHADOWKV_MAX_D / 32; t++) {
+        const int d = lane + 32 * t;
+        float s = 0.f;
+        if (d < D)
+            for (int i = 0; i < c; i++) s += __bfloat162float(x[(int64_t)i * D + d]);
+        mean_part[t] = s * inv_c;
+        mm += mean_part[t] * mean_part[t];
+        if (d < D) means[item * D + d] = __float2bfloat16_rn(mean_part[t]);
+    }
+    mm = kvb_dev::warp_sum<16, 1>(mm);
+    float lo = INFINITY;
+    for (int i = 0; i < c; i++) {
+        float dot = 0.f, kk = 0.f;
+#pragma unroll
+        for (int t = 0; t < SHADOWKV_MAX_D / 32; t++) {
+            const int d = lane + 32 * t;
+            if (d < D) {
+                const float v = __bfloat162float(x[(int64_t)i * D + d]);
+                dot += v * mean_part[t];
+                kk += v * v;
+            }
+        }
+        dot = kvb_dev::warp_sum<16, 1>(dot);
+        kk = kvb_dev::warp_sum<16, 1>(kk);
+        const float cosv = (kk > 0.f && mm > 0.f) ? dot / sqrtf(kk * mm) : 0.f;
+        lo = fminf(lo, cosv);
+    }
+    if (lane == 0) {
+        min_cos[item] = lo;
+        keys[item] = -lo + 0.f;
+    }
+}
+
+// The same for D = 32*V (V = 2: D=64, V = 4: D=128) and c <= C (8 or 16): each lane holds V dims of every key
+// of the chunk in registers (one vector load per key), and the 2c+1 warp sums are independent, so
+// their shuffles overlap instead of forming one chain per key.
+constexpr int kFastC = 16;
+template <int V, int C>
+__global__ void chunk_stats_fast_kernel(const __nv_bfloat16 *__restrict__ K, int64_t rows, int S, int c, int n_chunks,
+                                        __nv_bfloat16 *__restrict__ means, float *__restrict__ min_cos,
+                                        float *__restrict__ keys)
+{
+    constexpr int D = 32 * V;
+    using vec = typename std::conditional<V == 4, uint2, uint32_t>::type; // V bf16
+    const int64_t item = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= rows * n_chunks) return;
+    const int64_t row = item / n_chunks;
+    const int k = (int)(item % n_chunks);
+    const vec *x = reinterpret_cast<const vec *>(K + (row * S + (int64_t)k * c) * D) + lane;
+    float v[C][V];
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        vec raw;
+        if (i < c) raw = __ldg(x + (int64_t)i * 32);
+        else memset(&raw, 0, sizeof raw);
+        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
+#pragma unroll
+        for (int e = 0; e < V; e++) v[i][e] = __bfloat162float(h[e]);
+    }
+    float mean[V], mm = 0.f;
+    const float inv_c = 1.f / (float)c;
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < C; i++) s += v[i][e]; // keys past c are 0
+        mean[e] = s * inv_c;
+        mm += mean[e] * mean[e];
+    }
+    __nv_bfloat16 m16[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) m16[e] = __float2bfloat16_rn(mean[e]);
+    reinterpret_cast<vec *>(means + item * D)[lane] = *reinterpret_cast<const vec *>(m16);
+    float dot[C], kk[C];
+#pragma unroll
+    for (int i = 0; i < C; i++) {
+        dot[i] = kk[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < V; e++) dot[i] += v[i][e] * mean[e], kk[i] += v[i][e] * v[i][e];
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) { // the same butterfly as warp_sum<16, 1>, for every sum at once
+        mm += __shfl_xor_sync(0xffffffffu, mm, o);
+#pragma unroll
+        for (int i = 0; i < C; i++) {
+            dot[i] += __shfl_xor_sync(0xffffffffu, dot[i], o);
+            kk[i] += __shfl_xor_sync(0xffffffffu, kk[i], o);
+        }
+    }
+    float lo = INFINITY;
+#pragma unroll
+    for (int i = 0; i < C; i++)
+        if (i < c) lo = fminf(lo, (kk[i] > 0.f && mm > 0.f) ? dot[i] / sqrtf(kk[i] * mm) : 0.f);
+    if (lane == 0) {
+        min_cos[item] = lo;
+        keys[item] = -lo + 0.f;
+    }
+}
+
+// One warp per (row, chunk k): k's rank among the row's outliers (ascending) by binary search; a
+// non-outlier goes to landmark l = k - (outliers below k), in ascending chunk order by construction.
+__global__ void landmarks_compact_kernel(const __nv_bfloat16 *__restrict__ means, const int32_t *__restrict__ outliers,
+                                         int64_t rows, int n_chunks, int n_out, int D, __nv_bfloat16 *__restrict__ landmarks,
+                                         int32_t *__restrict__ landmark_idx)
+{
+    const int64_t item = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= rows * n_chunks) return;
+    const int64_t row = item / n_chunks;
+    const int k = (int)(item % n_chunks);
+    const int32_t *o = outliers + row * n_out;
+    int lo = 0, hi = n_out; // first outlier >= k
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (o[mid] < k) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < n_out && o[lo] == k) return;
+    const int Lm = n_chunks - n_out;
+    const int64_t l = row * Lm + (k - lo);
+    if (lane == 0) landmark_idx[l] = k;
+    if (D % 8 == 0) // 16-byte rows pieces (row starts are then 16-byte aligned too)
+        for (int d = lane * 8; d < D; d += 256)
+            *reinterpret_cast<uint4 *>(landmarks + l * D + d) = *reinterpret_cast<const uint4 *>(means + item * D + d);
+    else
+        for (int d = lane; d < D; d += 32) landmarks[l * D + d] = means[item * D + d];
+}
+
+extern "C" int shadowkv_landmarks(const kvb_bf16 *K, int B, int Hkv, int S, int D, int c, int local_chunks,
+                                  int outlier_chunks, kvb_bf16 *landmarks, int32_t *landmark_idx, int32_t *outliers,
+                                  float *min_cos, void *workspace, cudaStream_t stream)
+{
+    const char *who = "shadowkv_landmarks";
+    KVB_CHECK_RANGE(who, "B", B, 1, 1 << 16);
+    KVB_CHECK_RANGE(who, "Hkv", Hkv, 1, SHADOWKV_MAX_HKV);
+    KVB_CHECK_RANGE(who, "D", D, 1, SHADOWKV_MAX_D);
+    int n_chunks, Lm;
+    int rc = shadowkv_chunk_counts(S, c, local_chunks, outlier_chunks, &n_chunks, &Lm, who);
+    if (rc) return rc;
+    const int64_t rows = (int64_t)B * Hkv;
+    if (rows > (1 << 24)) return kvb_fail(KVB_EINVAL, "%s: B*Hkv=%lld out of range [1, 2^24]", who, (long long)rows);
+    if (!K || !min_cos || !workspace || (Lm > 0 && (!landmarks || !landmark_idx)) || (outlier_chunks > 0 && !outliers))
+        return kvb_fail(KVB_EINVAL, "%s: a NULL pointer (K, landmarks, landmark_idx, outliers, min_cos, workspace)", who);
+    if (n_chunks > TOPK_MAX_N)
+        return kvb_fail(KVB_EINVAL, "%s: n_chunks=%d out of range [1, %d] (the top-k's row length)", who, n_chunks,
+                        TOPK_MAX_N);
+    unsigned grid = 0;
+    if ((rc = kvb_grid_x(who, "B*Hkv*n_chunks", rows * n_chunks, kWarpsPerBlock, &grid))) return rc;
+    char *ws = (char *)workspace;
+    __nv_bfloat16 *means = (__nv_bfloat16 *)ws;
+    float *keys = (float *)(ws + landmarks_means_bytes(B, Hkv, n_chunks, D));
+    void *topk_ws = ws + landmarks_means_bytes(B, Hkv, n_chunks, D) + landmarks_keys_bytes(B, Hkv, n_chunks);
+    const __nv_bfloat16 *k16 = (const __nv_bfloat16 *)K;
+    if (D == 128 && c <= 8)
+        chunk_stats_fast_kernel<4, 8><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 128 && c <= kFastC)
+        chunk_stats_fast_kernel<4, kFastC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 64 && c <= 8)
+        chunk_stats_fast_kernel<2, 8><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else if (D == 64 && c <= kFastC)
+        chunk_stats_fast_kernel<2, kFastC><<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, c, n_chunks, means, min_cos, keys);
+    else
+        chunk_stats_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(k16, rows, S, D, c, n_chunks, means, min_cos, keys);
+    CUDA_TRY(cudaGetLastError());
+    if (outlier_chunks > 0) {
+        rc = topk_rows(keys, (int)rows, n_chunks, n_chunks, outlier_chunks, 0, 0, outliers, outlier_chunks, topk_ws,
+                       stream);
+        if (rc) return rc;
+    }
+    if (Lm > 0) {
+        landmarks_compact_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(
+            means, outliers, rows, n_chunks, outlier_chunks, D, (__nv_bfloat16 *)landmarks, landmark_idx);
+        CUDA_TRY(cudaGetLastError());
+    }
+    return KVB_OK;
+}

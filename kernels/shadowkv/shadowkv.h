@@ -1,0 +1,76 @@
+/* shadowkv.h: CUDA API of ShadowKV's prefill (spec: shadowkv.md "Prefill"; reference/shadowkv.h is
+ * the plain C version, line by line with the spec).
+ *
+ * Low-rank pre-RoPE keys (step 1), planned on the host, then only enqueued:
+ *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D, fp32 (cublasSsyrk, no TF32)
+ *   G  = V diag(lambda) V^T               cuSOLVER syevdx: only the r largest eigenpairs
+ *                                         (or syevd: all of them, kept to compare)
+ *   s_j = sqrt(lambda_j), v_j             j < r, descending
+ *   U  = Kpre [v_0/s_0 .. v_{r-1}/s_{r-1}]          [S, r]  (one GEMM; a column with s_j = 0 is 0)
+ *   SV[h, j, d] = s_j v_j[h*D + d]                  [Hkv, r, D]
+ * so U*SV = Kpre V_r V_r^T, the projection on the top-r right singular subspace, which is the optimal
+ * rank-r approximation when V_r is exact (Eckart-Young). Why the Gram matrix: S >> N (32K x 1024),
+ * so one pass over Kpre (34 GFLOP) reduces the problem to an N x N eigenproblem; its fp32 rounding
+ * (about eps * lambda_max per eigenvalue) moves the subspace only at second order in the error.
+ * Outputs fp32 (the 1.02x bound is judged on them) and bf16 (as stored).
+ *
+ * Chunks, landmarks and outliers (steps 2-4), per (b, h):
+ *   mean[k]      = (1/c) sum_i K[k*c + i]                (fp32)                  k < n_chunks
+ *   min_cos[k]   = min_i cosine(K[k*c + i], mean[k])     (0 where either is the zero vector)
+ *   outliers     = the suite's top-k (kernels/select.h) of -min_cos, outlier_chunks of them
+ *                  (the smallest min_cos, ties to the lower chunk, ascending)
+ *   landmark_idx = the other chunks, ascending; landmarks[l] = bf16(mean[landmark_idx[l]])
+ */
+#ifndef KVB_KERNELS_SHADOWKV_H
+#define KVB_KERNELS_SHADOWKV_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/kvb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHADOWKV_GPU_MAX_N 8192 /* Hkv*D: the Gram matrix is N*N fp32 (256 MB at the limit) */
+
+typedef enum { SHADOWKV_EIG_TOP_R = 0, SHADOWKV_EIG_ALL = 1 } shadowkv_eig;
+
+/* Host plan of one factorization shape: handles bound to `stream`, the eigensolver's workspace size. */
+typedef struct shadowkv_lowrank_plan {
+    int S, Hkv, D, r, N;
+    shadowkv_eig eig;
+    void *cublas, *cusolver; /* cublasHandle_t, cusolverDnHandle_t */
+    int eig_lwork;           /* floats of the eigensolver's workspace */
+    size_t workspace_bytes;  /* device workspace the launch needs */
+} shadowkv_lowrank_plan;
+
+/* Checks S in [1, 2^24], Hkv*D in [1, SHADOWKV_GPU_MAX_N], r in [1, min(S, Hkv*D)] (each refusal
+ * names the parameter and its range), creates the handles and queries the eigensolver's workspace. */
+int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int Hkv, int D, int r, shadowkv_eig eig,
+                               cudaStream_t stream);
+void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p);
+
+/* Enqueue the factorization of Kpre [S, Hkv*D] fp32 (finite: the caller checks, as the reference does)
+ * into U [S, r], SV [Hkv, r, D] (fp32) and their bf16 copies U16, SV16; *info (device int) receives the
+ * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. */
+int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
+                     kvb_bf16 *SV16, int *info, void *workspace, cudaStream_t stream);
+
+/* Workspace of shadowkv_landmarks: the chunk means (bf16), the selection keys, the top-k's own. */
+size_t shadowkv_landmarks_workspace_bytes(int B, int Hkv, int n_chunks, int D);
+
+/* K [B, Hkv, S, D] bf16 (post-RoPE) -> landmarks [B, Hkv, Lm, D] bf16, landmark_idx [B, Hkv, Lm],
+ * outliers [B, Hkv, outlier_chunks] (ascending) int32, min_cos [B, Hkv, n_chunks] fp32, with
+ * n_chunks = floor(S/c) - local_chunks and Lm = n_chunks - outlier_chunks (shadowkv_chunk_counts of
+ * reference/shadowkv.h checks them: each refusal names the parameter). D in [1, 1024], B*Hkv <= 2^24. */
+int shadowkv_landmarks(const kvb_bf16 *K, int B, int Hkv, int S, int D, int c, int local_chunks, int outlier_chunks,
+                       kvb_bf16 *landmarks, int32_t *landmark_idx, int32_t *outliers, float *min_cos,
+                       void *workspace, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,63 @@
+/* step_shadowkv.h: ShadowKV's decode-time attention path as stages of a composition (compose.h; spec:
+ * decode.md, the shadowkv row; reference: reference/step_shadowkv.h, the same steps):
+ *
+ *   stream 0  landmark_score (q . landmarks, softmax, max over the group, top-M, map to chunk ids)
+ *   stream 0  index_scan (hits and misses against the chunks the buffer holds)
+ *   stream 1  gather_copy V: hits moved in the buffer, misses read from pinned host memory (PCIe)
+ *   stream 0  gather_copy_d2d K (hits), batch_gemm_rotary (misses: U x SV with RoPE), kv_append
+ *   stream 0  decode_attn over the buffer's valid rows, after the values arrived (the join)
+ *
+ * so the value fetch over PCIe overlaps the key compaction and reconstruction, as ShadowKV does.
+ * Planned once on the host: every stage's checks run at plan time.
+ */
+#ifndef KVB_KERNELS_STEP_SHADOWKV_H
+#define KVB_KERNELS_STEP_SHADOWKV_H
+
+#include "reference/decode.h"
+#include "reference/step/step_shadowkv.h"
+#include "kernels/step/compose.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct shadowkv_buffers { /* device pointers unless *_host */
+    const kvb_bf16 *landmarks;   /* [B, Hkv, Lm, D] */
+    const int32_t *landmark_idx; /* [B, Hkv, Lm] */
+    const kvb_bf16 *U, *SV;      /* [B, S, r], [B, Hkv, r, D] */
+    const kvb_bf16 *cos_sin;     /* [max_pos, D] */
+    const kvb_bf16 *Vh;          /* pinned host values, mapped: [B, Hkv, n_chunks, c, D] */
+    int32_t *cached_ids;         /* [B, Hkv, M] */
+    kvb_bf16 *Kbuf, *Vbuf;       /* [B, Hkv, NB, D] */
+    int32_t *chunks, *offsets, *cnts; /* [B, Hkv, M], [B, Hkv, M], [B, Hkv] */
+    float *m;                    /* [B, Hkv, Lm] */
+    int32_t *slot, *len;         /* [B]: decode_start + gen, and one more */
+    const int32_t *slot_host, *len_host;
+    int32_t *bad;                /* batch_gemm_rotary's error word (zeroed once), or NULL */
+    void *ws_score;              /* shadowkv_workspace_bytes: score */
+    void *ws_v, *ws_k;           /* gather_copy_workspace_bytes each, zeroed once */
+    void *ws_attn;               /* decode_attn_workspace_bytes, zeroed once */
+} shadowkv_buffers;
+
+typedef struct shadowkv_path {
+    shadowkv_step_shape sh;
+    shadowkv_buffers b;
+    decode_layout buf;    /* the buffer as decode_attn and kv_append see it: L = NB */
+    size_t ws_score_bytes;
+    const kvb_bf16 *q, *knew, *vnew;
+    kvb_bf16 *o;
+} shadowkv_path;
+
+/* Workspaces: landmark scoring's, and attention's over the buffer. */
+int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes, size_t *gather_bytes,
+                             size_t *attn_bytes);
+/* Checks every stage's shape and the host copies (slot = decode_start + gen, len = slot + 1). */
+int shadowkv_path_prepare(shadowkv_path *p, const shadowkv_step_shape *sh, const shadowkv_buffers *b);
+/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared path). */
+int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew,
+                              const kvb_bf16 *vnew, kvb_bf16 *att);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
