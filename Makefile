@@ -5,6 +5,8 @@
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
 #   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/*bench.json (each file a run)
 #   make plots [PLOT_RESULTS="a.json b.json"] [PLOT_OUT=dir]  % of ceiling per case, with its peers: dir/pct_of_ceiling.png
+#   make publish ROUND=dir   a GPU round (harness/scripts/gpu_round.sh OUT) becomes the canonical results/h200/
+#   make headline   README.md's headline table and the family notes' figures, regenerated from results/h200/
 #   make sanitize [SANITIZE_OUT=dir] [FILTER=..]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over the sanitize tier (GPU)
 #   make run        the main job: deps, build, check, bench (what can run on this machine)
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
@@ -139,13 +141,19 @@ SANITIZE_OUT ?= results/local
 sanitize: $(KVBENCH)
 	bash profiles/sanitize.sh $(SANITIZE_OUT) $(FILTER)
 
-# ---- plots: each case's % of its ceiling beside its in-suite impls and external peers (issue 14) ----
-# No build: python3 writes PLOT_OUT/plot.dat + plot_meta.gp from the bench JSONs, gnuplot draws
-# PLOT_OUT/pct_of_ceiling.png. The default is the current H200 round of kernel families; a case in
-# several files is taken from the newest run (bench3_topk is the topk rerun after bench1/bench2).
-PLOT_ROUND   ?= results/h200/round-42db883
-PLOT_RESULTS ?= $(PLOT_ROUND)/bench1_bench.json $(PLOT_ROUND)/bench2_bench.json $(PLOT_ROUND)/bench3_topk_bench.json
-PLOT_OUT     ?= results/h200/plots
+# ---- the canonical results (results/<gpu>/, results/README.md) ----
+#   make publish ROUND=dir [GPU=h200]  a finished gpu_round.sh OUT becomes results/GPU/: plot, headline, index
+#   make headline [GPU=h200]           README.md's headline table and the notes' figures from results/GPU/
+#   make plots [PLOT_RESULTS="a.json b.json"] [PLOT_OUT=dir]   % of ceiling per case, with its peers
+GPU_DIR      ?= h200
+PLOT_RESULTS ?= results/$(GPU_DIR)/bench.json
+PLOT_OUT     ?= results/$(GPU_DIR)
+.PHONY: publish headline
+publish:
+	@test -n "$(ROUND)" || { echo "usage: make publish ROUND=<gpu_round.sh OUT> [GPU_DIR=h200]"; exit 2; }
+	bash harness/report/publish.sh $(ROUND) $(GPU_DIR)
+headline:
+	python3 harness/report/headline.py results/$(GPU_DIR) --write
 plots:
 	python3 harness/report/plot_report.py $(PLOT_RESULTS) $(PLOT_OUT)
 	gnuplot -e "datadir='$(PLOT_OUT)'" harness/report/plots.gp

@@ -29,7 +29,6 @@ run_tool() {
     # --kernel-name-exclude filter; empty: none left out). On an H200 (CUDA 13) it reports 16 shared-memory
     # hazards inside cuBLAS's sm90_xmma_syr2k kernel, which cuSOLVER's syevd/syevdx run for the
     # shadowkv_lowrank SVD: NVIDIA's code, not the suite's, and no other tool finds anything there.
-    # The unfiltered log is kept in results/h200/sanitize-*/ (racecheck_unfiltered.log).
     excl=${SANITIZE_RACECHECK_EXCLUDE-kns=_cublas}
     [ "$tool" = racecheck ] && [ -n "$excl" ] && extra=(--kernel-name-exclude "$excl")
     ${SANITIZE_TIMEOUT:+timeout "$SANITIZE_TIMEOUT"} compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 100 \

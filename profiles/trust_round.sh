@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # trust_round.sh OUT [PHASE...]: the GPU side of the trust issue, from a bundle (copied beside bin/ by
 # make bundle). Phases (default: all, in this order; the timed one first, on a quiet GPU):
-#   gate         harness/gate.sh against the committed round-42db883 for decode_attn B=8 L=8K and 32K
+#   gate         gate.sh against GATE_BASELINE (a bench JSON of the same GPU model, e.g. the canonical
+#                results/h200/bench.json copied to the GPU machine) for decode_attn B=8 L=8K and 32K;
+#                skipped, and said so, without GATE_BASELINE
 #   sanitize     sanitize.sh: memcheck, racecheck, initcheck, synccheck over the sanitize tier (the four
 #                tools run side by side: correctness only, nothing is timed)
 #   edge         kvbench check over cases/edge.cases
@@ -33,7 +35,8 @@ for phase in "${phases[@]}"; do
     t0=$(date +%s)
     case $phase in
     gate)
-        base=$here/../results/h200/round-42db883/bench1_bench.json
+        base=${GATE_BASELINE:-}
+        if [ -z "$base" ]; then log "gate: skipped (no GATE_BASELINE)"; continue; fi
         ids=("decode_attn B=8 Hq=32 Hkv=8 D=128 L=8192 len=0 vary=0 dist=normal seed=1 impl=kernel"
              "decode_attn B=8 Hq=32 Hkv=8 D=128 L=32768 len=0 vary=0 dist=normal seed=1 impl=kernel")
         CHECK_FILTER=decode_attn bash "$here/gate.sh" "$base" "$out/gate" "${ids[@]}" >"$out/gate.txt" 2>&1

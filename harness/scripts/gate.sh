@@ -17,12 +17,12 @@ out=${2:?usage: gate.sh BASELINE.json OUT [FILTER...]}
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 kv=${KVBENCH:-}
-for c in "$here/bin/kvbench" "$here/../build/bin/kvbench"; do
+for c in "$here/bin/kvbench" "$here/../../build/bin/kvbench"; do
     [ -z "$kv" ] && [ -x "$c" ] && kv=$c
 done
 [ -n "$kv" ] || { echo "gate: no kvbench binary (set KVBENCH)"; exit 2; }
 cases=${KVB_CASES:-}
-for c in "$here/cases" "$here/../cases"; do
+for c in "$here/cases" "$here/../../cases"; do
     [ -z "$cases" ] && [ -d "$c" ] && cases=$c
 done
 [ "$base" = none ] || [ -r "$base" ] || { echo "gate: baseline $base not readable (or none: make one)"; exit 2; }

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# gpu_round.sh OUT [FILTER...]: one whole round on a GPU machine, from the bundle: device facts,
-# the test programs, check over the check tier, the external peers (torch_peers.py, when PyTorch is
-# there), bench over the bench tier with those peers (and, with SANITIZE=1, compute-sanitizer
-# memcheck over the check tier's FILTER). Writes to OUT: round.log, check.json, peers.json,
-# bench.json, summary.md (and sanitizer.log). Files stay few: the device tool returns at most 8.
-# TESTS=0 skips the test programs, CHECK=0 the check, PEERS=0 the peers, BENCH=0 the bench.
+# gpu_round.sh OUT [FILTER...]: one whole round on a GPU machine, from the bundle (`make bundle`), in
+# phases, each timed in OUT/round.log:
+#   device    OUT/device.txt: the GPU, driver, clocks, memory, power limit (nvidia-smi), kvbench --version
+#   tests     OUT/tests.log: the test programs and CLI tests (GPU tests included)     [TESTS=0 skips]
+#   check     OUT/check.json, check.log: `kvbench check` over the check tier (or the FILTERs)
+#   sanitize  OUT/sanitize/: compute-sanitizer's four tools over the sanitize tier, side by side;
+#             OUT/sanitize.txt: their verdicts                                          [SANITIZE=0 skips]
+#   peers     OUT/peers.json: the external peers (torch_peers.py), when PyTorch is there [PEERS=0 skips]
+#   bench     OUT/bench.json, summary.md: `kvbench bench` with those peers over the headline cases and
+#             their in-suite peers (harness/report/headline.py --cases), or BENCH_CASES=tier for the
+#             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
+# CHECK=0 skips the check. The phases' exit codes are in round.log; the script exits 1 if any failed.
+# Back on the development machine, `make publish ROUND=OUT` makes OUT the canonical round.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: gpu_round.sh OUT [FILTER...]}
 shift
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 log="$out/round.log"
+: >"$log"
 # cuBLAS and cuSOLVER from the machine's CUDA toolkit, or from Python wheels if that is all there is
 for lib in libcublas.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.13; do
     if ! ldconfig -p 2>/dev/null | grep -q "$lib" && [ ! -e "/usr/local/cuda/lib64/$lib" ]; then
@@ -18,35 +27,59 @@ for lib in libcublas.so.13 libcusolver.so.12 libcusparse.so.12 libnvJitLink.so.1
         [ "$d" != . ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
     fi
 done
+command -v compute-sanitizer >/dev/null || PATH=$PATH:/usr/local/cuda/bin
 kv="$here/bin/kvbench"
+cases="$here/cases"
 cd "$here"
-{
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total --format=csv
-    if [ "${TESTS:-1}" = 1 ]; then
-        echo "== tests"
-        KVB_CASES="$here/cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) '
+rc=0
+round_t0=$(date +%s)
+# phase NAME CMD...: runs CMD, logs its wall time and exit code
+phase() {
+    local name=$1 t0 s
+    shift
+    t0=$(date +%s)
+    echo "[$(date -u +%FT%TZ)] $name: start" >>"$log"
+    "$@"
+    s=$?
+    echo "[$(date -u +%FT%TZ)] $name: exit $s, $(($(date +%s) - t0)) s" >>"$log"
+    [ "$s" -eq 0 ] || rc=1
+    tail -n 1 "$log"
+    return 0
+}
+
+device_facts() {
+    {
+        nvidia-smi --query-gpu=name,driver_version,pci.bus_id,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,memory.total,power.limit,temperature.gpu --format=csv
+        "$kv" --version
+        echo "host: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+    } >"$out/device.txt" 2>&1
+}
+run_tests() { KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"; }
+run_check() { "$kv" check --cases "$cases" --json "$out/check.json" "$@" >"$out/check.log" 2>&1; }
+run_sanitize() {
+    SANITIZE_PARALLEL=1 KVBENCH="$kv" KVB_CASES="$cases" bash "$here/sanitize.sh" "$out/sanitize" >"$out/sanitize.txt" 2>&1
+}
+run_peers() {
+    python3 -c "import torch" 2>/dev/null || { echo "peers: no PyTorch here" >"$out/peers.log"; return 0; }
+    PYTHONUNBUFFERED=1 python3 "$here/torch_peers.py" --out "$out/peers.json" ${PEERS_ONLY:+--only "$PEERS_ONLY"} >"$out/peers.log" 2>&1
+}
+run_bench() {
+    local sel=("$@") peers=()
+    if [ ${#sel[@]} -eq 0 ] && [ "${BENCH_CASES:-headline}" = headline ]; then
+        mapfile -t sel < <(python3 "$here/headline.py" --cases "$out")
     fi
-    if [ "${CHECK:-1}" = 1 ]; then
-        echo "== check"
-        "$kv" check --cases cases --json "$out/check.json" "$@"
-        echo "check exit $?"
-    fi
-} >"$log" 2>&1
-tail -n 1 "$log"
-grep -E "passed, .* failed" "$log"
-grep -E '^FAIL|FAILED|ERROR|error' -A4 "$log" | head -n 60
-if [ "${SANITIZE:-0}" = 1 ]; then
-    compute-sanitizer --tool memcheck --leak-check no "$kv" check --cases cases "$@" >"$out/sanitizer.log" 2>&1
-    echo "sanitizer exit $?: $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -n 1)"
-fi
-peers=()
-if [ "${PEERS:-1}" = 1 ] && python3 -c "import torch" 2>/dev/null; then
-    PYTHONUNBUFFERED=1 python3 "$here/torch_peers.py" --out "$out/peers.json" ${PEERS_ONLY:+--only "$PEERS_ONLY"} >>"$log" 2>&1
-    echo "peers exit $?"
     [ -s "$out/peers.json" ] && peers=(--peers "$out/peers.json")
-fi
-if [ "${BENCH:-1}" = 1 ]; then
-    "$kv" bench --cases cases --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "$@" >>"$log" 2>&1
-    echo "bench exit $?"
-    cat "$out/summary.md"
-fi
+    "$kv" bench --cases "$cases" --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "${sel[@]}" >"$out/bench.log" 2>&1
+}
+
+phase device device_facts
+[ "${TESTS:-1}" = 1 ] && phase tests run_tests
+[ "${CHECK:-1}" = 1 ] && phase check run_check "$@"
+[ "${SANITIZE:-1}" = 1 ] && phase sanitize run_sanitize
+[ "${PEERS:-1}" = 1 ] && phase peers run_peers
+[ "${BENCH:-1}" = 1 ] && phase bench run_bench "$@"
+echo "[$(date -u +%FT%TZ)] round: $(($(date +%s) - round_t0)) s in all" >>"$log"
+tail -n 1 "$log"
+grep -hE '^[0-9]+ passed, [0-9]+ failed' "$out"/tests.log "$out"/check.log 2>/dev/null
+grep -h '^sanitize ' "$out/sanitize.txt" 2>/dev/null
+exit $rc

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# publish.sh ROUND_DIR GPU: make a finished round (gpu_round.sh's OUT, copied back from the GPU machine)
+# the canonical result set of that GPU: results/GPU/ is replaced by the round's files, the plot is drawn
+# from its bench.json, the README's headline table and the family notes' figures are regenerated from it,
+# and results/README.md's entry for GPU is rewritten from its logs. `make publish ROUND=dir [GPU_DIR=h200]`.
+set -eu
+round=${1:?usage: publish.sh ROUND_DIR GPU}
+gpu=${2:?usage: publish.sh ROUND_DIR GPU}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dest=$root/results/$gpu
+[ -s "$round/bench.json" ] || { echo "publish: $round/bench.json missing or empty" >&2; exit 2; }
+rm -rf "$dest"
+mkdir -p "$dest"
+for f in device.txt round.log tests.log check.json check.log sanitize.txt peers.json peers.log bench.json bench.log summary.md; do
+    [ -f "$round/$f" ] && cp "$round/$f" "$dest/"
+done
+if [ -d "$round/sanitize" ]; then # the four tools' logs, compressed (racecheck's can be large)
+    mkdir -p "$dest/sanitize"
+    for f in "$round"/sanitize/*.log; do gzip -9c "$f" >"$dest/sanitize/$(basename "$f").gz"; done
+fi
+python3 "$root/harness/report/plot_report.py" "$dest/bench.json" "$dest"
+gnuplot -e "datadir='$dest'" "$root/harness/report/plots.gp"
+python3 "$root/harness/report/headline.py" "$dest" --write
+python3 "$root/harness/report/round_index.py" "$dest"
+echo "publish: results/$gpu/ is the canonical round"

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""round_index.py RESULTS_DIR: the index entry of one canonical round, written into results/README.md
+between <!-- round:begin GPU --> and <!-- round:end GPU --> (GPU: the directory's name, e.g. h200).
+
+Everything in the entry is read from the round's own files: the device and kvbench revision (bench.json's
+context, device.txt), when and how long each phase ran (round.log), the check verdicts (check.json), the
+sanitizers' verdicts (sanitize.txt) and how many bench cases were timed (bench.json).
+"""
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def check_counts(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    cases = d.get("cases", [])
+    verdict = {}
+    for c in cases:
+        v = c.get("status", "?")
+        verdict[v] = verdict.get(v, 0) + 1
+    return len(cases), verdict
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    res = os.path.abspath(sys.argv[1])
+    gpu = os.path.basename(res)
+    rel = os.path.relpath(res, os.path.join(ROOT, "results"))
+    lines = []
+    ctx = {}
+    try:
+        with open(os.path.join(res, "bench.json")) as f:
+            bench = json.load(f)
+        ctx = bench.get("context", {})
+        timed = [b for b in bench.get("benchmarks", []) if "median_us" in b]
+        failed = [b for b in bench.get("benchmarks", []) if b.get("error_occurred")]
+    except (OSError, ValueError):
+        bench, timed, failed = None, [], []
+    dev = read(os.path.join(res, "device.txt")).strip().splitlines()
+    lines.append("**%s** (`%s/`): %s, driver %s, kvbench %s." % (
+        ctx.get("gpu", "unknown GPU"), rel, ctx.get("gpu_clocks", "clocks not recorded"),
+        ctx.get("gpu_driver", "?"), ctx.get("kvbench_git_revision", "?")))
+    if dev:
+        lines.append("")
+        lines.append("```")
+        lines += dev[:4]
+        lines.append("```")
+    log = read(os.path.join(res, "round.log"))
+    phases = re.findall(r"^\[(\S+)\] (\w+): exit (\d+), (\d+) s$", log, re.M)
+    total = re.search(r"^\[(\S+)\] round: (\d+) s in all$", log, re.M)
+    start = re.search(r"^\[(\S+)\] \w+: start$", log, re.M)
+    if phases:
+        lines.append("")
+        lines.append("Ran %s%s: %s." % (
+            start.group(1) if start else phases[0][0],
+            ", %.1f minutes in all" % (int(total.group(2)) / 60.0) if total else "",
+            ", ".join("%s %s s (exit %s)" % (p[1], p[3], p[2]) for p in phases)))
+    lines.append("")
+    cc = check_counts(os.path.join(res, "check.json"))
+    if cc:
+        n, v = cc
+        lines.append("- `check.json`: %d check cases: %s." % (n, ", ".join("%d %s" % (k, name) for name, k in sorted(v.items()))))
+    san = [l for l in read(os.path.join(res, "sanitize.txt")).splitlines() if l.startswith("sanitize ")]
+    if san:
+        lines.append("- `sanitize.txt`: " + "; ".join(s[len("sanitize "):] for s in san) + ".")
+    if bench is not None:
+        lines.append("- `bench.json`, `summary.md`: %d cases timed, each validated before and after timing%s; "
+                     "external peers in `peers.json`, timed in the same round." % (
+                         len(timed), ", %d failed" % len(failed) if failed else ""))
+    tests = re.findall(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$", read(os.path.join(res, "tests.log")), re.M)
+    if tests:
+        p, f, s = tests[-1]
+        lines.append("- `tests.log`: the test programs on the GPU: %s passed, %s failed%s." % (p, f, ", %s skipped" % s if s else ""))
+    lines.append("- `pct_of_ceiling.png`: each case's % of its ceiling with its peers (`make plots`).")
+    body = "\n".join(lines)
+    path = os.path.join(ROOT, "results", "README.md")
+    text = read(path)
+    begin, end = "<!-- round:begin %s -->" % gpu, "<!-- round:end %s -->" % gpu
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        sys.exit("round_index: results/README.md has no %s ... %s block" % (begin, end))
+    with open(path, "w") as f:
+        f.write(text[: i + len(begin)] + "\n" + body + "\n" + text[j:])
+    print("round_index: wrote results/README.md (%s)" % gpu)
+
+
+if __name__ == "__main__":
+    main()
