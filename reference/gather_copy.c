@@ -1,4 +1,5 @@
-/* gather_copy.c: plain C references for gather_copy.md. Written to be read against the spec. */
+/* gather_copy.c: plain C references of the gather_copy family, written to be read against its contract
+ * (kernels/gather_copy/NOTES.md, "What it computes"). */
 #include "reference/gather_copy.h"
 
 #include <stdlib.h>

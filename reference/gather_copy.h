@@ -1,8 +1,9 @@
-/* gather_copy.h: ShadowKV's cache-aware value fetch and OmniKV's packed load (spec: gather_copy.md).
+/* gather_copy.h: ShadowKV's cache-aware value fetch and OmniKV's packed load
+ * (kernels/gather_copy/NOTES.md).
  *
- * The layouts and their validation live here, in the C reference, because they are the spec; the
- * CUDA API in kernels/gather_copy.h takes the same structs and runs the same checks before it
- * launches anything.
+ * The layouts and their validation live here, in the C reference, because they are the contract; the
+ * CUDA API in kernels/gather_copy/gather_copy.h takes the same structs and runs the same checks before
+ * it launches anything.
  */
 #ifndef REF_GATHER_COPY_H
 #define REF_GATHER_COPY_H

@@ -1,4 +1,4 @@
-/* ops_gather_copy.c: the gather_copy family in the harness (spec: gather_copy.md).
+/* ops_gather_copy.c: the gather_copy family in the harness (kernels/gather_copy/NOTES.md).
  *
  * Kernels: index_scan, gather_copy, gather_copy_d2d, gather_copy_all, packed_load, and gather_step
  * (index_scan, then gather_copy of V on one stream beside gather_copy_d2d of K on another: ShadowKV's
@@ -484,7 +484,7 @@ static int launch_gather_all(kvb_run *r)
     return gather_all_cpu(vbuf->d, vh->h, ids->h, g, staging(p, gather_cpu_staging_bytes(g)), r->stream);
 }
 
-/* gather_step is a composition (kernels/step_gather.h): planned here once, enqueued by each launch;
+/* gather_step is a composition (kernels/step/step_gather.h): planned here once, enqueued by each launch;
  * a second plan records per-stage times for the report, outside the timed loop. */
 static int gpu_setup_step(kvb_run *r)
 {
@@ -586,7 +586,7 @@ static void cost_gather_all(const kvb_run *r, kvb_cost *c)
     c->ceiling = KVB_CEIL_H2D;
 }
 
-/* Goal (issue 2): step <= 1.1 x (miss bytes / host bw + 2 x hit bytes / device bw) + 10 us, with the
+/* Goal (kernels/gather_copy/NOTES.md, Budget): step <= 1.1 x (miss bytes / host bw + 2 x hit bytes / device bw) + 10 us, with the
  * bandwidths measured in this run (contiguous pinned H2D copy of the miss bytes; cudaMemcpy D2D).
  * Hit bytes count the hit chunks of both V and K, which the step moves. */
 static void cost_gather_step(const kvb_run *r, kvb_cost *c)

@@ -1,5 +1,5 @@
 /* gather_baselines.h: the obvious ways to do gather_copy's work without the suite's kernels, kept
- * beside the kernels as the baselines their goals are stated against (spec: gather_copy.md).
+ * beside the kernels as the baselines their goals are stated against (kernels/gather_copy/NOTES.md).
  *
  * Each enqueues copies on `stream` and returns KVB_OK, or KVB_EDEVICE with kvb_last_error() naming
  * the failed CUDA call. Ids, offsets and counts are HOST arrays (such a baseline has to read them on

@@ -407,7 +407,8 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
 // gather_copy_all, TMA variant: one thread per block issues a bulk copy (cp.async.bulk, the
 // Hopper copy engine inside the SM) per chunk from pinned host memory into shared memory, completing
 // on an mbarrier, then bulk-stores the chunks to the buffer. An experiment against the 16-byte-load
-// path: whether the bulk engine's reads of host memory cross PCIe more efficiently.
+// path: whether the bulk engine's reads of host memory cross PCIe more efficiently (they do not:
+// kernels/gather_copy/NOTES.md, Tried).
 
 __global__ void __launch_bounds__(32) gather_all_tma_kernel(GatherArgs a)
 {

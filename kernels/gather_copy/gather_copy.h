@@ -1,4 +1,4 @@
-/* gather_copy.h: CUDA API of the gather_copy family (spec: gather_copy.md).
+/* gather_copy.h: CUDA API of the gather_copy family (the contract: kernels/gather_copy/NOTES.md).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
