@@ -1,5 +1,5 @@
-/* shadowkv.c: plain C reference of ShadowKV's prefill (shadowkv.md, "Prefill"). Written to be read
- * against the spec; the step numbers below are the spec's. */
+/* shadowkv.c: plain C reference of ShadowKV's prefill, written to be read against its contract
+ * (kernels/shadowkv/NOTES.md, "What it computes"); the step numbers below are the note's. */
 #include "reference/shadowkv.h"
 
 #include <lapacke.h>

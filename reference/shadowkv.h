@@ -1,4 +1,4 @@
-/* shadowkv.h: ShadowKV's prefill, plain C reference (spec: shadowkv.md, "Prefill", steps 1-5).
+/* shadowkv.h: ShadowKV's prefill, plain C reference (kernels/shadowkv/NOTES.md, steps 1-5).
  *
  * Per layer and batch element, from pre-RoPE keys Kpre [S, Hkv*D], post-RoPE keys K [Hkv, S, D]
  * and values V [Hkv, S, D]:
@@ -10,7 +10,8 @@
  *      cosine(key, chunk mean) (ties: lower chunk id), ascending; the other Lm = n_chunks -
  *      outlier_chunks chunks keep their landmark, in ascending chunk order, landmark_idx = chunk id
  *                                                                               ref_shadowkv_chunks
- *   5. values to pinned host memory, chunk-major (gather_copy.md)        ref_shadowkv_host_values
+ *   5. values to pinned host memory, chunk-major                                ref_shadowkv_host_values
+ *      (the layout of kernels/gather_copy/NOTES.md)
  * and the GPU buffer [Hkv, NB, D]: local tokens | outlier chunks | M sparse chunk slots | decode
  * tokens (shadowkv_layout_make), its local and outlier regions filled by ref_shadowkv_fill_buffer.
  *

@@ -1,5 +1,5 @@
-/* ops_shadowkv.c: ShadowKV's prefill in the harness (spec: shadowkv.md "Prefill"; reference/shadowkv.h,
- * kernels/shadowkv.h).
+/* ops_shadowkv.c: ShadowKV's prefill in the harness (kernels/shadowkv/NOTES.md; reference/shadowkv.h,
+ * kernels/shadowkv/shadowkv.h).
  *
  * shadowkv_lowrank: the rank-r factorization of the pre-RoPE keys Kpre [S, Hkv*D] (fp32).
  *   impl=kernel     Gram matrix + cuSOLVER syevdx of the r largest eigenpairs + one GEMM (GPU)
@@ -42,7 +42,7 @@
 
 /* ==== shadowkv_lowrank ============================================================================ */
 
-#define LOWRANK_BOUND 1.02       /* shadowkv.md: ||Kpre - U*SV||_F <= 1.02 x optimal */
+#define LOWRANK_BOUND 1.02       /* ||Kpre - U*SV||_F <= 1.02 x optimal */
 #define LOWRANK_FP32_FLOOR 1e-5  /* x ||Kpre||_F: what factors computed in fp32 can resolve */
 #define LOWRANK_SIGNAL_RANK 192  /* dist=lowrank */
 
@@ -228,7 +228,7 @@ static int launch_lapacke(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 
 /* Work: the Gram matrix (S N^2 multiply-adds, half of them by symmetry: S N (N+1) FLOPs), the
  * eigensolver (about 9 N^3 for a dense symmetric one), U = Kpre Vs (2 S N r). Bytes: Kpre read twice,
- * U written in fp32 and bf16. A latency-bound eigensolver: no ceiling; the goal is the spec's ratio to
+ * U written in fp32 and bf16. A latency-bound eigensolver: no ceiling; the goal is a ratio to
  * torch.linalg.svd of the same run (5x faster); torch.svd_lowrank and impl=lapacke are beside it. */
 static void cost_lowrank(const kvb_run *r, kvb_cost *c)
 {

@@ -1,4 +1,4 @@
-// shadowkv.cu: ShadowKV's prefill on the GPU (spec: shadowkv.md "Prefill"; the API and the method in
+// shadowkv.cu: ShadowKV's prefill on the GPU (kernels/shadowkv/NOTES.md; the API and the method in
 // shadowkv.h): the rank-r factorization of the pre-RoPE keys with cuBLAS and cuSOLVER, and the chunk
 // landmarks and outliers, whose selection goes through the suite's one top-k (select.h).
 #include <cstring>

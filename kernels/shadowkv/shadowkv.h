@@ -1,5 +1,5 @@
-/* shadowkv.h: CUDA API of ShadowKV's prefill (spec: shadowkv.md "Prefill"; reference/shadowkv.h is
- * the plain C version, line by line with the spec).
+/* shadowkv.h: CUDA API of ShadowKV's prefill (the contract: kernels/shadowkv/NOTES.md; reference/shadowkv.h
+ * is the plain C version, step by step).
  *
  * Low-rank pre-RoPE keys (step 1), planned on the host, then only enqueued:
  *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D, fp32 (cublasSsyrk, no TF32)
@@ -17,7 +17,7 @@
  * Chunks, landmarks and outliers (steps 2-4), per (b, h):
  *   mean[k]      = (1/c) sum_i K[k*c + i]                (fp32)                  k < n_chunks
  *   min_cos[k]   = min_i cosine(K[k*c + i], mean[k])     (0 where either is the zero vector)
- *   outliers     = the suite's top-k (kernels/select.h) of -min_cos, outlier_chunks of them
+ *   outliers     = the suite's top-k (kernels/select/select.h) of -min_cos, outlier_chunks of them
  *                  (the smallest min_cos, ties to the lower chunk, ascending)
  *   landmark_idx = the other chunks, ascending; landmarks[l] = bf16(mean[landmark_idx[l]])
  */
