@@ -1,6 +1,6 @@
-/* landmark_score.c: see landmark_score.h. Per (b, kv head) slice, line by line with the spec: the G
- * query heads' logits and softmax in double, m = their maximum rounded once to fp32, then ref_topk on
- * m and the map through landmark_idx. */
+/* landmark_score.c: see landmark_score.h. Per (b, kv head) slice, line by line with the contract
+ * (kernels/landmark_score/NOTES.md): the G query heads' logits and softmax in double, m = their maximum
+ * rounded once to fp32, then ref_topk on m and the map through landmark_idx. */
 #include "reference/landmark_score.h"
 
 #include <math.h>

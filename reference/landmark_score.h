@@ -1,5 +1,5 @@
-/* landmark_score.h: ShadowKV's decode-time chunk selection (spec: shadowkv.md, "Landmark scoring
- * (decode)"), the reference and the shape both implementations check.
+/* landmark_score.h: ShadowKV's decode-time chunk selection (kernels/landmark_score/NOTES.md), the
+ * reference and the shape both implementations check.
  *
  *   q [B, Hq, D] bf16 (RoPE applied), landmarks [B, Hkv, Lm, D] bf16, landmark_idx [B, Hkv, Lm] int32
  *   (each row strictly ascending chunk ids), G = Hq / Hkv:
@@ -30,7 +30,7 @@ typedef struct lms_shape {
     int M;  /* chunks selected per (b, kv head) */
 } lms_shape;
 
-/* The spec's ranges: B in [1, 1024], Hkv in [1, 256], Hq in [1, 2048] a multiple of Hkv (G = Hq/Hkv
+/* The contract's ranges: B in [1, 1024], Hkv in [1, 256], Hq in [1, 2048] a multiple of Hkv (G = Hq/Hkv
  * an integer), D >= 1, Lm in [1, 2^21], M in [1, Lm]. KVB_EINVAL naming the field, its value and the
  * range; `who` prefixes the message. */
 int lms_shape_check(const lms_shape *s, const char *who);

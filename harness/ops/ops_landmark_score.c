@@ -1,10 +1,10 @@
-/* ops_landmark_score.c: ShadowKV's decode-time chunk selection in the harness (spec: shadowkv.md,
- * "Landmark scoring (decode)").
+/* ops_landmark_score.c: ShadowKV's decode-time chunk selection in the harness
+ * (kernels/landmark_score/NOTES.md).
  *
  * Kernel: landmark_score. Implementations (impl=): kernel, the fused path (landmarks read once for
  * the G query heads of a KV head, logits kept on chip, then the suite's top-k and the map);
  * cublas_composed, ShadowKV's structure and the peer: cuBLAS strided batched GEMM, softmax, max over
- * the group, top-k, map, each its own launch. Both record per-stage times (kernels/landmark_score.h).
+ * the group, top-k, map, each its own launch. Both record per-stage times (kernels/landmark_score/landmark_score.h).
  *
  * Inputs: q [B, Hq, D] and landmarks [B, Hkv, Lm, D] seeded normal bf16. dist=ties: every landmark of
  * a row is a copy of one of the row's first TIE_POOL landmarks (a seeded pick), so m takes at most
@@ -374,7 +374,7 @@ static int no_device(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 
 /* Bytes (the floor): the landmarks read once, q read, the chunk ids written and the selected entries
  * of landmark_idx read. FLOPs: the G dot products per landmark. Stated against the read ceiling.
- * Goal (shadowkv.md): at most 1.2 x (the landmarks read once at the read rate measured in this run +
+ * Goal (kernels/landmark_score/NOTES.md): at most 1.2 x (the landmarks read once at the read rate measured in this run +
  * the top-k). The top-k time is this case's own: the top-k stage of the implementation's pipeline,
  * timed by stage events over 5 launches (median) right before the timing loop, on the scores the
  * pipeline itself produced; the summary's stage list shows it again from one more launch. */

@@ -13,10 +13,8 @@
 // suite's top-k reads it. Rows too long for the shared memory (Lm beyond ~98K at G = 4, ~49K at
 // G = 8) keep the logits in the workspace instead (same kernel, a global pointer).
 //
-// Measured (H200, read ceiling 4624 GB/s in the same run; 108 registers, two blocks per SM): the
-// scores stage alone runs at 65-67% of the read ceiling for Llama-3-8B (~250 us for 750-766 MB) and
-// 47-59% for GLM-4-9B (G = 8; 141-175 us for 375-383 MB; the worst at B=12, Lm=31180, where 125 KB of
-// logits per block leave one block per SM). Not yet the floor: a warp issues its next two tiles only
+// Not yet the floor (the figures: kernels/landmark_score/NOTES.md): 108 registers leave two blocks per
+// SM (one where a block's logits take 125 KB: GLM at Lm = 31180), a warp issues its next two tiles only
 // after it has consumed the last two, and a block stops streaming for its softmax passes and cluster
 // barriers, so the bytes in flight per SM fall short of what the read rate needs. The next step is a
 // deeper pipeline (bulk copies into a shared-memory ring, or loads issued a tile pair ahead).

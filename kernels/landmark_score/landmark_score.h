@@ -1,5 +1,5 @@
-/* landmark_score.h: CUDA API of ShadowKV's decode-time chunk selection (spec: shadowkv.md, "Landmark
- * scoring (decode)"; the formula, the shape and its spec checks in reference/landmark_score.h).
+/* landmark_score.h: CUDA API of ShadowKV's decode-time chunk selection (the contract:
+ * kernels/landmark_score/NOTES.md; the formula, the shape and its checks in reference/landmark_score.h).
  *
  * Two implementations of the same three steps (scores m, the suite's top-k, the map of the selected
  * landmarks to chunk ids), each planned on the host (shape checks, workspace size) and then only
