@@ -1,5 +1,5 @@
 /* batch_gemm_rotary.h: the reference of ShadowKV's low-rank key reconstruction fused with RoPE
- * (spec: shadowkv.md "batch_gemm_rotary"), line by line:
+ * (kernels/batch_gemm_rotary/NOTES.md), line by line:
  *
  *   for every (b, h) and sparse slot token s with chunk slot j = s / c >= cnts[b, h]
  *     p    = ids[b, h, j] * c + s % c                        absolute token position
@@ -32,12 +32,12 @@ typedef enum { ROPE_LLAMA = 0, ROPE_GLM = 1 } rope_kind;
  * the rest of the row 0. Rounded once to bf16, as stored. */
 int rope_table(kvb_bf16 *cos_sin, int max_pos, int D, double theta, rope_kind rope);
 
-/* The checks of the spec, shared by the reference and the CUDA API (kernels/batch_gemm_rotary.h):
- * KVB_EINVAL, the message starting with `who` and naming the parameter, when: the layout is invalid
- * (gather_layout_check), r outside [1, BGR_MAX_RANK], rope not a rope_kind, D odd (llama) or not a
- * multiple of 4 (glm), S < c; and, when ids and cnts are given (host copies; NULL skips the data
- * checks), cnts[b, h] outside [0, M], a miss slot's chunk id outside [0, S / c) (its tokens outside the
- * context), or a position at or past max_pos. */
+/* The contract's checks, shared by the reference and the CUDA API
+ * (kernels/batch_gemm_rotary/batch_gemm_rotary.h): KVB_EINVAL, the message starting with `who` and
+ * naming the parameter, when: the layout is invalid (gather_layout_check), r outside [1, BGR_MAX_RANK],
+ * rope not a rope_kind, D odd (llama) or not a multiple of 4 (glm), S < c; and, when ids and cnts are
+ * given (host copies; NULL skips the data checks), cnts[b, h] outside [0, M], a miss slot's chunk id
+ * outside [0, S / c) (its tokens outside the context), or a position at or past max_pos. */
 int batch_gemm_rotary_check(const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int r, int max_pos,
                             rope_kind rope, const char *who);
 

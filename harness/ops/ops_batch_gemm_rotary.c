@@ -1,5 +1,5 @@
-/* ops_batch_gemm_rotary.c: ShadowKV's low-rank key reconstruction fused with RoPE in the harness (spec:
- * shadowkv.md "batch_gemm_rotary").
+/* ops_batch_gemm_rotary.c: ShadowKV's low-rank key reconstruction fused with RoPE in the harness
+ * (kernels/batch_gemm_rotary/NOTES.md).
  *
  * Kernel: batch_gemm_rotary. Implementations (impl=): kernel, the suite's fused kernel; cublas_composed,
  * ShadowKV's own structure (a gather of the miss tokens' U rows, cuBLAS strided batched GEMM, a RoPE
@@ -21,7 +21,7 @@
  *              launch (the rows that must survive; uniform rather than normal keeps the large cases'
  *              setup short).
  *
- * Comparison. Kbuf is one tensor holding both the keys written (miss slots, the spec's tolerance
+ * Comparison. Kbuf is one tensor holding both the keys written (miss slots, the contract's tolerance
  * |out - ref| <= 1e-2 max(|ref|, rms of the key's row) per element: t->tol_mag) and rows that must come
  * back bit for bit (hit slots, local/outlier rows, decode rows: tol_mag 0, atol 0, so any change fails
  * the element). Because the rel L2 over the whole buffer would be diluted by the untouched rows, the
@@ -354,15 +354,15 @@ static int out_check_bgr(kvb_run *r)
 
 /* ---- bytes ---- */
 
-/* The spec's floor: per miss token one U row read (r*2 bytes) and one key written (D*2), plus SV once
+/* The floor: per miss token one U row read (r*2 bytes) and one key written (D*2), plus SV once
  * per (b, h); FLOPs 2*r*D per miss token. The RoPE table rows (D*2 bytes per miss token, shared by the
- * batch and the heads, so mostly L2 hits once read) are not part of the spec's floor; at the largest
+ * batch and the heads, so mostly L2 hits once read) are not part of the floor; at the largest
  * contexts, whose tables (ctx*D*2 bytes) pass the L2, they add DRAM reads the floor does not count.
  * Ceiling: the device copy (cudaMemcpy D2D, read + write) of the same bytes, because the traffic is a
  * read/write mix much like a copy's (r*2 read : D*2 written per token, 320 : 256 at r=160, D=128); the
- * read-only ceiling would hold the writes to a rate they cannot reach. Goal (spec): at most 1.25x the
- * floor at that rate; the summary also shows the speedup over cublas_composed of the same run (spec:
- * at least 10x). */
+ * read-only ceiling would hold the writes to a rate they cannot reach. Goal: at most 1.25x the floor
+ * at that rate; the summary also shows the speedup over cublas_composed of the same run (goal: at
+ * least 10x; kernels/batch_gemm_rotary/NOTES.md). */
 static void cost_bgr(const kvb_run *r, kvb_cost *c)
 {
     const bgr_priv *p = r->priv;

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
             }
         // The tile's keys leave through shared memory as whole 16-byte pieces (a warp writes 512
         // contiguous bytes), not as the fragments' 4-byte pieces: 8x fewer L2 write requests, which
-        // ncu showed as the limiter (L2 81% busy at 47% of DRAM bandwidth).
+        // ncu showed as the limiter before (kernels/batch_gemm_rotary/NOTES.md, Tried).
         __syncthreads();
         constexpr int kPieces = D / 8;
         for (int q = threadIdx.x; q < kTile * kPieces; q += G::kThreads) {
@@ -291,7 +291,7 @@ int check_pointers(const char *who, const kvb_bf16 *U, const kvb_bf16 *SV, const
     return KVB_OK;
 }
 
-// The checks both implementations share: the spec's (batch_gemm_rotary_check, no device data) and the
+// The checks both implementations share: the contract's (batch_gemm_rotary_check, no device data) and the
 // table length every position needs.
 int check_common(const char *who, const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids, const int32_t *cnts,
                  const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos, rope_kind rope,

@@ -1,5 +1,5 @@
-/* batch_gemm_rotary.h: CUDA API of ShadowKV's low-rank key reconstruction fused with RoPE (spec:
- * shadowkv.md "batch_gemm_rotary"; reference: reference/batch_gemm_rotary.h, the same arguments).
+/* batch_gemm_rotary.h: CUDA API of ShadowKV's low-rank key reconstruction fused with RoPE (the contract:
+ * kernels/batch_gemm_rotary/NOTES.md; reference: reference/batch_gemm_rotary.h, the same arguments).
  *
  * For every (b, h) and miss slot token s (chunk slot s / c >= cnts[b, h]):
  *   Kbuf[b, h, sparse_start + s, :] = bf16(rope(U[b, p, :] x SV[b, h], p)),  p = ids[b, h, s / c] * c + s % c
@@ -45,7 +45,7 @@ int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids,
 /* The composed peer (ShadowKV's own structure): a kernel gathers the miss tokens' U rows into a
  * contiguous buffer (M*c rows per (b, h)), cuBLAS multiplies each (b, h) batch with its SV
  * (cublasGemmStridedBatchedEx: bf16 in, fp32 compute, fp32 out so that the keys are rounded once, as
- * the spec's numerics ask), and a second kernel applies RoPE and writes the miss slots. Any D the
+ * the contract asks), and a second kernel applies RoPE and writes the miss slots. Any D the
  * reference takes (D <= 1024), r in [1, BGR_MAX_RANK]. `cublas_handle` is a cublasHandle_t; the
  * call binds it to `stream`. workspace: batch_gemm_rotary_composed_workspace_bytes(g, r) bytes. */
 size_t batch_gemm_rotary_composed_workspace_bytes(const gather_layout *g, int r);
