@@ -1,5 +1,5 @@
-/* decode_step.h: the decode_step op's methods (harness/ops_decode_step.c holds the block around them;
- * spec: decode.md, "End-to-end decode steps"). One file per method: harness/decode_step_<method>.c.
+/* decode_step.h: the decode_step op's methods (harness/step/ops_decode_step.c holds the block around
+ * them; kernels/step/NOTES.md). One file per method: harness/step/decode_step_<method>.c.
  *
  * The block is the same for every method: ref_block_pre (norm, QKV, RoPE) gives q, knew, vnew; the
  * method's attention path turns them into att on its own state; ref_block_post finishes y. A method

@@ -1,5 +1,5 @@
-/* decode_step_omnikv.c: decode_step method=omnikv (decode_step.h; the paths: kernels/step_omnikv.h; the
- * layer roles: reference/omnikv.h), without offload: every layer keeps K, V [B, Hkv, pos + 1, D] of
+/* decode_step_omnikv.c: decode_step method=omnikv (decode_step.h; the paths: kernels/step/step_omnikv.h;
+ * the layer roles: reference/omnikv.h), without offload: every layer keeps K, V [B, Hkv, pos + 1, D] of
  * every token on the device (the paper's "without offload" setting). The cache's first pos rows are
  * seeded normal activations, as dense's. Key role:
  *

@@ -1,11 +1,11 @@
-/* decode_step_rocketkv.c: decode_step method=rocketkv (decode_step.h; the path: kernels/step_rocketkv.h,
- * reference/step_rocketkv.h). After a prompt of ctx tokens SnapKV++ kept C of them (rocketkv_budget with
- * T = budget and room for M = 50 generated tokens): the kept cache K, V [B, Hkv, C, D] holds
- * t = C - 50 + gen tokens (seeded normal activations; which prompt tokens SnapKV++ kept does not change the
- * step's work), and their page min/max metadata, built on the device by page_meta_build (the host's by
- * its reference). The step: kv_append beside page_meta_append, hybrid_score with the page top-k,
- * sparse_attn_pages. all=1 attends every kept token: the reference must then equal dense attention
- * over the t + 1 kept tokens, bit for bit.
+/* decode_step_rocketkv.c: decode_step method=rocketkv (decode_step.h; the path:
+ * kernels/step/step_rocketkv.h, reference/step/step_rocketkv.h). After a prompt of ctx tokens SnapKV++
+ * kept C of them (rocketkv_budget with T = budget and room for M = 50 generated tokens): the kept cache
+ * K, V [B, Hkv, C, D] holds t = C - 50 + gen tokens (seeded normal activations; which prompt tokens
+ * SnapKV++ kept does not change the step's work), and their page min/max metadata, built on the device
+ * by page_meta_build (the host's by its reference). The step: kv_append beside page_meta_append,
+ * hybrid_score with the page top-k, sparse_attn_pages. all=1 attends every kept token: the reference
+ * must then equal dense attention over the t + 1 kept tokens, bit for bit.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ static int setup_rk(kvb_run *r, step_priv *p)
     /* the state appended from the device's own knew, and scored from its own q: exact */
     K->cmp = V->cmp = mn->cmp = mx->cmp = KVB_CMP_EXACT;
     K->flags |= KVB_T_NO_DUMP, V->flags |= KVB_T_NO_DUMP;
-    if (r->c->atol < 0 && r->c->rtol < 0) u->tol = (kvb_tol){1e-5, 1e-3, 1e-3}; /* the scoring's (page_scoring.md) */
+    if (r->c->atol < 0 && r->c->rtol < 0) u->tol = (kvb_tol){1e-5, 1e-3, 1e-3}; /* hybrid_score's own */
     kvb_fill_bf16_normal(K->h, K->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
     kvb_fill_bf16_normal(V->h, V->n, r->seed, kvb_stream_of("V"), 0, 0, 1);
     pages->cmp = KVB_CMP_INDEXSET;

@@ -1,5 +1,6 @@
-/* decode_step_shadowkv.c: decode_step method=shadowkv (decode_step.h; the path: kernels/step_shadowkv.h,
- * reference/step_shadowkv.h; spec: decode.md, the shadowkv row; shadowkv.md).
+/* decode_step_shadowkv.c: decode_step method=shadowkv (decode_step.h; the path:
+ * kernels/step/step_shadowkv.h, reference/step/step_shadowkv.h; kernels/step/NOTES.md; the prefill:
+ * kernels/shadowkv/NOTES.md).
  *
  * The prompt's activations: pre-RoPE keys Kpre [S, Hkv*D] (fp32, seeded normal) and their post-RoPE
  * bf16 keys (the block's RoPE table), values from the suite's pinned host pool. Sequence b's keys are
@@ -133,7 +134,7 @@ static int setup_skv(kvb_run *r, step_priv *p)
     kvb_tensor *vb = step_tensor(r, "Vbuf", KVB_BF16, 4, B, Hkv, g->NB, D, KVB_INOUT);
     kb->flags |= KVB_T_NO_DUMP, vb->flags |= KVB_T_NO_DUMP;
     ci->cmp = vb->cmp = KVB_CMP_EXACT;
-    kb->tol = (kvb_tol){0, 1e-2, 4e-3}; /* batch_gemm_rotary's (shadowkv.md); 0 (bit-exact) outside the rebuilt keys */
+    kb->tol = (kvb_tol){0, 1e-2, 4e-3}; /* batch_gemm_rotary's; 0 (bit-exact) outside the rebuilt keys */
     /* the step's outputs besides att */
     kvb_tensor *ch = step_tensor(r, "chunks", KVB_I32, 3, B, Hkv, M, 0, KVB_OUT);
     kvb_tensor *m = step_tensor(r, "m", KVB_FP32, 3, B, Hkv, L->Lm, 0, KVB_OUT);

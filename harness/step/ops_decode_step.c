@@ -1,9 +1,9 @@
-/* ops_decode_step.c: one transformer block decoding one token, end to end (spec: decode.md, "End-to-end
- * decode steps"; kernels/step_block.h; reference/block.h; the methods: harness/decode_step.h).
+/* ops_decode_step.c: one transformer block decoding one token, end to end (kernels/step/NOTES.md;
+ * kernels/step/step_block.h; reference/step/block.h; the methods: harness/step/decode_step.h).
  *
  * Kernel name: decode_step. Keys: method (dense, rocketkv, minikv, shadowkv, omnikv), role (omnikv's
- * layer role: sparse or filter; the other methods have none), model (a preset of reference/block.h), B,
- * ctx (the prompt), gen (tokens generated before the step: it decodes position ctx + gen), budget
+ * layer role: sparse or filter; the other methods have none), model (a preset of
+ * reference/step/block.h), B, ctx (the prompt), gen (tokens generated before the step: it decodes position ctx + gen), budget
  * (rocketkv's token budget T; shadowkv's sparse budget, M chunks of 8 tokens; omnikv's k, the prompt
  * tokens selected), rank and hit (shadowkv's rank and the share of the step's chunks already in its
  * buffer), all (the sparse method attends every token: must equal dense), seed. Implementations:
@@ -16,13 +16,13 @@
  * comparison from the device's q, knew, vnew (decode_step.h says why), on a sample of the sequences when
  * the reference would take long (the first and the last).
  *
- * Bound (decode.md): weight bytes and the method's attention bytes read once at the device read rate
- * (the read ceiling of the step's bytes), and for an offloading method (shadowkv) the weights, then
- * the larger of its device bytes at the read ceiling and its host bytes at the pinned copy ceiling;
- * goal: within 1.2x of it. The note adds the state each sequence
+ * Bound (kernels/step/NOTES.md, Budget): weight bytes and the method's attention bytes read once at the
+ * device read rate (the read ceiling of the step's bytes), and for an offloading method (shadowkv) the
+ * weights, then the larger of its device bytes at the read ceiling and its host bytes at the pinned
+ * copy ceiling; goal: within 1.2x of it. The note adds the state each sequence
  * keeps, the largest batch that fits beside the whole model's weights, and the decode throughput
  * projected to the whole model (B / (step time x layers)); for omnikv, the layers of the case's role
- * and the dense layers (the model's step is composed from the roles: harness/step_report.py).
+ * and the dense layers (the model's step is composed from the roles: harness/report/step_report.py).
  */
 #include <math.h>
 #include <stdio.h>
@@ -268,9 +268,9 @@ static void extra(kvb_cost *c, const char *name, double v)
     c->extra_value[c->n_extra++] = v;
 }
 
-/* The bound of decode.md: the weights and the method's attention bytes each read once at the read
- * ceiling (x, y and the intermediates are a few hundred KB); host bytes overlap with them. Goal: the
- * step within 1.2x of it. Also reported: the state each sequence keeps for one layer (device, host), the
+/* The step's bound (kernels/step/NOTES.md): the weights and the method's attention bytes each read once
+ * at the read ceiling (x, y and the intermediates are a few hundred KB); host bytes overlap with them.
+ * Goal: the step within 1.2x of it. Also reported: the state each sequence keeps for one layer (device, host), the
  * largest batch whose state for every layer fits the device's memory beside the whole model's block
  * weights (embeddings and the LM head left out), and the decode throughput projected to the model
  * (B / (step time x layers), as the ShadowKV paper projects one measured block). */

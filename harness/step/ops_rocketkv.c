@@ -1,5 +1,6 @@
-/* ops_rocketkv.c: RocketKV's decode-time attention path in the harness (spec: decode.md, the rocketkv
- * row; page_scoring.md, the budget knobs; kernels/step_rocketkv.h, reference/step_rocketkv.h).
+/* ops_rocketkv.c: RocketKV's decode-time attention path in the harness (kernels/step/NOTES.md, the
+ * rocketkv method; kernels/page_scoring/NOTES.md, the budget knobs; kernels/step/step_rocketkv.h,
+ * reference/step/step_rocketkv.h).
  *
  * Kernel name: rocketkv_decode. One decode step of one layer's attention, B sequences, after a prompt
  * of Lmax tokens: SnapKV++ kept C of them (C, P, r, k from rocketkv_budget(T, Lmax, D, M)); the kept
@@ -8,7 +9,7 @@
  *   kernel  the four stages captured once as a CUDA graph, each launch replays it
  *   eager   the same stages enqueued one by one (two streams: kv_append beside the scoring)
  *   dense   what RocketKV replaces: kv_append and decode_attn over the whole uncompressed context,
- *           Lmax + gen + 1 tokens (the baseline of the issue's goal, timed in the same run)
+ *           Lmax + gen + 1 tokens (the baseline of the goal, timed in the same run)
  *
  * Inputs: seeded normal q, knew, vnew, and a kept cache K, V of C rows per head (the rows at and past t
  * too, so that a read past t + 1 tokens shows). The page metadata is the extrema of K's first t rows
@@ -155,7 +156,7 @@ static int setup_step(kvb_run *r, rk_priv *p)
     add(r, "ws_attn", KVB_U8, 1, (int64_t)ws_attn, 0, 0, 0, KVB_SCRATCH);
     K->cmp = V->cmp = mn->cmp = mx->cmp = KVB_CMP_EXACT;
     K->flags |= KVB_T_NO_DUMP, V->flags |= KVB_T_NO_DUMP;
-    if (r->c->atol < 0 && r->c->rtol < 0) u->tol = (kvb_tol){1e-5, 1e-3, 1e-3}; /* the scoring's (page_scoring.md) */
+    if (r->c->atol < 0 && r->c->rtol < 0) u->tol = (kvb_tol){1e-5, 1e-3, 1e-3}; /* hybrid_score's own */
 
     kvb_fill_bf16_normal(q->h, q->n, r->seed, kvb_stream_of("q"), 0, 0, 1);
     kvb_fill_bf16_normal(kn->h, kn->n, r->seed, kvb_stream_of("knew"), 0, 0, 1);
@@ -362,8 +363,8 @@ static int launch_rk(kvb_run *r)
 #endif
 
 /* Bytes, each read or written once (rocketkv_step_bytes); impl=dense: the append and every K, V row of
- * the context. Against the read ceiling. Goal (issue 10): at T=2048 after a 128K prompt, the graph at
- * least 20x faster than impl=dense at B >= 8 and 8x at B=1, both timed in the same run. */
+ * the context. Against the read ceiling. Goal (kernels/step/NOTES.md): at T=2048 after a 128K prompt,
+ * the graph at least 20x faster than impl=dense at B >= 8 and 8x at B=1, both timed in the same run. */
 static void cost_rk(const kvb_run *r, kvb_cost *c)
 {
     const rk_priv *p = r->priv;

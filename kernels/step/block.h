@@ -1,7 +1,7 @@
-/* block.h: CUDA API of the transformer block's stages (reference/block.h; spec: decode.md, "End-to-end
- * decode steps"): RMSNorm, RoPE with the q/k/v split, SiLU-gated product, and the projections through
- * cuBLAS (bf16 in and out, fp32 accumulation). Each validates its parameters before launching anything
- * and returns KVB_OK or KVB_EINVAL naming the parameter; launches are asynchronous on `stream`. */
+/* block.h: CUDA API of the transformer block's stages (reference/step/block.h; kernels/step/NOTES.md):
+ * RMSNorm, RoPE with the q/k/v split, SiLU-gated product, and the projections through cuBLAS (bf16 in
+ * and out, fp32 accumulation). Each validates its parameters before launching anything and returns
+ * KVB_OK or KVB_EINVAL naming the parameter; launches are asynchronous on `stream`. */
 #ifndef KVB_KERNELS_BLOCK_H
 #define KVB_KERNELS_BLOCK_H
 

@@ -1,6 +1,5 @@
 /* step_block.h: one transformer block decoding one token for B sequences as a composition (compose.h;
- * reference: ref_block_pre / ref_block_post around the method's attention; spec: decode.md, "End-to-end
- * decode steps"). Stages:
+ * reference: ref_block_pre / ref_block_post around the method's attention; kernels/step/NOTES.md). Stages:
  *
  *   rmsnorm1 (h <- x)  qkv (cuBLAS)  rope_split
  *   the attention path: dense (kv_append, decode_attn over pos + 1 tokens), or a method's stages

@@ -1,6 +1,6 @@
 /* step_omnikv.h: OmniKV's decode-time attention paths without offload (every layer's K, V on the device,
- * the paper's "without offload" setting) as stages of a composition (compose.h; spec: decode.md, the
- * omnikv row and its layer roles; roles: reference/omnikv.h):
+ * the paper's "without offload" setting) as stages of a composition (compose.h; kernels/step/NOTES.md,
+ * the omnikv method and its layer roles; roles: reference/omnikv.h):
  *
  *   filter layer:  main stream  kv_append        the new token's k, v into row pos of K, V
  *                               decode_attn      over the pos + 1 tokens
@@ -69,7 +69,7 @@ size_t omnikv_attn_workspace_bytes(const omnikv_step_shape *sh);
  * every entry; filter: prompt = ctx, k in [1, ctx], the selector's workspace; sparse: cnt = n and every
  * list entry inside the cache (sparse_lists_check). */
 int omnikv_path_prepare(omnikv_path *p, const omnikv_step_shape *sh, const omnikv_buffers *buf);
-/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared path): q, knew, vnew, o
+/* As a block_attention's add_stages (kernels/step/step_block.h; ctx: a prepared path): q, knew, vnew, o
  * taken from the block's buffers. */
 int omnikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                             kvb_bf16 *att);

@@ -1,6 +1,6 @@
-/* step_rocketkv.h: RocketKV's decode-time attention path as a composition (compose.h; spec: decode.md,
- * the rocketkv row: page_meta_append -> hybrid scoring -> page top-k -> sparse attention), over the
- * C tokens SnapKV++ kept from the prompt:
+/* step_rocketkv.h: RocketKV's decode-time attention path as a composition (compose.h;
+ * kernels/step/NOTES.md, the rocketkv method: page_meta_append -> hybrid scoring -> page top-k ->
+ * sparse attention), over the C tokens SnapKV++ kept from the prompt:
  *
  *   side stream:  kv_append            the new token's k, v into row t of the kept cache K, V
  *   main stream:  page_meta_append     k into the min/max of its page (t / P)
@@ -54,7 +54,7 @@ void rocketkv_workspace_bytes(const rocketkv_shape *sh, size_t *score_bytes, siz
  * block's): kv_append on its side stream, the rest on its main stream. */
 int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const rocketkv_buffers *buf);
 int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step);
-/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared plan): q, knew, vnew, o
+/* As a block_attention's add_stages (kernels/step/step_block.h; ctx: a prepared plan): q, knew, vnew, o
  * taken from the block's buffers. */
 int rocketkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                               kvb_bf16 *att);

@@ -1,5 +1,5 @@
-/* step_shadowkv.h: ShadowKV's decode-time attention path as stages of a composition (compose.h; spec:
- * decode.md, the shadowkv row; reference: reference/step_shadowkv.h, the same steps):
+/* step_shadowkv.h: ShadowKV's decode-time attention path as stages of a composition (compose.h;
+ * kernels/step/NOTES.md, the shadowkv method; reference: reference/step/step_shadowkv.h, the same steps):
  *
  *   stream 0  landmark_score (q . landmarks, softmax, max over the group, top-M, map to chunk ids)
  *   stream 0  index_scan (hits and misses against the chunks the buffer holds)
@@ -53,7 +53,7 @@ int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes,
                              size_t *attn_bytes);
 /* Checks every stage's shape and the host copies (slot = decode_start + gen, len = slot + 1). */
 int shadowkv_path_prepare(shadowkv_path *p, const shadowkv_step_shape *sh, const shadowkv_buffers *b);
-/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared path). */
+/* As a block_attention's add_stages (kernels/step/step_block.h; ctx: a prepared path). */
 int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew,
                               const kvb_bf16 *vnew, kvb_bf16 *att);
 

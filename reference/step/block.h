@@ -1,5 +1,5 @@
-/* block.h: one transformer block decoding one token for B sequences (spec: decode.md, "End-to-end
- * decode steps"), the dense method, and the stages it is made of:
+/* block.h: one transformer block decoding one token for B sequences (kernels/step/NOTES.md), the dense
+ * method, and the stages it is made of:
  *
  *   x -> RMSNorm -> QKV projection -> RoPE(q, k at pos) -> K, V row pos <- k, v -> decode attention
  *     -> output projection -> + x = h -> RMSNorm -> down(SiLU(gate(z)) * up(z)) -> + h = y

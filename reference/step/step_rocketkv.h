@@ -1,6 +1,6 @@
 /* step_rocketkv.h: RocketKV's decode-time attention path, composed from the references of its stages
- * (spec: decode.md, the rocketkv row; page_scoring.md; kernels/step_rocketkv.h runs the same path on
- * the GPU):
+ * (kernels/step/NOTES.md, the rocketkv method; kernels/page_scoring/NOTES.md;
+ * kernels/step/step_rocketkv.h runs the same path on the GPU):
  *
  *   K[b, h, t] = knew[b, h], V[b, h, t] = vnew[b, h]              ref_kv_append
  *   page t / P of kmin, kmax takes knew                           ref_page_meta_append

@@ -1,6 +1,7 @@
-/* step_shadowkv.h: ShadowKV's decode-time attention path, the reference (spec: decode.md, the shadowkv
- * row; shadowkv.md "Landmark scoring (decode)", "batch_gemm_rotary"; gather_copy.md). One layer, one
- * step, the state of shadowkv.md's prefill:
+/* step_shadowkv.h: ShadowKV's decode-time attention path, the reference (kernels/step/NOTES.md, the
+ * shadowkv method; kernels/landmark_score/NOTES.md, kernels/batch_gemm_rotary/NOTES.md,
+ * kernels/gather_copy/NOTES.md). One layer, one step, the state of ShadowKV's prefill
+ * (kernels/shadowkv/NOTES.md):
  *
  *   chunks   = landmark_score(q, landmarks, landmark_idx), M per (b, kv head), ascending
  *   index_scan(cached_ids, chunks) -> offsets, cnts; cached_ids = the chunk each sparse slot now holds
@@ -24,7 +25,7 @@
 extern "C" {
 #endif
 
-/* ShadowKV's settings (shadowkv.md: chunk 8, 4 local chunks, 48 outlier chunks) and the room for
+/* ShadowKV's settings (chunk 8, 4 local chunks, 48 outlier chunks) and the room for
  * tokens generated during decode. */
 enum { SKV_CHUNK = 8, SKV_LOCAL_CHUNKS = 4, SKV_OUTLIER_CHUNKS = 48, SKV_DECODE_CAPACITY = 64 };
 
@@ -65,10 +66,11 @@ int ref_shadowkv_step(const shadowkv_step_shape *sh, shadowkv_state *st, const k
                       const kvb_bf16 *vnew, const int32_t *use, int32_t *chunks, float *m, int32_t *offsets,
                       int32_t *cnts, kvb_bf16 *att, const uint8_t *rows);
 
-/* Bytes one step moves, each once (the bound of decode.md): device bytes read or written (landmarks,
- * their ids and scores, the index scan, hits moved in the buffer, U rows and SV for the misses, the keys
- * and values written, the buffer's n_valid rows read by attention, the append) and host bytes (the
- * missed value chunks); flops (scoring, the rebuild, attention). The hit count is n_hit per row. */
+/* Bytes one step moves, each once (the step's bound, kernels/step/NOTES.md): device bytes read or
+ * written (landmarks, their ids and scores, the index scan, hits moved in the buffer, U rows and SV for
+ * the misses, the keys and values written, the buffer's n_valid rows read by attention, the append) and
+ * host bytes (the missed value chunks); flops (scoring, the rebuild, attention). The hit count is n_hit
+ * per row. */
 void shadowkv_step_bytes(const shadowkv_step_shape *sh, double *dev, double *host, double *flops);
 
 /* The state one sequence keeps for one layer: device (U, SV, landmarks and ids, the buffer's K and V,
