@@ -1,7 +1,7 @@
-// attn_device.h: device code shared by kernels/decode.cu, kernels/int2.cu and kernels/omnikv.cu (CUDA C++
-// only; not a C header). The flash-decoding warp state, the dense bf16 decode step (its K half alone:
-// dense_load_k, dense_qk), and the stream-K partition with its log-sum-exp merge; the instruction
-// wrappers they use are in kvb_device.cuh.
+// attn_device.h: device code shared by kernels/decode/decode.cu, kernels/int2/int2.cu and
+// kernels/omnikv/omnikv.cu (CUDA C++ only; not a C header). The flash-decoding warp state, the dense
+// bf16 decode step (its K half alone: dense_load_k, dense_qk), and the stream-K partition with its
+// log-sum-exp merge; the instruction wrappers they use are in kvb_device.cuh.
 //
 // Fragments (mma.sync m16n8k16, row.col; g = lane / 4, t = lane % 4):
 //   A 16x16: a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..), a3 = (row g+8, k 2t+8..)
@@ -204,8 +204,8 @@ __device__ __forceinline__ void dense_qk(float (&s)[4], const uint32_t (&qb)[D /
 }
 
 // The contiguous step: tokens tok0 .. tok0 + nvalid - 1. Not rows_load with i -> tok0 + i: with that
-// (and a reworked merge), ptxas issued half the V loads after the softmax, and decode_attn at B=8,
-// L=128K ran 7% slower on an H200 (results/h200/sparse-ca5e385).
+// (and a reworked merge), ptxas issued half the V loads after the softmax, and dense decode_attn ran
+// slower (kernels/decode/NOTES.md).
 template <int D, int VMAP>
 __device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
                                            const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
