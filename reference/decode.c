@@ -1,6 +1,7 @@
-/* decode.c: the plain C reference of dense decode attention (decode.md). Read it against the spec:
- * scores in double from the bf16 inputs, scaled by 1/sqrt(D), a softmax in double, the weighted sum
- * of V in double, one rounding to bf16 at the end. */
+/* decode.c: the plain C reference of dense and sparse decode attention (contract:
+ * kernels/decode/NOTES.md). Read it against the contract there: scores in double from the bf16
+ * inputs, scaled by 1/sqrt(D), a softmax in double, the weighted sum of V in double, one rounding to
+ * bf16 at the end. */
 #include "reference/decode.h"
 
 #include <math.h>

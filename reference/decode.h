@@ -1,11 +1,11 @@
-/* decode.h: dense decode attention (spec: decode.md, "Dense decode attention").
+/* decode.h: dense decode attention (contract: kernels/decode/NOTES.md, "What it computes").
  *
  *   q [B, Hq, D], K, V [B, Hkv, L, D] bf16, per-sequence lengths len [B] (1 <= len[b] <= L)
  *   -> o [B, Hq, D] bf16:  o[b,h] = softmax_t(q[b,h] . K[b,h/G,t] / sqrt(D)) . V[b,h/G,t],  t < len[b]
  *
  * G = Hq / Hkv query heads share one KV head (GQA). The layout and its checks live here, in the
- * reference, because they are the spec; the CUDA API in kernels/decode.h runs the same checks before
- * it launches anything.
+ * reference, because they are the contract; the CUDA API in kernels/decode/decode.h runs the same
+ * checks before it launches anything.
  */
 #ifndef REF_DECODE_H
 #define REF_DECODE_H
@@ -48,7 +48,7 @@ int decode_positions_check(const decode_layout *d, const int32_t *t, const char 
 int ref_kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, kvb_bf16 *K, kvb_bf16 *V,
                   const decode_layout *d);
 
-/* ---- sparse decode attention (decode.md, "Sparse decode attention") ----
+/* ---- sparse decode attention (kernels/decode/NOTES.md, "sparse_attn_idx, sparse_attn_pages") ----
  *
  * The same attention over a subset of each KV head's tokens, one list per (b, kv head):
  *   sparse_attn_idx:   idx [B, Hkv, n] token indices into K, V [B, Hkv, L, D]; the first cnt[b] entries

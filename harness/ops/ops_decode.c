@@ -1,4 +1,4 @@
-/* ops_decode.c: dense decode attention in the harness (spec: decode.md, "Dense decode attention").
+/* ops_decode.c: dense decode attention in the harness (contract and budget: kernels/decode/NOTES.md).
  *
  * Kernel: decode_attn. Implementations (impl=): kernel, the suite's CUDA kernel (one 16-token step
  * per warp in flight); steps2, the same kernel with two steps per warp in flight (kept to compare).
@@ -122,8 +122,8 @@ static int launch_decode(kvb_run *r)
 }
 
 /* Bytes: K and V of every sequence's len[b] tokens, read once; q read, o written: a read-mostly kernel,
- * stated against the read ceiling. Goals (decode.md): K+V at >= 90% of the measured device read
- * bandwidth for L >= 32K at B=8, >= 85% at B=1. */
+ * stated against the read ceiling. Goals (kernels/decode/NOTES.md, Budget): K+V at >= 90% of the
+ * measured device read bandwidth for L >= 32K at B=8, >= 85% at B=1. */
 static void cost_decode(const kvb_run *r, kvb_cost *c)
 {
     const decode_priv *p = r->priv;

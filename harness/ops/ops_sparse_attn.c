@@ -1,4 +1,5 @@
-/* ops_sparse_attn.c: sparse decode attention in the harness (spec: decode.md, "Sparse decode attention").
+/* ops_sparse_attn.c: sparse decode attention in the harness (contract and budget:
+ * kernels/decode/NOTES.md).
  *
  * Kernels: sparse_attn_idx (token lists: H2O, RocketKV, OmniKV) and sparse_attn_pages (page lists:
  * Quest, RocketKV's page top-k). Implementations (impl=): kernel (one 16-token step per warp in
@@ -226,8 +227,9 @@ static int launch_sparse(kvb_run *r)
 }
 
 /* Bytes: the K and V rows the lists cover, each read once (a row is D contiguous bf16: whole 32-byte
- * sectors), the used list entries, q read and o written: against the read ceiling. Goal (decode.md):
- * >= 80% of the device read bandwidth on these bytes at token budgets >= 1024. */
+ * sectors), the used list entries, q read and o written: against the read ceiling. Goal
+ * (kernels/decode/NOTES.md, Budget): >= 80% of the device read bandwidth on these bytes at token
+ * budgets >= 1024. */
 static void cost_sparse(const kvb_run *r, kvb_cost *c)
 {
     const sparse_priv *p = r->priv;

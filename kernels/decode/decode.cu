@@ -1,15 +1,17 @@
-// decode.cu: dense decode attention (decode.md), flash decoding on the tensor cores.
+// decode.cu: dense and sparse decode attention, flash decoding on the tensor cores (contract, budget
+// and measurements: kernels/decode/NOTES.md).
 //
 // Napkin math, Llama-3-8B decode (B=8, Hq=32, Hkv=8, D=128), L=32K tokens per sequence:
-//   K + V = 2 * 8 * 8 * 32768 * 128 * 2 B = 1073.7 MB; q and o 64 KB each. At the measured device copy
-//   rate (~4.25 TB/s read+write, cudaMemcpy D2D on an H200) the floor is ~253 us; the goal, 90% of it,
-//   is <= ~281 us. L=128K: 4.29 GB, floor ~1.01 ms.
-//   Arithmetic: 4 * B * Hq * L * D = 1.07 GFLOP = 1 FLOP per byte: nothing for the tensor cores (even
-//   with the MMA's 8 head columns half empty at G=4), but ~2 FMA per byte would be 25% of the fp32 pipe,
-//   and a per-token shuffle reduction more: so the products go through mma.sync, not CUDA cores.
-//   Per SM at 90%: ~14.9 B/cycle, i.e. one 16-token step (8 KB of K+V) every ~550 cycles; a step is
+//   K + V = 2 * 8 * 8 * 32768 * 128 * 2 B = 1073.7 MB; q and o 64 KB each. At a read ceiling of
+//   ~4.5 TB/s the floor is ~239 us; the goal, 90% of the read rate, is <= ~265 us. L=128K: 4.29 GB,
+//   floor ~954 us.
+//   Arithmetic: 4 * B * Hq * L * D = 4.29 GFLOP = 4 FLOP per byte of K+V (G = 4 heads per element):
+//   nothing for the tensor cores (even with the MMA's 8 head columns half empty at G=4), but ~2 FMA per
+//   byte would be a quarter of the fp32 pipe, and a per-token shuffle reduction more: so the products
+//   go through mma.sync, not CUDA cores.
+//   Per SM at 90%: ~15 B/cycle, i.e. one 16-token step (8 KB of K+V) every ~550 cycles; a step is
 //   ~130 warp instructions (16 LDG.128, 16 MMA, 16 PRMT, softmax): ~0.25 IPC, far from a limit.
-//   Bytes in flight: ~4.3 TB/s x ~1 us of latency = ~4.3 MB, ~33 KB per SM: 4+ warps with a step's
+//   Bytes in flight: ~4.5 TB/s x ~1 us of latency = ~4.5 MB, ~34 KB per SM: 4+ warps with a step's
 //   8 KB outstanding; 3 blocks of 4 warps per SM give 12.
 //
 // Design:
@@ -86,8 +88,8 @@ size_t smem_bytes(int B)
 }
 
 // One step in flight: held to 3 blocks per SM. Sparse: 168-170 registers (it would take 182 and fit 2).
-// Dense: 168 registers and no spills, as at 9949ff6 (258.0 us at B=8 32K); left free it took 223 and
-// fit 2 blocks, and the regression gate found B=8 32K 5.8% slower (results/h200/gate-a0d8705).
+// Dense: 168 registers and no spills; left free it takes 223 and fits 2 blocks per SM, which measured
+// slower at B=8 32K (kernels/decode/NOTES.md, Tried).
 template <int D, int S, int SRC>
 __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
 {

@@ -1,4 +1,5 @@
-/* decode.h: CUDA API of dense decode attention (spec: decode.md; reference: reference/decode.h).
+/* decode.h: CUDA API of dense and sparse decode attention (contract: kernels/decode/NOTES.md;
+ * reference: reference/decode.h).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
