@@ -1,5 +1,5 @@
-/* select.h: the reference selection family: top-k (spec: decode.md "topk"; the order of
- * kernels/select.h), max-pooling along rows, the gather of kept rows. */
+/* select.h: the reference selection family: top-k (contract: kernels/select/NOTES.md; the order of
+ * kernels/select/select.h), max-pooling along rows, the gather of kept rows. */
 #ifndef KVB_REF_SELECT_H
 #define KVB_REF_SELECT_H
 

@@ -1,4 +1,4 @@
-/* ops_select.c: the selection family in the harness (spec: decode.md "topk").
+/* ops_select.c: the selection family in the harness (contract and budget: kernels/select/NOTES.md).
  *
  * Kernel: topk. Implementations (impl=): kernel (rows split over several blocks when there are few,
  * so one row uses the whole GPU), one_block (one block per row whatever the shape, to compare).
@@ -83,8 +83,9 @@ static int launch_topk(kvb_run *r)
 static int launch_topk(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 #endif
 
-/* Bytes: the scores read once, the indices written. Goal (decode.md): at most 3 reads of the scores
- * at the measured read rate plus 10 us; torch.topk of the same run is in the summary's peer column. */
+/* Bytes: the scores read once, the indices written. Goal (kernels/select/NOTES.md): at most 3 reads of
+ * the scores at the measured read rate plus 10 us; torch.topk of the same run is in the summary's peer
+ * column. */
 static void cost_topk(const kvb_run *r, kvb_cost *c)
 {
     const double rows = kvb_case_int(r->c, "rows"), n = kvb_case_int(r->c, "n"), k = kvb_case_int(r->c, "k");

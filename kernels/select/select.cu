@@ -1,14 +1,14 @@
 // select.cu: the suite's top-k (select.h). Radix select of the k-th largest order-preserving key,
-// 11 + 11 + 10 bits from the top, then an ordered compaction.
+// 11 + 11 + 10 bits from the top, then an ordered compaction. Contract, budget and measurements:
+// kernels/select/NOTES.md.
 //
-// Napkin math (H200, ~4.5 TB/s read): rows=256 n=128K is 128 MiB of scores: one read ~30 us; the goal
-// (spec) is 3 reads + 10 us. One block per row reads its row from DRAM in the first pass; the next
-// passes and the compaction find it in L2 only while the rows in flight fit (256 rows x 512 KiB do
-// not: up to 4 DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the
-// launches (a histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <=
-// 8K: page and chunk selections, e.g. RocketKV's 64 rows x 4239 pages) are read once into shared
-// memory by one block each and selected there in one launch: at 8 rows x 4239 the split path's five
-// launches measured 33 us under ncu (H200, results/h200/rocketkv-*), for 136 KB of scores.
+// Napkin math (~4.5 TB/s read): rows=256 n=128K is 128 MiB of scores: one read ~30 us; the goal is
+// 3 reads + 10 us. One block per row reads its row from DRAM in the first pass; the next passes and
+// the compaction find it in L2 only while the rows in flight fit (256 rows x 512 KiB do not: up to 4
+// DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the launches (a
+// histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <= 8K: page and
+// chunk selections, e.g. RocketKV's 64 rows x 4239 pages, 136 KB to 1 MB of scores) are read once into
+// shared memory by one block each and selected there in one launch instead of five.
 #include <cstdint>
 
 #include <cub/block/block_scan.cuh>
@@ -45,7 +45,7 @@ struct SelectSmem {
 // an exclusive scan gives each thread the count above its bins. Exactly one thread finds d.
 __device__ void find_digit(SelectSmem &s, const int *hist, int nbins, int need)
 {
-    const int per = nbins / THREADS, hi = nbins - threadIdx.x * per; // per = 2 or 1
+    const int per = nbins / THREADS, hi = nbins - threadIdx.x * per; // per = 4 or 2
     int mine = 0;
     for (int d = hi - 1; d >= hi - per; --d) mine += hist[d];
     int above;
@@ -68,9 +68,9 @@ struct SmemKeys {
     __device__ uint32_t operator()(int i) const { return k[i]; }
 };
 
-// Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. (Lanes that
-// hit the same bin first added once per warp through match_any: 2.5x slower at rows=256 n=128K and
-// slower on every topk bench shape, H200, results/h200/rocketkv-*; the plain atomics stay.)
+// Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. Plain
+// shared-memory atomics: adding once per warp for the lanes that hit the same bin (match_any) measured
+// slower (kernels/select/NOTES.md, Tried).
 template <class Keys>
 __device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift, int nbins)
 {
@@ -296,7 +296,7 @@ int split_of(int rows, int n)
             sms = 132;
     }
     // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
-    // 387 us against 241 us for one (H200, results/h200/): the extra passes cost more than they hide.
+    // slower than one (kernels/select/NOTES.md, Tried): the extra passes cost more than they hide.
     if (rows >= sms || n <= SMEM_ROW_N) return 1;
     const int64_t want = (2LL * sms + rows - 1) / rows, most = (n + MIN_SPLIT - 1) / MIN_SPLIT;
     const int64_t split = want < most ? want : most;

@@ -1,5 +1,5 @@
-/* select.h: CUDA API of the selection family (spec: decode.md "topk"): the suite's one top-k, used by
- * heavy hitters and SnapKV++ (heavy_hitters.h) and by every later selection.
+/* select.h: CUDA API of the selection family (contract: kernels/select/NOTES.md): the suite's one
+ * top-k, used by heavy hitters and SnapKV++ (heavy_hitters.h) and by every later selection.
  *
  * Order: scores compare by an order-preserving 32-bit key of the fp32 bits (-0 equals +0; a NaN ranks
  * by its bits: +NaN above +inf, -NaN below -inf); ties go to the lower index; the output lists the
@@ -12,7 +12,8 @@
  *   many rows: one block per row, everything in one kernel (the row is read from DRAM once, then from
  *              L1/L2);
  *   few rows:  a row split over several blocks so the whole GPU works on it: per pass a histogram
- *              kernel whose last block picks the digit, then a count and an ordered write.
+ *              kernel whose last block picks the digit, then a count and an ordered write;
+ *   short rows (n <= 8192): the row's keys held in shared memory, one block per row, one launch.
  */
 #ifndef KVB_KERNELS_SELECT_H
 #define KVB_KERNELS_SELECT_H
@@ -27,7 +28,7 @@ extern "C" {
 #endif
 
 #define TOPK_MAX_N 2097152 /* 2M */
-#define TOPK_MAX_K 8192 /* the spec's range for the topk kernel; selections may take more (k <= n) */
+#define TOPK_MAX_K 8192 /* the topk op's range; selections may take more (k <= n) */
 
 /* Workspace for splitting rows over several blocks (0 when one block per row is the plan). */
 size_t topk_workspace_bytes(int rows, int n);
