@@ -1,6 +1,7 @@
-/* heavy_hitters.c: plain C references for the token selections of selective_attn.md (MiniKV heavy
- * hitters with the pyramid schedule, SnapKV++ pooling and selection, the gather of the kept rows).
- * Written to be read against the spec. */
+/* heavy_hitters.c: plain C references for the token selections at the end of prefill (MiniKV heavy
+ * hitters with the pyramid schedule, SnapKV++'s selection from pooled scores; the pooling and the
+ * gather of the kept rows are reference/select.c's). Written to be read against the contract in
+ * kernels/heavy_hitters/NOTES.md. */
 #include "reference/heavy_hitters.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* heavy_hitters.h: token selection at the end of prefill (spec: selective_attn.md).
+/* heavy_hitters.h: token selection at the end of prefill (contract: kernels/heavy_hitters/NOTES.md).
  *
  * MiniKV heavy hitters, per head (a query head's colsum, or a KV head's colsum_kv):
  *   n_hh = floor(L * heavy); n_rw = floor(L * recent)
@@ -9,9 +9,10 @@
  *
  * SnapKV++ (RocketKV stage 1), per KV head: W = min(32, L); scores = colsum_kv over the last W rows
  * (selective_attn with w0 = L - W); pooled = max-pool of the scores along tokens with an odd kernel
- * ks, stride 1, centred, the window clipped at the sequence edges [0, L) (the spec's wording: the
- * pooling runs over all L tokens and the top-k reads pooled[0 : L - W]; SnapKV's own code pools the
- * prefix only, which differs for the ks/2 tokens just before the window);
+ * ks, stride 1, centred, the window clipped at the sequence edges [0, L) (a decision, in
+ * kernels/heavy_hitters/NOTES.md: the pooling runs over all L tokens and the top-k reads
+ * pooled[0 : L - W]; SnapKV's own code pools the prefix only, which differs for the ks/2 tokens just
+ * before the window);
  *   keep = topk(pooled[0 : L - W], budget - W)  U  [L - W, L)       (budget >= L: keep all)
  * ks = 63 below 48K tokens and 511 at or above (the paper's rule) unless given.
  *

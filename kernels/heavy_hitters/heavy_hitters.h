@@ -1,6 +1,7 @@
-/* heavy_hitters.h: CUDA API of the token selections at the end of prefill (spec: selective_attn.md;
- * semantics and budgets in reference/heavy_hitters.h): MiniKV heavy hitters and SnapKV++'s selection,
- * composed from the selection family (select.h: top-k, max-pooling, the gather of kept K, V rows).
+/* heavy_hitters.h: CUDA API of the token selections at the end of prefill (contract:
+ * kernels/heavy_hitters/NOTES.md; semantics and budgets in reference/heavy_hitters.h): MiniKV heavy
+ * hitters and SnapKV++'s selection, composed from the selection family (select.h: top-k, max-pooling,
+ * the gather of kept K, V rows).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
