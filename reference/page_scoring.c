@@ -1,5 +1,5 @@
-/* page_scoring.c: see page_scoring.h. Plain C, line by line with page_scoring.md; double arithmetic,
- * one rounding at the end. */
+/* page_scoring.c: see page_scoring.h. Plain C, line by line with the formulas there (and in
+ * kernels/page_scoring/NOTES.md); double arithmetic, one rounding at the end. */
 #include "reference/page_scoring.h"
 
 #include <math.h>

@@ -1,4 +1,5 @@
-/* page_scoring.h: page min/max metadata, RocketKV hybrid scoring, Quest scoring (spec: page_scoring.md).
+/* page_scoring.h: page min/max metadata, RocketKV hybrid scoring, Quest scoring (contract:
+ * kernels/page_scoring/NOTES.md).
  *
  * Pages: page j holds tokens [jP, jP + P); pages start at token 0; the last page of a context of L
  * tokens may be partial. n_pages = ceil(L / P).
@@ -11,8 +12,8 @@
  *
  * Queries q [B, Hq, D] bf16; GQA: query head h reads KV head h / G, G = Hq / Hkv.
  *
- * The layout and its checks live here, in the reference, because they are the spec; the CUDA API
- * (kernels/page_scoring.h) runs the same checks before it launches anything.
+ * The layout and its checks live here, in the reference, because they are the contract; the CUDA API
+ * (kernels/page_scoring/page_scoring.h) runs the same checks before it launches anything.
  */
 #ifndef REF_PAGE_SCORING_H
 #define REF_PAGE_SCORING_H
@@ -82,7 +83,7 @@ int hybrid_params_check(const page_layout *s, int r, int k, const char *who);
 /* Pages selected per KV head: ceil(k / P). */
 static inline int hybrid_selected_pages(int k, int P) { return (int)(((int64_t)k + P - 1) / P); }
 
-/* Per KV head and its G query heads (spec formula):
+/* Per KV head and its G query heads:
  *   a[c] = sum_h |q[h][c]| (double, h ascending, rounded once to fp32: the channel scores)
  *   I = the r largest a (ties to the lower channel; ref_topk), ascending -> channels [B, Hkv, r] (or NULL)
  *   sg[c] = sum_h q[h][c] (double, h ascending); E[c][j] = sg[c] > 0 ? kmax[c][j] : kmin[c][j]
@@ -120,12 +121,12 @@ typedef struct rocketkv_knobs {
 } rocketkv_knobs;
 
 /* From a token budget T (a traffic budget: K of T tokens for scoring, K+V of T/2 for attention), prompt
- * length Lmax, head dim D and M tokens to generate (spec, "Budget knobs"):
+ * length Lmax, head dim D and M tokens to generate (kernels/page_scoring/NOTES.md, hybrid_score):
  *   c = max(1, Lmax/T), alpha = min(0.2 + 0.06 log2 c, 0.8), C = floor(Lmax / c^alpha),
  *   c2 = max(1, C/T), P = min(floor(c2), ceil(sqrt(c2))), r = clamp(round(D P / c2), 1, D), k = T/2.
  * T in [2, 2^24] (k >= 1), Lmax in [1, 2^24], D in [1, 1024], M in [0, C]. round() is half away from
- * zero (no half occurs at the table's rows). The spec's table (Lmax = 32K, M = 50) is reproduced with
- * 32K = 32768: C = 1618, P = 3, r = 61 at T = 256; C = 9674, P = 3, r = 81 at T = 2048; P = 2, r = 71 at
+ * zero (no half occurs at the table's rows). RocketKV's knob table (Lmax = 32K, M = 50) is reproduced
+ * with 32K = 32768: C = 1618, P = 3, r = 61 at T = 256; C = 9674, P = 3, r = 81 at T = 2048; P = 2, r = 71 at
  * T = 4096 (tests/test_ref_page_scoring.c). Read as 32000 the formulas give other values (C = 1619 at
  * T = 256; C = 9601 and r = 82 at T = 2048), so the table's 32K is 32768. */
 int rocketkv_budget(int T, int Lmax, int D, int M, rocketkv_knobs *out);

@@ -1,12 +1,14 @@
-/* ops_page_scoring.c: the page_scoring family in the harness (spec: page_scoring.md).
+/* ops_page_scoring.c: the page_scoring family in the harness (contract and budget:
+ * kernels/page_scoring/NOTES.md).
  *
  * Kernels:
  *   page_meta_build   K [B, Hkv, L, D] -> kmin, kmax [B, Hkv, D, cap], bit-exact.
  *   page_meta_append  k [B, Hkv, D] at per-sequence positions t [B] into kmin, kmax (in place), bit-exact.
- *   hybrid_score      RocketKV hybrid scoring: u [B, Hkv, ceil(L/P)] (atol 1e-5, rtol 1e-3, as the spec
- *                     says), the chosen channels [B, Hkv, r] (bit-exact: the kernel chooses them by the
- *                     top-k rule from the same fp32 channel scores), and pages [B, Hkv, ceil(k/P)]
- *                     tie-tolerant against the reference u. impl=kernel (scoring + page top-k),
+ *   hybrid_score      RocketKV hybrid scoring: u [B, Hkv, ceil(L/P)] (atol 1e-5, rtol 1e-3:
+ *                     kernels/page_scoring/NOTES.md says why), the chosen channels [B, Hkv, r]
+ *                     (bit-exact: the kernel chooses them by the top-k rule from the same fp32
+ *                     channel scores), and pages [B, Hkv, ceil(k/P)] tie-tolerant against the
+ *                     reference u. impl=kernel (scoring + page top-k),
  *                     score_only (u and channels).
  *   quest_score       Quest (the in-suite peer): scores [B, Hkv, ceil(L/P)] and pages [B, Hkv, budget/P]
  *                     (budget/P - 1 chosen, then the last page). impl=kernel, score_only.
@@ -560,7 +562,7 @@ static int launch_hybrid_score_only(kvb_run *r) { return launch_hybrid_with(r, 0
 #define launch_hybrid_score_only no_device
 #endif
 
-/* The floor (spec): r of the D rows of one extrema tensor per KV head, q, and u written once. Goals:
+/* The floor: r of the D rows of one extrema tensor per KV head, q, and u written once. Goals:
  * scoring alone at >= 80% of the device read rate on those bytes; scoring + page top-k within 2x the
  * scoring floor (the read ceiling's time for the scoring bytes), both from the same run's ceiling. */
 static void cost_hybrid(const kvb_run *r, kvb_cost *c)

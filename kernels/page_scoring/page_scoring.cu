@@ -1,5 +1,6 @@
 // page_scoring.cu: page min/max metadata (build, append), RocketKV hybrid scoring and Quest scoring
-// (page_scoring.h; spec page_scoring.md; reference reference/page_scoring.c).
+// (page_scoring.h; contract, budget and measurements kernels/page_scoring/NOTES.md; reference
+// reference/page_scoring.c).
 //
 // Scoring kernels (hybrid pass 1, Quest): a block of 8 warps scores tiles of TILE pages of one KV head
 // (256, or 128 for small contexts so that there are twice the blocks); a thread owns 8 consecutive pages
@@ -21,18 +22,17 @@
 // 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight; G = 8: 2 blocks per SM. Little's law
 // at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
 //
-// Napkin math (H200; read ceiling 4531 GB/s in an earlier round of this pool; Llama-3-8B heads: Hkv = 8,
-// G = 4, D = 128; B = 8, L = 128K, T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages
-// per head):
-//   hybrid floor (spec): r rows x 2 B per page + 4 B of u = 128 B/page: 64 heads x 43691 x 128 B =
-//     358 MB -> 79 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
+// Napkin math (read ceiling ~4.5 TB/s; Llama-3-8B heads: Hkv = 8, G = 4, D = 128; B = 8, L = 128K,
+// T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages per head):
+//   hybrid floor: r rows x 2 B per page + 4 B of u = 128 B/page: 64 heads x 43691 x 128 B =
+//     358 MB -> ~80 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
 //     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
 //     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
 //     Page top-k of 64 rows x 43691 (topk_rows, split rows): a few launches, some tens of us.
 //   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
 //     270 MB -> 60 us.
 //   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
-//     at the copy rate; append is a few scattered 2-byte writes per channel: launch-bound (~3 us).
+//     at the copy rate; append is a few scattered 2-byte writes per channel: launch-bound.
 // Compute per 16-byte piece is small (hybrid: 8 pages x G FMAs; Quest: 8 x (2 min/max + 2G FMAs)):
 // below the memory time at G <= 8.
 #include <cfloat>

@@ -1,6 +1,7 @@
-/* page_scoring.h: CUDA API of the page-scoring family (spec: page_scoring.md; reference and layout:
- * reference/page_scoring.h): page min/max metadata (build, append), RocketKV hybrid scoring, Quest
- * scoring. The page selections go through the suite's one top-k (kernels/select.h topk_rows).
+/* page_scoring.h: CUDA API of the page-scoring family (contract: kernels/page_scoring/NOTES.md;
+ * reference and layout: reference/page_scoring.h): page min/max metadata (build, append), RocketKV
+ * hybrid scoring, Quest scoring. The page selections go through the suite's one top-k
+ * (kernels/select/select.h topk_rows).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or KVB_EINVAL
  * with kvb_last_error() naming the parameter, its value and the allowed range. Metadata (and K) must be
