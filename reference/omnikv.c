@@ -72,8 +72,8 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
     return rc;
 }
 
-/* ---- layer roles (decode.md: for 32 layers, filters {2, 8, 18}; layers 0-1 and the layer after each
- * filter dense; the rest sparse) ---- */
+/* ---- layer roles (kernels/omnikv/NOTES.md: for 32 layers, filters {2, 8, 18}; layers 0-1 and the
+ * layer after each filter dense; the rest sparse) ---- */
 
 static const int FILTER_LAYERS[] = {2, 8, 18};
 enum { N_FILTERS = (int)(sizeof FILTER_LAYERS / sizeof FILTER_LAYERS[0]) };

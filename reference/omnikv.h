@@ -1,5 +1,5 @@
-/* omnikv.h: OmniKV's filter-layer token selector (spec: decode.md, end-to-end table, omnikv row:
- * "selector (max over query heads of q.k/sqrt(D) over prompt tokens, topk)").
+/* omnikv.h: OmniKV's filter-layer token selector (contract: kernels/omnikv/NOTES.md): the max over
+ * the query heads of q.k/sqrt(D) for each prompt token, then a top-k.
  *
  *   q [B, Hq, D] bf16, K [B, Hkv, L, D] bf16 (token-major rows of D per KV head, the layout of
  *   decode_attn), prompt lengths len [B] int32 (1 <= len[b] <= L), G = Hq / Hkv in {1, 2, 4, 8},
@@ -12,8 +12,8 @@
  *
  *   k in [1, min over b of len[b]]: every sequence has k prompt tokens to choose from.
  *
- * The layout and its checks live here, in the reference, because they are the spec; the CUDA API
- * (kernels/omnikv.h) runs the same checks before it launches anything.
+ * The layout and its checks live here, in the reference, because they are the contract; the CUDA API
+ * (kernels/omnikv/omnikv.h) runs the same checks before it launches anything.
  */
 #ifndef REF_OMNIKV_H
 #define REF_OMNIKV_H
@@ -53,10 +53,10 @@ int omnikv_select_check(const omnikv_layout *s, const int32_t *len, int k, const
 int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, const omnikv_layout *s, int k,
                       float *scores, int32_t *idx, double *mag, const uint8_t *rows);
 
-/* OmniKV's layer roles (decode.md, "End-to-end decode steps": for 32 layers, filters {2, 8, 18};
- * layers 0-1 and the layer after each filter dense; the rest sparse). A filter layer attends densely
- * and selects the prompt tokens the sparse layers after it attend (with the decoded tokens); a dense
- * layer attends densely and selects nothing. The spec defines the roles for 32 layers only. */
+/* OmniKV's layer roles (kernels/omnikv/NOTES.md: for 32 layers, filters {2, 8, 18}; layers 0-1 and
+ * the layer after each filter dense; the rest sparse). A filter layer attends densely and selects the
+ * prompt tokens the sparse layers after it attend (with the decoded tokens); a dense layer attends
+ * densely and selects nothing. The roles are defined for 32 layers only. */
 enum { OMNIKV_ROLE_DENSE = 0, OMNIKV_ROLE_FILTER = 1, OMNIKV_ROLE_SPARSE = 2 };
 #define OMNIKV_LAYERS 32
 

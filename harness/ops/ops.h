@@ -1,4 +1,5 @@
-/* ops.h: helpers shared by the ops files and the tests (harness/inputs.c): no ops file exports to another. */
+/* ops.h: helpers shared by the ops files and the tests (harness/ops/inputs.c): no ops file exports to
+ * another. */
 #ifndef KVB_OPS_H
 #define KVB_OPS_H
 
@@ -16,15 +17,15 @@ void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old,
 /* n distinct values drawn from [0, range) into out (perm: scratch of `range` int32). */
 void kvb_draw_distinct(kvb_rng *rng, int32_t *perm, int64_t range, int n, int32_t *out);
 
-/* Check what index_scan promises (gather_copy.md), independently of how it is computed: hits are
- * exactly the old ids found in new, listed by strictly ascending old slot with offsets[i] >= i;
- * misses are exactly the new ids not in old, strictly ascending; cached_after[i] is the id held by
- * slot i. Returns KVB_OK or KVB_EINVAL naming the first violation. */
+/* Check what index_scan promises (kernels/gather_copy/NOTES.md), independently of how it is
+ * computed: hits are exactly the old ids found in new, listed by strictly ascending old slot with
+ * offsets[i] >= i; misses are exactly the new ids not in old, strictly ascending; cached_after[i] is
+ * the id held by slot i. Returns KVB_OK or KVB_EINVAL naming the first violation. */
 int kvb_index_scan_properties(const int32_t *old_ids, const int32_t *new_ids, const int32_t *cached_after,
                               const int32_t *offsets, const int32_t *cnts, int rows, int M);
 
-/* A deterministic sample of n slices for a reference too large to compute whole (spec README: about
- * 2 s at most): NULL (every slice) when n * work_per_slice <= budget, otherwise a mask of n bytes
+/* A deterministic sample of n slices for a reference too large to compute whole (about 2 s at
+ * most): NULL (every slice) when n * work_per_slice <= budget, otherwise a mask of n bytes
  * holding the first and the last slice and evenly spaced ones between them, as many as the budget
  * allows (at least 2). *chosen receives the count. The caller frees the mask. */
 uint8_t *kvb_sample_slices(int64_t n, double work_per_slice, double budget, int64_t *chosen);

@@ -1,5 +1,5 @@
-/* ops_omnikv.c: OmniKV's filter-layer token selector in the harness (spec: decode.md, omnikv row;
- * definition: reference/omnikv.h).
+/* ops_omnikv.c: OmniKV's filter-layer token selector in the harness (contract and budget:
+ * kernels/omnikv/NOTES.md; definition: reference/omnikv.h).
  *
  * Kernel: omnikv_select. Implementation (impl=): kernel, the suite's CUDA kernel (max-over-heads
  * scores on the tensor cores, then topk_rows).
@@ -195,8 +195,8 @@ static int launch_omnikv(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 #endif
 
 /* Bytes: K of every prompt token read once, q read, the scores written and read back by the top-k,
- * idx written: a read-mostly kernel, stated against the read ceiling. The spec sets no goal for the
- * selector alone (its goal is the end-to-end step's). */
+ * idx written: a read-mostly kernel, stated against the read ceiling. No goal for the selector alone
+ * (its goal is the end-to-end step's: kernels/omnikv/NOTES.md, Budget). */
 static void cost_omnikv(const kvb_run *r, kvb_cost *c)
 {
     const omnikv_priv *p = r->priv;

@@ -1,5 +1,6 @@
-// omnikv.cu: OmniKV's filter-layer token selector (reference/omnikv.h): scores = max over the Hq query
-// heads of q.K/sqrt(D) per prompt token, then the suite's top-k (topk_rows) on the scores.
+// omnikv.cu: OmniKV's filter-layer token selector (reference/omnikv.h; budget and measurements:
+// kernels/omnikv/NOTES.md): scores = max over the Hq query heads of q.K/sqrt(D) per prompt token, then
+// the suite's top-k (topk_rows) on the scores.
 //
 // Napkin math, Llama-3-8B heads (Hq=32, Hkv=8, D=128), L=32K, B=1:
 //   K = 8 * 32768 * 128 * 2 B = 67.1 MB read once; scores 128 KB written and read back by the top-k;
@@ -7,7 +8,7 @@
 //   nothing for the tensor cores, but ~2 FMA per byte on the CUDA cores would cost a quarter of the
 //   fp32 pipe; so the products go through mma.sync with the G heads as the n = 8 columns of
 //   S^T = K . q^T (attn_device.h, as decode_attn). The kernel is bound by the read of K.
-//   Bytes in flight: ~4.3 TB/s x ~1 us = ~33 KB per SM; a warp keeps S KV heads' 16 token rows
+//   Bytes in flight: ~4.5 TB/s x ~1 us = ~34 KB per SM; a warp keeps S KV heads' 16 token rows
 //   (S * 4 KB at D=128) outstanding, 4 warps a block, several blocks an SM.
 //
 // Design:

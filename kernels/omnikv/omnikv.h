@@ -1,6 +1,6 @@
-/* omnikv.h: CUDA API of OmniKV's filter-layer token selector (spec: decode.md, omnikv row; definition,
- * layout and checks: reference/omnikv.h). The selection goes through the suite's one top-k
- * (kernels/select.h topk_rows).
+/* omnikv.h: CUDA API of OmniKV's filter-layer token selector (contract: kernels/omnikv/NOTES.md;
+ * definition, layout and checks: reference/omnikv.h). The selection goes through the suite's one
+ * top-k (kernels/select/select.h topk_rows).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or KVB_EINVAL
  * with kvb_last_error() naming the parameter, its value and the allowed range. q and K must be 16-byte
