@@ -6,7 +6,9 @@
  *
  * Implementations (impl=): kernel, the suite's CUDA kernel; memcpy_chunks / memcpy_rows, one
  * cudaMemcpyAsync per chunk or row; cpu_gather, the CPU gathers into a pinned staging buffer, then
- * one copy. Baselines are validated like the kernels and timed with their host work included.
+ * one copy; gather_copy_all also tma (the SM's bulk-copy engine reading pinned memory) and ce_batch
+ * (one cudaMemcpyBatchAsync of per-chunk copies). Baselines are validated like the kernels and timed
+ * with their host work included.
  *
  * Inputs: chunk ids are drawn per (b, h) row from [0, ctx/c) with a seeded generator; `hit` of the
  * non-empty old slots reappear among the new ids; old tags are unsorted, `empty` of them are -1.
