@@ -35,10 +35,10 @@ GROUPS = [
 # the dense case that agrees on these.
 WORKLOAD_KEYS = ["model", "B", "ctx", "gen"]
 LAYERS = 32  # tokens/s projection when the JSON lacks tokens_per_s: a Llama-3-8B has 32 blocks
-# OmniKV's layer roles in a 32-layer model (decode.md; reference/omnikv.h): used when a case lacks the
+# OmniKV's layer roles in a 32-layer model (kernels/step/NOTES.md; reference/omnikv.h): used when a case lacks the
 # role_layers / dense_layers counters the bench reports.
 OMNIKV_LAYERS = {"dense": 5, "filter": 3, "sparse": 24}
-OMNIKV_GOAL_CTX = 131072  # the spec's goal: at 128K, >= 1.7x where the bound ratio allows (B >= 2), else 90% of it
+OMNIKV_GOAL_CTX = 131072  # the goal (kernels/step/NOTES.md): at 128K, >= 1.7x where the bound ratio allows (B >= 2), else 90% of it
 STAGE_PREFIX = "stage_us_"
 PEER_PREFIX = "peer_us_torch_block_"
 
@@ -444,7 +444,7 @@ def write_tables(path, src, ctx, cases):
                 "As ShadowKV's Table 3: ShadowKV at the paper's batch, dense at the largest batch whose K, V for "
                 "every layer fit the device beside the weights (a dense case whose B is its max_batch_device; "
                 "without one in the run, no row), one block each, same run. Throughput: B / step time. Bound ratio: the same "
-                "with each step's bound. Goal (decode.md): >= 3x where the bound ratio allows it, otherwise >= 90% "
+                "with each step's bound. Goal (kernels/step/NOTES.md): >= 3x where the bound ratio allows it, otherwise >= 90% "
                 "of the bound ratio. max batch on host: ShadowKV's pinned values for every layer in this "
                 "machine's memory.", "",
                 md_table(run_col + ["ctx", "budget", "shadowkv B", "shadowkv us", "dense B", "dense max B",
@@ -458,7 +458,7 @@ def write_tables(path, src, ctx, cases):
                 "One block measured per role; the model's step is t_omnikv = n_dense t_dense + n_filter t_filter + "
                 "n_sparse t_sparse (layers dense+filter+sparse; OmniKV's 32-layer roles: 5 + 3 + 24) against "
                 "dense's 32 t_dense, median step times; the bound ratio composes the bounds the same way. "
-                "tokens/s: B per model step (blocks only). Goal (decode.md): >= 1.7x at 128K where the bound "
+                "tokens/s: B per model step (blocks only). Goal (kernels/step/NOTES.md): >= 1.7x at 128K where the bound "
                 "ratio allows it (B >= 2), otherwise >= 90% of the bound ratio.", ""]
         if composed:
             out += [md_table(run_col + ["ctx", "B", "budget", "layers", "omnikv model us", "dense model us", "speedup",

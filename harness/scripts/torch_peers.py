@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_peers.py: the external peers of the spec, timed on the same GPU in the same round as kvbench,
+"""torch_peers.py: the external peers the family notes name, timed on the same GPU in the same round as kvbench,
 written as a peers file that `kvbench bench --peers FILE` reads, so that every ratio to an external
 peer comes from one run (nothing is typed in).
 
@@ -8,7 +8,7 @@ Peers (each entry names the kvbench kernel and the case keys it matches):
                   and flash backend (torch_sdpa_flash_fwd), L in --lengths
   decode_attn     SDPA decode (one query token per head, GQA by expanded K/V heads: enable_gqa),
                   cuDNN / flash / efficient backends, B in {1, 8}, L in {32768, 131072}
-  topk            torch.topk(sorted=False) on fp32 [rows, n] at the spec's shapes (torch_topk)
+  topk            torch.topk(sorted=False) on fp32 [rows, n] at the top-k bench shapes (torch_topk)
   shadowkv_lowrank  torch.linalg.svd(full_matrices=False) of fp32 Kpre [S, Hkv*D] on the GPU, as ShadowKV
                   factors its keys (torch_linalg_svd), and torch.svd_lowrank(q=r, niter=2)
                   (torch_svd_lowrank), at S=32768, Hkv*D = 8*128 and 4*128, r=160
@@ -187,7 +187,7 @@ def main():
                     f"torch_sdpa_{bname}", t)
             del q, k, v
             torch.cuda.empty_cache()
-    if "topk" in only:  # the spec's top-k shapes (decode.md)
+    if "topk" in only:  # the top-k bench shapes (kernels/select/NOTES.md)
         for rows, n, k in ((256, 131072, 4096), (1, 131072, 2048), (32, 32768, 2048), (8, 16384, 256),
                            (1, 2097152, 8192)):
             g.manual_seed(3)
