@@ -25,17 +25,23 @@ def functions(folder):
         arch, fn, body = "", None, []
         with open(os.path.join(folder, name)) as f:
             for line in f:
-                if line.startswith("arch = "):
-                    arch = line.split("=", 1)[1].strip()
+                # a new section (arch, code for ...) ends the function before it
+                if line.startswith(("arch = ", "code for", "identifier")) or line.strip().startswith("code for"):
+                    if fn:
+                        out[(arch, fn)] = "".join(body).rstrip()
+                    fn, body = None, []
+                    if line.startswith("arch = "):
+                        arch = line.split("=", 1)[1].strip()
+                    continue
                 m = re.match(r"\s*Function : (\S+)", line)
                 if m:
                     if fn:
-                        out[(arch, fn)] = "".join(body)
+                        out[(arch, fn)] = "".join(body).rstrip()
                     fn, body = ANON.sub("ANON", m.group(1)), []
-                elif fn is not None and not line.startswith(("identifier", "code for", "arch =")):
+                elif fn is not None:
                     body.append(ANON.sub("ANON", line))
         if fn:
-            out[(arch, fn)] = "".join(body)
+            out[(arch, fn)] = "".join(body).rstrip()
     return out
 
 
