@@ -7,19 +7,14 @@
 #   bench     the external peers (torch_peers.py --only sdpa: SDPA cuDNN and flash forwards), then the
 #             selective_attn bench cases with those peers, one run per L in BENCH_L (default 4096 16384
 #             32768) -> peers.json, bench_L<L>.json, summary_L<L>.md, bench_L<L>.log
-#   ab        variants of the Hopper passes back to back, each a list of environment settings, named in
-#             AB_VARIANTS (default: base = no ping-pong, pp = ping-pong of both passes' consumer warpgroups,
-#             wg2 = two column-sum warpgroups, wg2pp = both; then base and pp again, to see the drift; wg3, wg4 =
-#             three or four column-sum warpgroups with the column sums' ping-pong, wg4np = four without): the impls in AB_IMPLS
-#             (default fwd_only|colsum_only) at L = 16K, 32K (AB_L, default 16384|32768); hs_<v> = the defaults
-#             with KVB_SATTN_HSEC=<v> (the CTA order) -> ab_<n>_<variant>.json, ab_<n>_<variant>.log
-#   pcheck    every selective_attn, heavy_hitters and snapkv check case with the settings in PCHECK_ENV (default: ping-pong of both
-#             passes) -> pcheck.log, pcheck.json
 #   ncu       Nsight Compute on the Hopper forward and column-sum kernels (and the mma.sync ones) of
 #             NCU_SHAPE (default B=1 H=32 L=4096 D=128 causal) -> ncu_kernel.txt, ncu_kernel_mma.txt
+# The kernels have no run-time variants: an experiment lives on a git branch, and profiles/ab_round.sh
+# times two bundles (e.g. main and the branch) back to back in one call, e.g.
+#   bash ab_round.sh OUT ../other_bundle "selective_attn B=1 Hq=32 Hkv=32 L=16384 D=128 impl=colsum_only"
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: sattn_wgmma_round.sh OUT [check|sanitize|bench|ab|ncu...]}
+out=${1:?usage: sattn_wgmma_round.sh OUT [check|sanitize|bench|ncu...]}
 shift
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(check sanitize bench ncu)
@@ -49,31 +44,6 @@ for ph in "${phases[@]}"; do
                 "${peers[@]}" >"$out/bench_L$L.log" 2>&1
             echo "bench L=$L: exit $? ($(tail -n 1 "$out/bench_L$L.log"))"
         done ;;
-    ab)
-        grep -E "^selective_attn B=1 Hq=32 Hkv=32 L=(${AB_L:-16384|32768}) D=128 impl=(${AB_IMPLS:-fwd_only|colsum_only}) tier=bench" \
-            "$cases/selective_attn.cases" >"$out/cases_ab.cases"
-        # (every switch spelled out: the defaults moved since this ran in results/h100/sattn-pp-*)
-        declare -A envs=([base]="KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0" [pp]="KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
-            [wg2]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0"
-            [wg2pp]="KVB_SATTN_COL_WG=2 KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1"
-            [wg3]="KVB_SATTN_COL_WG=3 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1" [wg4]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1"
-            [wg4np]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=0")
-        # hs_<v>: the defaults (four column-sum warpgroups with ping-pong, forward without) with the CTA
-        # order KVB_SATTN_HSEC=<v> (all, l2 or a number of KV heads per section)
-        for v in ${AB_VARIANTS:-}; do
-            [ "${v#hs_}" != "$v" ] && envs[$v]="KVB_SATTN_COL_WG=4 KVB_SATTN_FWD_PP=0 KVB_SATTN_COL_PP=1 KVB_SATTN_HSEC=${v#hs_}"
-        done
-        n=0
-        for v in ${AB_VARIANTS:-base pp wg2 wg2pp base pp}; do
-            n=$((n + 1))
-            env ${envs[$v]:-} "$kv" bench --cases "$out/cases_ab.cases" --json "$out/ab_${n}_$v.json" >"$out/ab_${n}_$v.log" 2>&1
-            echo "ab $n $v (${envs[$v]:-defaults}): exit $? ($(tail -n 1 "$out/ab_${n}_$v.log"))"
-        done ;;
-    pcheck)
-        env ${PCHECK_ENV:-KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1} "$kv" check --cases "$cases" selective_attn heavy_hitters snapkv \
-            --json "$out/pcheck.json" >"$out/pcheck.log" 2>&1
-        echo "pcheck (${PCHECK_ENV:-KVB_SATTN_FWD_PP=1 KVB_SATTN_COL_PP=1}): exit $? ($(grep -E '^[0-9]+ passed' "$out/pcheck.log" | tail -n 1))"
-        grep -E '^FAIL' -A3 "$out/pcheck.log" | head -n 40 ;;
     ncu)
         shape=${NCU_SHAPE:-selective_attn B=1 Hq=32 Hkv=32 L=4096 D=128}
         for impl in kernel kernel_mma; do
@@ -83,6 +53,9 @@ for ph in "${phases[@]}"; do
                 "$kv" profile --cases "$cases" "$shape impl=$impl" >"$out/ncu_$impl.txt" 2>&1
             echo "ncu $impl: exit $?"
         done ;;
+    *)
+        echo "sattn_wgmma_round: unknown phase '$ph' (check, sanitize, bench, ncu)"
+        exit 2 ;;
     esac
     echo "$ph: $(( $(date +%s) - t0 )) s"
 done

@@ -6,13 +6,15 @@
 #      SDPA's cuDNN and flash forwards, torch.topk), kvbench bench --peers (bench tier) -> round.log,
 #      check.json, peers.json, bench.json, summary.md
 #   2. compute-sanitizer memcheck and racecheck on a few small cases -> sanitizer.log
-#   3. the kernels' SASS instruction mix (HMMA, LDSM, MUFU.EX2, local memory) and one Nsight Compute
-#      pass over both kernels of a 4K case -> kernels.txt
+#   3. the kernels' SASS instruction mix (HGMMA for the Hopper passes, HMMA and LDSM for the mma.sync
+#      ones, MUFU.EX2, local memory, barriers) and one Nsight Compute pass over both kernels of a 4K
+#      case (impl=kernel: the Hopper passes on an H100/H200) -> kernels.txt
 # Extra arguments go to kvbench (e.g. --benchmark_min_time=0.05). PEERS=0, SAN=0, NCU=0 skip steps.
 set -u
 b=$(cd "${1:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}" && pwd)
 out=${2:?usage: selective_attn_round.sh BUNDLE OUT [kvbench args]}
 shift 2
+PATH=$PATH:/usr/local/cuda/bin # compute-sanitizer, cuobjdump, ncu
 mkdir -p "$out"
 PEERS_ONLY=${PEERS_ONLY:-sdpa,topk} bash "$b/gpu_round.sh" "$out" selective_attn heavy_hitters snapkv "$@"
 kv="$b/bin/kvbench"
@@ -29,11 +31,12 @@ if [ "${SAN:-1}" = 1 ]; then
 fi
 {
     echo "== SASS instruction mix per kernel (cuobjdump --dump-sass)"
-    cuobjdump --dump-sass "$kv" 2>/dev/null | awk '
-        /Function :/ { if (name) print name, h, l, m, ll, sl, bar; name = $3; h = l = m = ll = sl = bar = 0 }
-        /HMMA/ { h++ } /LDSM/ { l++ } /MUFU.EX2/ { m++ } /LDL/ { ll++ } /STL/ { sl++ } /BAR.SYNC/ { bar++ }
-        END { if (name) print name, h, l, m, ll, sl, bar }' | grep -E "fwd_kernel|colsum_kernel|topk|maxpool|gather_kernel" |
-        awk 'BEGIN { print "kernel HMMA LDSM MUFU.EX2 LDL STL BAR.SYNC" } { print }'
+    for f in "$kv" "$b"/lib/libkvbench*.so; do cuobjdump --dump-sass "$f"; done 2>/dev/null | awk '
+        /Function :/ { if (name) print name, hg, h, l, m, ll, sl, bar; name = $3; hg = h = l = m = ll = sl = bar = 0 }
+        /HGMMA/ { hg++ } /HMMA/ { h++ } /LDSM/ { l++ } /MUFU.EX2/ { m++ } /LDL/ { ll++ } /STL/ { sl++ } /BAR.SYNC/ { bar++ }
+        END { if (name) print name, hg, h, l, m, ll, sl, bar }' |
+        grep -E "fwd_(wgmma_)?kernel|colsum_(wgmma_)?kernel|topk|maxpool|gather_kernel" |
+        awk 'BEGIN { print "kernel HGMMA HMMA LDSM MUFU.EX2 LDL STL BAR.SYNC" } { print }'
     if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
         echo "== ncu (one launch of both passes, B=1 H=32 L=4096 D=128 causal)"
         ncu --clock-control none --profile-from-start off \

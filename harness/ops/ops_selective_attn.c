@@ -1,4 +1,5 @@
-/* ops_selective_attn.c: the selective_attn family in the harness (spec: selective_attn.md).
+/* ops_selective_attn.c: the selective_attn family in the harness (contract, tolerances and goals:
+ * kernels/selective_attn/NOTES.md).
  *
  * Kernels:
  *   selective_attn  O, LSE and column sums (per query head; colsum_kv per KV head with group_sum=1).
@@ -299,7 +300,7 @@ static void set_tol(const kvb_run *r, kvb_tensor *t, double atol, double rtol, d
     t->tol.l2 = c->l2 >= 0 ? c->l2 : l2;
 }
 
-/* LSE and column sums: atol 1e-3, rtol 1e-3 (spec), rel L2 1e-3 */
+/* LSE and column sums: atol 1e-3, rtol 1e-3, rel L2 1e-3 (NOTES.md says why) */
 static void stat_tol(const kvb_run *r, kvb_tensor *t) { set_tol(r, t, 1e-3, 1e-3, 1e-3); }
 
 static void mask_slices(kvb_tensor *t, int64_t slice_len, const uint8_t *mask)
@@ -391,7 +392,7 @@ static int setup_attn(kvb_run *r)
     return rc;
 }
 
-/* Invariant (spec): over each computed head, sum_j colsum[j] = number of contributing rows, L - w0
+/* Invariant: over each computed head, sum_j colsum[j] = number of contributing rows, L - w0
  * (each row's probabilities sum to 1); over each KV head, sum_j colsum_kv[j] = G (L - w0). */
 static int check_colsum_rows(const float *cs, int64_t heads, int L, const uint8_t *mask, double rows, const char *what)
 {
@@ -526,9 +527,9 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
         c->workspace_bytes = stats + (double)pv->ws_bytes; /* beyond Q, K, V, O: O(B * Hq * L) for the kernel */
     }
     c->ceiling = KVB_CEIL_MMA;
-    /* Goals against the external peer the spec names, PyTorch SDPA's cuDNN causal forward, timed in
-     * the same round (bench --peers; harness/torch_peers.py): O+LSE+colsum within 1.5x of it, the
-     * forward alone within 1.1x. Without the peer there is no goal: nothing is typed in. */
+    /* Goals against PyTorch SDPA's cuDNN causal forward, timed in the same round (bench --peers;
+     * harness/scripts/torch_peers.py): O+LSE+colsum within 1.5x of it, the forward alone within 1.1x.
+     * Without the peer there is no goal: nothing is typed in. */
     if (pv->impl == IMPL_KERNEL || pv->impl == IMPL_FWD_ONLY) {
         c->goal_peer = "torch_sdpa_cudnn_fwd";
         c->goal_peer_ratio = pv->impl == IMPL_KERNEL ? 1.5 : 1.1;

@@ -1,13 +1,16 @@
 // selective_attn.cu: selective flash attention (O, LSE and exact column sums), the forward alone,
-// the column-sum pass alone, and the cuBLAS-materialized peer. Design in selective_attn.h.
+// the column-sum pass alone, and the cuBLAS-materialized peer: the mma.sync passes (any sm_80+
+// device; impl=*_mma, and the forward with need_out=0 everywhere), the entry points that pick the
+// Hopper passes of selective_attn_wgmma.cu where they run, and the peer. Design in selective_attn.h;
+// budget and what was tried: kernels/selective_attn/NOTES.md.
 //
 // Napkin math (B=1, H=32, D=128, causal, L=16K; pairs = H * L(L+1)/2 = 4.3e9):
-//   forward   4 * D * pairs = 2.2 TFLOP (Q K^T and P V)  -> 6.65 ms at the external flash forward's
-//             ~330 TFLOP/s; its bytes (Q, K, V, O: 4 * 128 MiB) are nothing next to that.
+//   forward   4 * D * pairs = 2.2 TFLOP (Q K^T and P V); its bytes (Q, K, V, O: 4 * 128 MiB) are
+//             nothing next to that.
 //   colsum    2 * D * pairs = 1.1 TFLOP (Q K^T again) plus one exp per pair (4.3e9 exps; the SFU does
 //             16 per clock per SM: ~1.0 ms on 132 SMs at 1.98 GHz, overlappable with the MMAs).
-//   Goal: both passes within 1.5 x the external forward, i.e. the colsum pass at about the forward's
-//   FLOP rate.
+//   mma.sync keeps the tensor cores below Hopper's wgmma rate, so these passes are the portable
+//   baseline and the A/B reference for the Hopper ones, not the fast path.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 bf16): lane = 4 * g + t.
 //   A (16x16, row-major): reg0 = (row g, k 2t..2t+1), reg1 = (row g+8, k 2t..), reg2 = (row g, k 2t+8..),
@@ -174,8 +177,8 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             m_r[r] = mx[r];
             l_r[r] *= alpha[r];
         }
-        // P = exp2(s * scale_log2 - m): all exps, then the P V MMAs. (Measured and dropped: each 16-key
-        // group's exps right before its P V MMAs, 1.8-2.2% slower; results/h200/selective_attn/NOTES.md.)
+        // P = exp2(s * scale_log2 - m): all exps, then the P V MMAs (each 16-key group's exps right
+        // before its P V MMAs was slower: NOTES.md).
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
             s[n][0] = ex2(fmaf(s[n][0], a.scale_log2, -msc[0]));
@@ -293,9 +296,8 @@ template <int D> constexpr int col_smem_bytes()
 
 // The warps of the column-sum pass: COL_MT key m-tiles of 16 per warp, 4 warps x 32 keys (K and S in
 // 128 registers); a step runs all its MMAs, then the exps, with the raw LSE in shared memory scaled and
-// masked per use. (Measured and dropped: 8 warps x 16 keys; the query tile in two halves with the second
-// half's MMAs interleaved with the first half's exps; the LSE pre-scaled in shared memory once per step:
-// 8-17% slower, results/h200/selective_attn/NOTES.md.)
+// masked per use. (8 warps x 16 keys, the query tile in two interleaved halves and a pre-scaled LSE
+// were each slower: NOTES.md.)
 constexpr int COL_MT = 2, COL_THREADS = 32 * (COL_BK / (16 * COL_MT));
 
 // The log2-scaled LSE of this thread's query columns n*8 + 2t + e of a step (+inf for rows that do not

@@ -1,5 +1,6 @@
-/* selective_attn.h: CUDA API of selective flash attention (spec: selective_attn.md; the semantics,
- * layouts and parameter checks are those of reference/selective_attn.h).
+/* selective_attn.h: CUDA API of selective flash attention (the semantics, layouts and parameter
+ * checks are those of reference/selective_attn.h; contract, budget and design notes:
+ * kernels/selective_attn/NOTES.md).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
@@ -7,12 +8,10 @@
  *
  * Two implementations of the two passes below. On a compute capability 9.0 device (H100, H200) the
  * entry points without a suffix run the Hopper kernels of selective_attn_wgmma.cu (wgmma, TMA, a
- * producer warp and two consumer warpgroups; design in that file) for the column sums and, with
+ * producer warpgroup and consumer warpgroups; design in that file) for the column sums and, with
  * need_out=1, for the forward; the forward with need_out=0 (a few rows from w0 on, keys split over
  * CTAs) and every other device use the mma.sync kernels. The *_mma entry points always run the
  * mma.sync kernels and the *_wgmma ones always the Hopper kernels (KVB_EDEVICE elsewhere): A/B.
- * On an H200 at L=16K the Hopper passes take 6.42 ms against 10.39 ms for the mma.sync ones
- * (results/h200/sattn-wgmma-9189aff).
  *
  * Design of the mma.sync passes (mma.sync m16n8k16 bf16 -> fp32, ldmatrix):
  *   1. forward, query-block-major: one CTA per 128 query rows of one head, online softmax over

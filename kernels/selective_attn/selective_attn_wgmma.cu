@@ -1,49 +1,35 @@
 // selective_attn_wgmma.cu: the Hopper (sm_90a) passes of selective flash attention, as FlashAttention-3
 // builds them: a producer warpgroup (one thread issuing TMA loads into a ring of shared-memory stages
-// tracked with mbarriers; setmaxnreg hands its registers to the consumers) and two consumer
-// warpgroups running wgmma, with no block-wide barrier in the main loop. Semantics and API:
-// selective_attn.h; the mma.sync passes stay in selective_attn.cu for A/B (impl=*_mma).
+// tracked with mbarriers; setmaxnreg hands its registers to the consumers) and consumer warpgroups
+// running wgmma, with no block-wide barrier in the main loop. Semantics and API: selective_attn.h; the
+// mma.sync passes stay in selective_attn.cu (impl=*_mma). Budget, design and what was tried:
+// kernels/selective_attn/NOTES.md.
 //
 // Napkin math (B=1, H=32, D=128, causal, L=16K; pairs = H L (L+1) / 2 = 4.3e9):
-//   forward   4 D pairs = 2.2 TFLOP: 2.85 ms at the 772 TFLOP/s bf16 GEMM rate of an H200.
-//   colsum    2 D pairs = 1.1 TFLOP (1.42 ms at that rate) plus one exp2 per pair: per SM and clock
-//             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so the
-//             exps alone take ~1.1 ms. Measured, the SFU does not bound it: moving exps to the FMA pipe
-//             (ten instructions for one) made the pass slower, about in step with the instructions
-//             added (results/h100/sattn-emu-8e41b12).
-//   Goal (spec): forward within 1.1x of cuDNN's, O + LSE + colsum within 1.5x of it.
-//   Measured: on an H200 with two column-sum warpgroups (results/h200/sattn-wgmma-9189aff) forward
-//   4.02 ms = 1.01x cuDNN's, column sums 2.31 ms, both 6.42 ms = 1.62x; on an H100 with three
-//   (results/h100/sattn-wgmma-*) forward 3.84 ms = 1.02x, column sums 2.11 ms, both 5.90 ms = 1.57x;
-//   on an H100 with four (results/h100/s12-sattn-wg4-4ed0b36) forward 3.79 ms = 1.00x, column sums
-//   2.00 ms, both 5.76 ms = 1.53x at 16K, 1.45x at 32K; then with the CTAs in L2-sized sections of
-//   KV heads (results/h100/s13-sattn-order: the forward's DRAM reads 4.67 -> 0.42 GB) forward
-//   3.55 ms = 0.95x, column sums 1.95 ms, both 5.43 ms = 1.45x at 16K (1.47x in a second call),
-//   1.42x at 32K. The column sums' two floors overlap only partly: their tensor pipe and their MUFU
-//   are each 60-66% busy (ncu; NOTES.md files).
+//   forward   4 D pairs = 2.2 TFLOP: 2.75 ms at a bf16 matrix rate of 800 TFLOP/s.
+//   colsum    2 D pairs = 1.1 TFLOP (1.37 ms at that rate) plus one exp2 per pair: per SM and clock
+//             the tensor cores do ~4096 bf16 FLOP = 16 pairs of D=128 and the MUFU 16 exp2, so at the
+//             peak rates the exps take as long as the MMAs (~1.0 ms each on 132 SMs at 1.98 GHz). The
+//             pass lands above both floors: the two pipes overlap only partly.
 //
 // Tiles: every operand tile is [rows x D] bf16 in 64-column chunks of rows x 128 B, each chunk
 // 128-byte-swizzled by TMA (16-byte unit u of row r at u ^ (r & 7)) and 1024-byte aligned, which is
 // the layout a wgmma SW128 descriptor names (kvb_device.cuh: wgmma_desc_sw128).
-//   forward     CTA = 128 query rows of one head (each consumer warpgroup 64), 128-key steps, 2 K and
-//               2 V stages. S = Q K^T: m64n128k16, A = Q from registers (ldmatrix once), B = K from
-//               shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from shared
-//               memory (N-major). Per tile one wait, the softmax, then P V of this tile and S of the
-//               next issued back to back.
-//   col sums    CTA = 256 keys of one KV head (four consumer warpgroups of 64, 4 Q stages, K read by
-//               the MMAs from shared memory; KVB_SATTN_COL_WG=3: 192 keys, three warpgroups, K from
-//               registers, 5 Q stages; =2: 128 keys, two warpgroups, each issuing the next step's S^T
-//               before this step's exps in a second register set), 128-query steps over the G query
-//               heads: S^T = K Q^T (m64n128k16, A = K, B = Q K-major),
-//               p = exp2(s log2e/sqrt(D) - LSE log2e) summed per key in registers. The producer also
-//               stages each step's log2-scaled LSE (+inf for rows that do not contribute), fetched by
-//               cp.async three steps ahead. Each colsum and colsum_kv element is written once, by the
-//               CTA owning its key: no atomics, no dependence on launch order. The consumer warpgroups
-//               take turns issuing their MMAs (ping-pong, turn_wait): 1-2% on an H100
-//               (results/h100/sattn-pp-8eee9dd).
+//   forward     CTA = 128 query rows of one head (two consumer warpgroups of 64), 128-key steps, 2 K
+//               and 2 V stages. S = Q K^T: m64n128k16, A = Q from registers (ldmatrix once), B = K
+//               from shared memory (K-major). O += P V: m64n{D}k16, A = P from registers, B = V from
+//               shared memory (N-major). Per tile one wait, the softmax, then P V of this tile and S
+//               of the next issued back to back.
+//   col sums    CTA = 256 keys of one KV head (four consumer warpgroups of 64, K read by the MMAs from
+//               shared memory, 4 Q stages), 128-query steps over the G query heads: S^T = K Q^T
+//               (m64n128k16, A = K, B = Q K-major), p = exp2(s log2e/sqrt(D) - LSE log2e) summed per
+//               key in registers. The producer also stages each step's log2-scaled LSE (+inf for rows
+//               that do not contribute), fetched by cp.async three steps ahead. Each colsum and
+//               colsum_kv element is written once, by the CTA owning its key: no atomics, no
+//               dependence on launch order. The consumer warpgroups take turns issuing their MMAs
+//               (ping-pong, turn_wait), so that one's exps run under another's MMAs.
+//   Both grids run in L2-sized sections of KV heads (Order, make_order).
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -65,18 +51,32 @@ namespace {
 constexpr float LOG2E = 1.4426950408889634f;
 
 constexpr int WG_THREADS = 128;                       // a warpgroup
+constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
+constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
+
+// The forward: two consumer warpgroups of 64 query rows and the producer warpgroup.
 constexpr int CONSUMERS = 2;                          // consumer warpgroups
 constexpr int PRODUCER_WARP = 4 * CONSUMERS;          // the TMA warp: the first of the producer warpgroup
 constexpr int THREADS = (CONSUMERS + 1) * WG_THREADS; // 384, 168 registers each at launch; then the
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240; // producer warpgroup gives 144 each to the consumers
-constexpr int COL_PRODUCER_REGS = 40, COL_CONSUMER_REGS = 232; // (the column sums' producer also stages the LSE)
 static_assert(PRODUCER_REGS * WG_THREADS + CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
-static_assert(COL_PRODUCER_REGS * WG_THREADS + COL_CONSUMER_REGS * CONSUMERS * WG_THREADS <= 65536, "register file");
-constexpr int ROWS = 64 * CONSUMERS;                  // query rows (forward) or keys (col sums) per CTA
-constexpr int TILE = 128;                             // keys (forward) or queries (col sums) per step
-constexpr int CHUNK = 64;                             // D columns per 128-byte swizzled row
+constexpr int ROWS = 64 * CONSUMERS;                  // query rows per CTA
 constexpr int FWD_STAGES = 2;                         // K, V tiles in flight
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;         // arrivals that free a forward stage (one per warp)
+
+// The column sums: four consumer warpgroups of 64 keys and the producer warpgroup. 640 threads launch
+// with 96 registers each (each SM sub-partition's 16K registers hold five warps); setmaxnreg then
+// gives the consumers 112 (one S^T register set; K stays in shared memory, where the MMAs read it:
+// as registers it would take 32 of the 112) and the producer 24.
+constexpr int COL_WARPGROUPS = 4;
+constexpr int COL_ROWS = 64 * COL_WARPGROUPS;                      // keys per CTA
+constexpr int COL_PRODUCER_WARP = 4 * COL_WARPGROUPS;
+constexpr int COL_THREADS = (COL_WARPGROUPS + 1) * WG_THREADS;     // 640
+constexpr int COL_PRODUCER_REGS = 24, COL_CONSUMER_REGS = 112;
+static_assert(COL_PRODUCER_REGS * WG_THREADS + COL_CONSUMER_REGS * COL_WARPGROUPS * WG_THREADS <=
+                  65536 / COL_THREADS / 8 * 8 * COL_THREADS,
+              "register file");
+constexpr int COL_STAGES = 4; // Q tiles in flight (5 do not fit beside the 64 KB K block at D=128)
 
 // Bytes of a [rows x D] tile, and the offset of its 64-column chunk c.
 template <int D> __host__ __device__ constexpr uint32_t tile_bytes(int rows) { return (uint32_t)rows * D * 2; }
@@ -88,13 +88,10 @@ template <int D> struct FwdSmem {
                               BAR = V + FWD_STAGES * tile_bytes<D>(TILE), BYTES = BAR + 128 + 1024;
 };
 // Shared memory of the column sums: K block | Q stages | log2 LSE stages | raw LSE staging | mbarriers.
-// Q tiles in flight: 5, or 4 with four consumer warpgroups (their 256-key K block leaves room for 4).
 constexpr int LSE_SLOTS = 4; // the producer's cp.async staging of the LSE: 3 steps ahead
-template <int NWG> constexpr int col_stages() { return NWG == 4 ? 4 : 5; }
-template <int D, int NWG> struct ColSmem {
-    static constexpr int STAGES = col_stages<NWG>();
-    static constexpr uint32_t K = 0, Q = tile_bytes<D>(64 * NWG), LSE = Q + STAGES * tile_bytes<D>(TILE),
-                              LSE_RAW = LSE + STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
+template <int D> struct ColSmem {
+    static constexpr uint32_t K = 0, Q = tile_bytes<D>(COL_ROWS), LSE = Q + COL_STAGES * tile_bytes<D>(TILE),
+                              LSE_RAW = LSE + COL_STAGES * TILE * 4, BAR = LSE_RAW + LSE_SLOTS * TILE * 4,
                               BYTES = BAR + 128 + 1024;
     static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
 };
@@ -173,23 +170,23 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&f)[D / 16][4], uint32_t 
     }
 }
 
-// ---- ping-pong (FlashAttention-3's warp-scheduler barriers) ---------------------------------------
-// With PP, consumer warpgroup w issues a step's MMAs only after warpgroup w - 1 (cyclically) issued
-// its own, so the warpgroups take turns on the tensor cores and one's exps run under another's MMAs
-// instead of all of them computing exps at once. Hardware barrier TURN_BAR + w holds w's turn: w waits
-// on it (bar.sync, 128 threads) and w - 1 arrives on it (bar.arrive, 128 more). The last warpgroup
-// arrives once before its first step (warpgroup 0 goes first) and skips its arrival after its last
-// step, so that every arrival is matched.
-constexpr int TURN_BAR = 3; // (1 and 2: the forward epilogue's per-warpgroup barriers)
+// ---- ping-pong of the column sums (FlashAttention-3's warp-scheduler barriers) ---------------------
+// Consumer warpgroup w issues a step's MMAs only after warpgroup w - 1 (cyclically) issued its own, so
+// the warpgroups take turns on the tensor cores and one's exps run under another's MMAs instead of all
+// of them computing exps at once. Hardware barrier TURN_BAR + w holds w's turn: w waits on it
+// (bar.sync, 128 threads) and w - 1 arrives on it (bar.arrive, 128 more). The last warpgroup arrives
+// once before its first step (warpgroup 0 goes first) and skips its arrival after its last step, so
+// that every arrival is matched. (The forward does not take turns: see NOTES.md.)
+constexpr int TURN_BAR = 3; // barriers 3..6 (0 is __syncthreads; the forward's epilogue uses 1 and 2)
 __device__ __forceinline__ void turn_wait(int wg) { named_barrier(TURN_BAR + wg, 2 * WG_THREADS); }
-template <int NWG> __device__ __forceinline__ void turn_pass(int wg)
+__device__ __forceinline__ void turn_pass(int wg)
 {
-    named_barrier_arrive(TURN_BAR + (wg + 1) % NWG, 2 * WG_THREADS);
+    named_barrier_arrive(TURN_BAR + (wg + 1) % COL_WARPGROUPS, 2 * WG_THREADS);
 }
 
 // ---- pass 1: forward (O, LSE) ----------------------------------------------------------------------
 
-template <int D, bool CAUSAL, bool PP>
+template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(THREADS, 1)
     fwd_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                      const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const FwdArgs a)
@@ -277,7 +274,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     mbar_wait(q_full, 0);
     load_a_frags<D>(qf, q_s, ROWS, wl * 16, lane);
     issue_s(0);
-    if (PP && wg == CONSUMERS - 1) turn_pass<CONSUMERS>(wg);
     for (int it = 0;; ++it) {
         const int st = it % FWD_STAGES;
         const uint64_t dv0 = desc_v0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
@@ -338,7 +334,6 @@ __global__ void __launch_bounds__(THREADS, 1)
 
         // O += P V, then S of the next tile
         mbar_wait(&v_full[st], (it / FWD_STAGES) & 1);
-        if constexpr (PP) turn_wait(wg);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < TILE / 16; ++kk) {
@@ -349,12 +344,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                 wgmma_m64n64k16_rs_mn(o, pa[kk], dv, 1);
         }
         wgmma_commit();
-        if (it + 1 == n_tiles) { // (the loop's back edge always passes an issue of S: nothing keeps a
-            if (PP && wg != CONSUMERS - 1) turn_pass<CONSUMERS>(wg); // copy of s while its MMAs are in flight)
-            break;
-        }
-        issue_s(it + 1);
-        if constexpr (PP) turn_pass<CONSUMERS>(wg);
+        if (it + 1 == n_tiles) break; // (the back edge always passes an issue of S: nothing keeps a copy
+        issue_s(it + 1);              // of s while its MMAs are in flight)
     }
     wgmma_wait<0>();
     wgmma_fence_regs(o);
@@ -398,25 +389,13 @@ template <int HALF> __device__ __forceinline__ void fold_tiles(float (&p)[64])
 
 // ---- pass 2: column sums ---------------------------------------------------------------------------
 
-// Column-sum register budgets: with NWG = 2 consumer warpgroups, two S^T register sets per warpgroup
-// (the next step's MMAs in flight during this step's exps); with 3, one set (160 registers), and the
-// overlap comes from the other warpgroups. With 4, 112 registers (640 threads launch with 96: each SM
-// sub-partition's 16K registers hold five warps), and K is read by the MMAs from shared memory (as
-// registers it would take 32 of the 112).
-template <int NWG> struct ColRegs {
-    static constexpr int PRODUCER = NWG == 2 ? COL_PRODUCER_REGS : 24, CONSUMER = NWG == 2 ? COL_CONSUMER_REGS : NWG == 3 ? 160 : 112;
-    static constexpr int THREADS = (NWG + 1) * WG_THREADS;
-    static_assert(PRODUCER * WG_THREADS + CONSUMER * NWG * WG_THREADS <= 65536 / THREADS / 8 * 8 * THREADS, "register file");
-};
-
-template <int D, bool CAUSAL, int NWG, bool PP>
-__global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(COL_THREADS, 1)
     colsum_wgmma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = ColSmem<D, NWG>;
-    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, ROWS = 64 * NWG, PRODUCER_WARP = 4 * NWG, STAGES = S::STAGES;
-    constexpr bool K_SMEM = NWG == 4; // K as the MMAs' A operand from shared memory, else from registers
+    using S = ColSmem<D>;
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK, STAGES = COL_STAGES;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = aligned_smem(smem_raw);
     const uint32_t base = smem_u32(smem);
@@ -429,13 +408,13 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
     const int L = a.L, G = a.G, w0 = a.w0;
     int bkv, kt;
     block_tile(a.ord, bkv, kt);
-    const int k0 = kt * ROWS;
+    const int k0 = kt * COL_ROWS;
     const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
     const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
 
     if (tid == 0) {
         mbar_init(k_full, 1);
-        for (int s = 0; s < STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * NWG);
+        for (int s = 0; s < STAGES; ++s) mbar_init(&q_full[s], 1 + 32), mbar_init(&q_empty[s], 32 * 4 * COL_WARPGROUPS);
         mbar_init_fence();
     }
     __syncthreads();
@@ -452,16 +431,16 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
         }
     };
 
-    if (warp >= PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
-        setmaxnreg_dec<ColRegs<NWG>::PRODUCER>();
-        if (warp > PRODUCER_WARP) return;
+    if (warp >= COL_PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 rows' LSE and arrives
+        setmaxnreg_dec<COL_PRODUCER_REGS>();
+        if (warp > COL_PRODUCER_WARP) return;
         if (lane == 0) {
-            mbar_expect_tx(k_full, tile_bytes<D>(ROWS));
-            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
+            mbar_expect_tx(k_full, tile_bytes<D>(COL_ROWS));
+            for (int c = 0; c < NCH; ++c) tma_load_3d(base + S::K + chunk_off(COL_ROWS, c), &tm_k, c * CHUNK, k0, bkv, k_full);
         }
         // The LSE of step `it` (rows q0 + 4 lane .. + 3 of head h) is fetched by cp.async three steps
-        // ahead into a staging slot, so that no global-load latency sits on the per-step path: a
-        // synchronous load there measured about 1 us per step, more than the step's MMAs and exps.
+        // ahead into a staging slot, so that no global-load latency sits on the per-step path (a
+        // synchronous load there took longer than the step's MMAs and exps).
         auto fetch_lse = [&](const Pos &f) {
             if (f.it < total) {
                 const int q0 = qbeg + f.qi * TILE, bh = bkv * G + f.h;
@@ -502,14 +481,13 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
         return;
     }
 
-    setmaxnreg_inc<ColRegs<NWG>::CONSUMER>();
+    setmaxnreg_inc<COL_CONSUMER_REGS>();
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
     const int wk0 = k0 + wg * 64 + wl * 16;            // this warp's first key
     const uint32_t k_s = base + S::K + wg * 64 * 128; // this warpgroup's 64 keys in each K chunk
     float acc[2] = {0.f, 0.f}, kvacc[2] = {0.f, 0.f};
-    float s_even[64], s_odd[NWG == 2 ? 64 : 1]; // S^T of even and odd steps (NWG = 2: the next step's MMAs run during this step's exps)
-    uint32_t kf[K_SMEM ? 1 : KSTEPS][4];        // the warp's 16 keys as register A operands, for the whole kernel
-    const uint64_t desc_k0 = wgmma_desc_sw128(k_s, 16, 1024); // (K_SMEM) the same keys in shared memory
+    float s[64];                                             // S^T of the step: 64 keys x 128 queries per warpgroup
+    const uint64_t desc_k0 = wgmma_desc_sw128(k_s, 16, 1024); // this warpgroup's keys, the MMAs' A operand
 
     // The stage's descriptors as the first one plus constant offsets (the start address field, bits
     // 0-13, holds address / 16 and never carries: shared memory is below 256 KB).
@@ -517,18 +495,15 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
     auto issue = [&](float(&sd)[64], const Pos &ps) {
         const uint64_t d = desc_q0 + (uint64_t)(ps.st * (tile_bytes<D>(TILE) >> 4));
         mbar_wait(&q_full[ps.st], ps.phase);
-        if constexpr (PP) turn_wait(wg);
+        turn_wait(wg);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk) {
             const uint64_t koff = (chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4; // k-step kk of a Q tile
-            if constexpr (K_SMEM)
-                wgmma_ss(sd, desc_k0 + ((chunk_off(ROWS, kk >> 2) + (kk & 3) * 32) >> 4), d + koff, kk);
-            else
-                wgmma_rs(sd, kf[kk], d + koff, kk);
+            wgmma_ss(sd, desc_k0 + ((chunk_off(COL_ROWS, kk >> 2) + (kk & 3) * 32) >> 4), d + koff, kk);
         }
         wgmma_commit();
-        if (PP && !(wg == NWG - 1 && ps.it == total - 1)) turn_pass<NWG>(wg);
+        if (!(wg == COL_WARPGROUPS - 1 && ps.it == total - 1)) turn_pass(wg);
     };
     // Step ps.it once its S^T = K Q^T in `sc` is done: add its probabilities into the keys' sums.
     auto consume = [&](float(&sc)[64], const Pos &ps) {
@@ -569,43 +544,15 @@ __global__ void __launch_bounds__(ColRegs<NWG>::THREADS, 1)
         }
     };
 
-    // Step it + 1's MMAs are issued before step it's exps. Every issue is followed by its wait in
-    // straight-line code and the back edge passes an issue, so no copy of an in-flight S^T is kept.
+    // Per step: issue, wait, consume. The overlap of one warpgroup's exps with MMAs comes from the
+    // other warpgroups' turns, not from a second S^T register set (112 registers leave no room for one).
     mbar_wait(k_full, 0);
-    if constexpr (!K_SMEM) load_a_frags<D>(kf, k_s, ROWS, wl * 16, lane);
-    if (PP && wg == NWG - 1 && total > 0) turn_pass<NWG>(wg);
-    Pos ip = {0, 0, 0, 0, 0}, cp = ip; // the next step to issue, and to consume
-    if constexpr (NWG >= 3) {
-        for (; cp.it < total; cp.next(nq)) {
-            issue(s_even, cp);
-            wgmma_wait<0>();
-            consume(s_even, cp);
-        }
-    } else {
-    issue(s_even, ip);
-    ip.next(nq);
-    for (int it = 0;; it += 2) {
-        if (it + 1 == total) {
-            wgmma_wait<0>();
-            consume(s_even, cp);
-            break;
-        }
-        issue(s_odd, ip);
-        ip.next(nq);
-        wgmma_wait<1>();
-        consume(s_even, cp);
-        cp.next(nq);
-        if (it + 2 == total) {
-            wgmma_wait<0>();
-            consume(s_odd, cp);
-            break;
-        }
-        issue(s_even, ip);
-        ip.next(nq);
-        wgmma_wait<1>();
-        consume(s_odd, cp);
-        cp.next(nq);
-    }
+    if (wg == COL_WARPGROUPS - 1 && total > 0) turn_pass(wg);
+    Pos cp = {0, 0, 0, 0, 0}; // the step to consume
+    for (; cp.it < total; cp.next(nq)) {
+        issue(s, cp);
+        wgmma_wait<0>();
+        consume(s, cp);
     }
     if (a.colsum_kv && t == 0) {
 #pragma unroll
@@ -657,71 +604,20 @@ int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int b
     return KVB_OK;
 }
 
-// The column sums run four consumer warpgroups (256 keys per CTA, one S^T register set each): 1.4-2.6%
-// faster than three on an H100, both in the same calls (results/h100/s12-sattn-wg4-4ed0b36); three
-// were 5-6% faster than two (results/h100/sattn-wgmma-*). KVB_SATTN_COL_WG=3 or 2 selects the others
-// (A/B switches, read once).
-int colsum_warpgroups()
-{
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("KVB_SATTN_COL_WG");
-        v = e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 4;
-    }
-    return v;
-}
-
-// Ping-pong of the consumer warpgroups (see turn_wait), A/B switches read once. Column sums: on unless
-// KVB_SATTN_COL_PP=0 (1-2% faster at 16K on an H100 in one run, results/h100/sattn-pp-*); forward: off
-// unless KVB_SATTN_FWD_PP=1 (no difference above that run's noise).
-bool env_flag(const char *name, bool dflt)
-{
-    const char *e = getenv(name);
-    return e && e[0] ? e[0] == '1' : dflt;
-}
-bool fwd_pingpong()
-{
-    static const bool v = env_flag("KVB_SATTN_FWD_PP", false);
-    return v;
-}
-bool col_pingpong()
-{
-    static const bool v = env_flag("KVB_SATTN_COL_PP", true);
-    return v;
-}
-
-// The CTA order (Order): by default (KVB_SATTN_HSEC=l2) a section holds as many KV heads as a third of
-// the L2 holds of the operand their CTAs stream (K and V for the forward, Q and the LSE for the column
-// sums), at least one; =N sets N KV heads, =all one section of every head (heads fastest: the order
-// before sections). On an H100, sections of 1-4 KV heads made the forward 3-8% and the column
-// sums 1-4% faster than all heads at once, the forward's DRAM reads 4.67 -> 0.42 GB at 16K
-// (results/h100/s13-sattn-order). A/B switch, read once.
-int hsec_setting()
-{
-    static int v = -2; // -1: all, 0: l2, N > 0
-    if (v == -2) {
-        const char *e = getenv("KVB_SATTN_HSEC");
-        v = !e || !e[0] || !strcmp(e, "l2") ? 0 : !strcmp(e, "all") ? -1 : atoi(e) > 0 ? atoi(e) : 0;
-    }
-    return v;
-}
-
-// heads CTAs' heads in groups of `group` (a KV head's query heads), each group streaming
-// `group_bytes`; refused when the 1-D grid would exceed what a launch takes.
+// The CTA order (Order) of `heads` CTAs' heads in groups of `group` (a KV head's query heads), each
+// group streaming `group_bytes` (K and V for the forward, Q and the LSE for the column sums): a section
+// holds as many groups as a third of the L2 holds, at least one (every head in one section when the
+// device does not report its L2). Refused when the 1-D grid would exceed what a launch takes.
 int make_order(Order *o, const char *who, int64_t heads, int group, int tiles, double group_bytes)
 {
     if (heads * tiles > 0x7fffffff)
         return kvb_fail(KVB_EINVAL, "%s: heads x tiles = %lld x %d out of range [1, 2^31 - 1] (CTAs of one launch)", who,
                         (long long)heads, tiles);
-    const int s = hsec_setting();
-    int64_t groups = heads / group; // all
-    if (s > 0) groups = s;
-    else if (s == 0) {
-        int dev = 0, l2 = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
-            groups = (int64_t)(l2 / 3.0 / group_bytes);
-            if (groups < 1) groups = 1;
-        } // (else every head in one section)
+    int64_t groups = heads / group;
+    int dev = 0, l2 = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
+        groups = (int64_t)(l2 / 3.0 / group_bytes);
+        if (groups < 1) groups = 1;
     }
     if (groups * group > heads) groups = heads / group;
     o->heads = (int)heads, o->tiles = tiles, o->hsec = (int)(groups * group);
@@ -737,37 +633,24 @@ template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
     return KVB_OK;
 }
 
-template <int D, bool CAUSAL, bool PP>
-int launch_fwd_pp(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL> int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     static bool ready = false;
-    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL, PP>, FwdSmem<D>::BYTES, &ready);
+    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &ready);
     if (rc) return rc;
-    fwd_wgmma_kernel<D, CAUSAL, PP><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
+    fwd_wgmma_kernel<D, CAUSAL><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-template <int D, bool CAUSAL>
-int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
-{
-    return fwd_pingpong() ? launch_fwd_pp<D, CAUSAL, true>(m, a, grid, s) : launch_fwd_pp<D, CAUSAL, false>(m, a, grid, s);
 }
 
-template <int D, bool CAUSAL, int NWG, bool PP>
-int launch_col_pp(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL> int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
     static bool ready = false;
-    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL, NWG, PP>, ColSmem<D, NWG>::BYTES, &ready);
+    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &ready);
     if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL, NWG, PP><<<grid, ColRegs<NWG>::THREADS, ColSmem<D, NWG>::BYTES, s>>>(m[0], m[1], a);
+    colsum_wgmma_kernel<D, CAUSAL><<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
-}
-template <int D, bool CAUSAL, int NWG>
-int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
-{
-    return col_pingpong() ? launch_col_pp<D, CAUSAL, NWG, true>(m, a, grid, s)
-                          : launch_col_pp<D, CAUSAL, NWG, false>(m, a, grid, s);
 }
 
 } // namespace
@@ -828,25 +711,16 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
         return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
     const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
     CUtensorMap m[2];
-    const int nwg = colsum_warpgroups(), rows = 64 * nwg;
-    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, rows))) return rc;
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, COL_ROWS))) return rc;
     ColArgs a;
     a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
-    const int kblocks = (p->L + rows - 1) / rows;
+    const int kblocks = (p->L + COL_ROWS - 1) / COL_ROWS;
     if ((rc = make_order(&a.ord, "selective_attn_colsum_wgmma", n_kv, 1, kblocks, (2.0 * p->D + 4) * a.G * p->L))) // Q, LSE
         return rc;
     const dim3 grid((unsigned)(n_kv * kblocks));
-    if (nwg == 4) {
-        if (p->D == 64) return p->causal ? launch_col<64, true, 4>(m, a, grid, stream) : launch_col<64, false, 4>(m, a, grid, stream);
-        return p->causal ? launch_col<128, true, 4>(m, a, grid, stream) : launch_col<128, false, 4>(m, a, grid, stream);
-    }
-    if (nwg == 3) {
-        if (p->D == 64) return p->causal ? launch_col<64, true, 3>(m, a, grid, stream) : launch_col<64, false, 3>(m, a, grid, stream);
-        return p->causal ? launch_col<128, true, 3>(m, a, grid, stream) : launch_col<128, false, 3>(m, a, grid, stream);
-    }
-    if (p->D == 64) return p->causal ? launch_col<64, true, 2>(m, a, grid, stream) : launch_col<64, false, 2>(m, a, grid, stream);
-    return p->causal ? launch_col<128, true, 2>(m, a, grid, stream) : launch_col<128, false, 2>(m, a, grid, stream);
+    if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
+    return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
 }
