@@ -5,8 +5,9 @@
  *   cli.c      options, case selection, the host pool
  *   prepare.c  kvb_case_prepare: the one setup-and-validate path
  *   check.c    check and profile
- *   bench.c    bench (Google Benchmark through gbench_shim.h), peers
- *   report.c   verdict tables, JSON of verdicts and context, dumps, reproduce lines, the bench summary
+ *   bench.c    bench (Google Benchmark through gbench_shim.h), peers, the summary with its clocks
+ *   report.c   verdict tables, JSON of verdicts and context, reproduce lines
+ *   dump.c     check --dump: .npy files and meta.json per case
  */
 #ifndef KVB_CLI_H
 #define KVB_CLI_H
@@ -75,7 +76,18 @@ void kvb_print_verdict(kvb_run *r, const kvb_verdict *v);
 void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v);
 void kvb_tolerance_json(kvb_json *j, const kvb_case *c);
 void kvb_context_json(kvb_json *j, const kvb_options *o, const kvb_ceilings *ceil);
-void kvb_dump_run(const char *dir, kvb_run *r);
+
+/* ---- dump.c: check --dump DIR ---- */
+/* Create DIR (and its missing parents) and prove it writable, before any case runs: KVB_OK, or KVB_EIO
+ * with kvb_last_error() naming the path. */
+int kvb_dump_prepare(const char *dir);
+/* Write r's arrays into DIR/<case id, spaces as '_'>/ with meta.json (what each file holds: role,
+ * dtype, shape, whether the reference is computed, sampled (its skipped slices NaN or -1, and a
+ * <name>.ref_mask.npy) or absent). Only computed data: no input or reference after a setup that
+ * failed part way, no .ref.npy for an output without a reference (KVB_T_NO_REF), no .out.npy before a
+ * finished download; files of an earlier dump that this one does not write are removed. KVB_OK, or
+ * KVB_EIO naming the file that could not be written. */
+int kvb_dump_run(const char *dir, kvb_run *r);
 
 /* ---- bench.c: one row of the summary (exported for tests) ---- */
 struct kvb_peers;
