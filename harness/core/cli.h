@@ -16,6 +16,7 @@
 
 #include "harness/core/ceilings.h"
 #include "harness/core/json.h"
+#include "harness/core/nvml_probe.h"
 #include "harness/core/op.h"
 
 typedef struct kvb_options {
@@ -89,7 +90,7 @@ int kvb_dump_prepare(const char *dir);
  * KVB_EIO naming the file that could not be written. */
 int kvb_dump_run(const char *dir, kvb_run *r);
 
-/* ---- bench.c: one row of the summary (exported for tests) ---- */
+/* ---- bench.c: one row of the summary, and its clocks section (exported for tests) ---- */
 struct kvb_peers;
 typedef struct kvb_bench_result {
     const kvb_case *c;
@@ -97,10 +98,15 @@ typedef struct kvb_bench_result {
     double ceiling_s, median_s, min_s, max_s, noise;
     int done, failed;
     const char *error;
+    kvb_clock_record clocks; /* the reported loop's (nvml_probe.h) */
 } kvb_bench_result;
 int kvb_ceiling_suspect(double pct_of_ceiling); /* above 100%: the ceiling is wrong */
 void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_result *all, int n,
                            const struct kvb_peers *peers);
+/* The clocks each timed case ran under, start -> end of its loop, with the flagged ones' reasons;
+ * `nvml_unavailable` non-NULL: one line saying so instead. Returns the number of cases flagged. */
+int kvb_bench_clock_summary(FILE *f, const kvb_bench_result *res, int n, const char *nvml_unavailable,
+                            double power_limit_w);
 
 int kvb_cmd_check(const kvb_options *o);
 int kvb_cmd_profile(const kvb_options *o);
