@@ -98,6 +98,22 @@ if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.np
 else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: json and npy files exist"
 fi
+# --dump: a directory that cannot be made stops everything (exit 2, naming it); a file that cannot be
+# written fails the run (exit 1, naming it); only computed data is written (a sampled reference's mask
+# and meta.json; no reference file for shadowkv_lowrank's factors, which have none)
+: >"$tmp/afile"
+expect "check --dump under a file: nothing runs" 2 "--dump: cannot create $tmp/afile/d: $tmp/afile exists and is not a directory" -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --dump "$tmp/afile/d"
+scan_dir="$tmp/dd/$("$kvbench" list --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" | sed -E 's/^[a-z]+ +//; s/ /_/g')"
+mkdir -p "$tmp/dd" && : >"$scan_dir"
+expect "check --dump with a file it cannot write: exit 1 naming it" 1 "dump failed: cannot create $scan_dir: .* not a directory" -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --dump "$tmp/dd"
+expect "check --dump of a sampled reference and of outputs without one" 0 'passed, 0 failed' -- check --cases "$cases" "selective_attn B=2 Hq=8 Hkv=2 L=256 D=64 group_sum=1 sample=1" "shadowkv_lowrank S=64 Hkv=2 D=16 r=8" --dump "$tmp/ds"
+if ls "$tmp"/ds/selective_attn_*/O.ref_mask.npy >/dev/null 2>&1 && grep -q '"reference": "sampled"' "$tmp"/ds/selective_attn_*/meta.json &&
+   ls "$tmp"/ds/shadowkv_lowrank_*/info.ref.npy >/dev/null 2>&1 && ! ls "$tmp"/ds/shadowkv_lowrank_*/U.ref.npy >/dev/null 2>&1 &&
+   grep -q '"reference": "none' "$tmp"/ds/shadowkv_lowrank_*/meta.json; then
+    passed=$((passed + 1)); echo "[       OK ] cli: dumps hold computed data only (mask, meta.json, no reference for U)"
+else
+    failed=$((failed + 1)); echo "[  FAILED  ] cli: dumps hold computed data only (mask, meta.json, no reference for U)"
+fi
 # tolerance overrides are not part of the id, but the reproduce line, the JSON and the list carry them
 expect "check --json with a tolerance override" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
 if grep -q '"reproduce": "index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5 rtol=0.125"' "$tmp/o.json" && grep -q '"overridden": true' "$tmp/o.json"; then

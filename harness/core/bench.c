@@ -1,7 +1,8 @@
 /* bench.c: `kvbench bench`: Google Benchmark through the C shim (gbench_shim.h), one benchmark per
  * case, manual time from CUDA events (timing.h), every case validated before and after its timing
  * loop, counters stated against the ceiling measured in the same run and against the peers of the
- * same run (in-suite impls of the same shape; external ones from --peers). */
+ * same run (in-suite impls of the same shape; external ones from --peers), and the clocks, temperature,
+ * power and clock-event reasons each loop ran under (nvml_probe.h), sampled just outside it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@ typedef struct bench_ctx {
     double ceiling_s; /* the ceiling's time for the same work, this run */
     int live;
     kvb_sample_stats st; /* the reported loop, for the summary */
+    kvb_clock_record clocks; /* the last loop's */
     int done, failed;
     char error[1600];
     char label[1200];
@@ -138,6 +140,10 @@ static int prepare_case(bench_ctx *b)
     return 0;
 }
 
+static double g_sm_max_mhz = -1; /* the device's, once per run */
+
+static void bench_loop_begin(void *p) { kvb_nvml_sample(&((bench_ctx *)p)->clocks.start); }
+
 static double bench_iterate(void *p)
 {
     bench_ctx *b = p;
@@ -162,9 +168,35 @@ static void add_counter(kvb_counter *out, int *n, const char *name, double v)
     (*n)++;
 }
 
+/* a clock reading as a counter: absent where NVML could not read it */
+static void add_clock_counter(kvb_counter *out, int *n, const char *name, double v)
+{
+    if (v >= 0) add_counter(out, n, name, v);
+}
+
+static void add_clock_counters(kvb_counter *out, int *n, const kvb_clock_record *c)
+{
+    const kvb_clock_sample *s[2] = {&c->start, &c->end};
+    const char *when[2] = {"start", "end"};
+    char name[40];
+    for (int i = 0; i < 2; i++) {
+        if (!s[i]->valid) continue;
+#define CLOCK_COUNTER(what, v) (snprintf(name, sizeof name, what "_%s", when[i]), add_clock_counter(out, n, name, v))
+        CLOCK_COUNTER("clock_sm_mhz", s[i]->sm_mhz);
+        CLOCK_COUNTER("clock_mem_mhz", s[i]->mem_mhz);
+        CLOCK_COUNTER("gpu_temp_c", s[i]->temp_c);
+        CLOCK_COUNTER("gpu_power_w", s[i]->power_w);
+        if (s[i]->have_reasons) CLOCK_COUNTER("clock_event_reasons", (double)s[i]->reasons);
+#undef CLOCK_COUNTER
+    }
+    if (c->start.valid && c->end.valid) add_counter(out, n, "clock_flagged", kvb_clock_flag(c, NULL, 0));
+}
+
 static int bench_finish(void *p, const double *samples, int n, kvb_counter *out, int *n_out)
 {
     bench_ctx *b = p;
+    kvb_nvml_sample(&b->clocks.end); /* first: right after the loop's last sample */
+    b->clocks.sm_max_mhz = g_sm_max_mhz;
     kvb_outcome o;
     if (kvb_case_revalidate(&b->run, &o) != KVB_PASS) {
         kvb_print_verdict(&b->run, &o.v);
@@ -213,6 +245,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     add_counter(out, n_out, "max_us", b->st.max * 1e6);
     add_counter(out, n_out, "noise_pct", 100.0 * b->st.noise);
     add_counter(out, n_out, "samples", n);
+    add_clock_counters(out, n_out, &b->clocks);
     if (b->cost.bytes_h2d > 0) add_counter(out, n_out, "h2d_GBps", b->cost.bytes_h2d / t * 1e-9);
     if (b->cost.bytes_dev > 0) add_counter(out, n_out, "dev_GBps", b->cost.bytes_dev / t * 1e-9);
     if (b->cost.flops > 0) add_counter(out, n_out, "TFLOPs", b->cost.flops / t * 1e-12);
@@ -317,13 +350,65 @@ void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_r
             x->max_s * 1e6, 100 * x->noise, rate, ceil_s, vs, goal);
 }
 
+static void clock_cell(char *buf, size_t n, double a, double z)
+{
+    char x[16] = "?", y[16] = "?";
+    if (a >= 0) snprintf(x, sizeof x, "%.0f", a);
+    if (z >= 0) snprintf(y, sizeof y, "%.0f", z);
+    snprintf(buf, n, "%s -> %s", x, y);
+}
+
+int kvb_bench_clock_summary(FILE *f, const kvb_bench_result *res, int n, const char *nvml_unavailable,
+                            double power_limit_w)
+{
+    if (nvml_unavailable) {
+        fprintf(f, "\nClocks per case: NVML not available (%s).\n", nvml_unavailable);
+        return 0;
+    }
+    int timed = 0, flagged = 0;
+    double sm_max = -1;
+    for (int i = 0; i < n; i++)
+        if (res[i].done && res[i].clocks.start.valid && res[i].clocks.end.valid) timed++, sm_max = res[i].clocks.sm_max_mhz;
+    if (!timed) return 0;
+    char lim[96] = "max SM clock unknown";
+    size_t len = sm_max > 0 ? (size_t)snprintf(lim, sizeof lim, "max SM clock %.0f MHz", sm_max) : strlen(lim);
+    if (power_limit_w > 0) snprintf(lim + len, sizeof lim - len, ", power limit %.0f W", power_limit_w);
+    fprintf(f, "\nClocks per case (NVML, sampled just before and just after each case's timing loop: start -> end; "
+               "%s). Flagged: the SM clock fell by more than %.0f%% during the loop, ended below %.0f%% of the max, or "
+               "a clock-event reason other than GPU idle or an applications clocks setting was active.\n\n",
+            lim, KVB_CLOCK_DROP_PCT, KVB_CLOCK_MIN_PCT_OF_MAX);
+    fprintf(f, "| case | SM MHz | memory MHz | temperature C | power W | clock-event reasons | flag |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        const kvb_clock_record *c = &res[i].clocks;
+        if (!res[i].done || !c->start.valid || !c->end.valid) continue;
+        char sm[40], mem[40], temp[40], pw[40], ra[200] = "?", rz[200] = "?", note[600];
+        clock_cell(sm, sizeof sm, c->start.sm_mhz, c->end.sm_mhz);
+        clock_cell(mem, sizeof mem, c->start.mem_mhz, c->end.mem_mhz);
+        clock_cell(temp, sizeof temp, c->start.temp_c, c->end.temp_c);
+        clock_cell(pw, sizeof pw, c->start.power_w, c->end.power_w);
+        if (c->start.have_reasons) kvb_clock_reason_names(c->start.reasons, ra, sizeof ra);
+        if (c->end.have_reasons) kvb_clock_reason_names(c->end.reasons, rz, sizeof rz);
+        const int flag = kvb_clock_flag(c, note, sizeof note);
+        flagged += flag;
+        fprintf(f, "| `%s` | %s | %s | %s | %s | %s -> %s | %s%s |\n", res[i].c->id, sm, mem, temp, pw, ra, rz,
+                flag ? "**CLOCKS**: " : "", note);
+    }
+    if (flagged)
+        fprintf(f, "\n**%d case(s) timed under a falling or limited clock (CLOCKS above): their times may be slower "
+                   "than this GPU at its own clocks.**\n", flagged);
+    return flagged;
+}
+
+static const char *g_nvml_missing; /* NULL when NVML answers: the reason otherwise */
+
 static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil, const char *gpu, const kvb_peers *peers)
 {
     kvb_bench_result *res = calloc((size_t)n, sizeof *res);
     for (int i = 0; i < n; i++) resolve_impl_goal(&b[i]); /* also against impls listed after the case */
     for (int i = 0; i < n; i++)
         res[i] = (kvb_bench_result){b[i].c, b[i].cost, b[i].ceiling_s, b[i].st.median, b[i].st.min, b[i].st.max,
-                                    b[i].st.noise, b[i].done, b[i].failed, b[i].error};
+                                    b[i].st.noise, b[i].done, b[i].failed, b[i].error, b[i].clocks};
     fprintf(f, "| case | median us | min..max us | noise | rate | %% of ceiling | vs peers (same run) | goal |\n");
     fprintf(f, "|---|---:|---:|---:|---:|---:|---|---|\n");
     int suspect = 0;
@@ -346,6 +431,7 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
                 gpu, ceil->h2d_memcpy_GBps, ceil->h2d_zero_copy_GBps, ceil->d2d_memcpy_GBps, ceil->d2d_kernel_GBps,
                 ceil->read_GBps, ceil->bf16_mma_TFLOPs, ceil->launch_floor_us);
     if (peers && peers->n) fprintf(f, "\nExternal peers from %s, timed on this GPU in this round.\n", peers->source);
+    kvb_bench_clock_summary(f, res, n, g_nvml_missing, kvb_nvml_power_limit_w());
     free(res);
 }
 
@@ -387,6 +473,13 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_gbench_context("gpu", d.name);
     kvb_gbench_context("gpu_driver", d.driver);
     kvb_gbench_context("gpu_clocks", d.clocks);
+    /* the clocks per case: NVML, when the driver has it */
+    g_nvml_missing = kvb_nvml_open(0) ? NULL : kvb_nvml_unavailable_reason();
+    kvb_gbench_context("nvml", g_nvml_missing ? g_nvml_missing : "available: clocks, temperature, power and clock-event "
+                                                                  "reasons per case, at the start and the end of its loop");
+    g_sm_max_mhz = kvb_nvml_max_sm_mhz();
+    if (g_sm_max_mhz > 0) context_num("clock_sm_max_mhz", "%.0f", g_sm_max_mhz);
+    if (kvb_nvml_power_limit_w() > 0) context_num("gpu_power_limit_w", "%.0f", kvb_nvml_power_limit_w());
     context_num("cuda_runtime", "%.0f", d.runtime_version);
     context_num("ceiling_h2d_memcpy_GBps", "%.1f", ceil.h2d_memcpy_GBps);
     context_num("ceiling_h2d_zero_copy_GBps", "%.1f", ceil.h2d_zero_copy_GBps);
@@ -406,7 +499,8 @@ int kvb_cmd_bench(const kvb_options *o)
         b[i].peers = &peers;
         b[i].all = b;
         b[i].n_all = cases.n;
-        kvb_bench gb = {cases.v[i].id, &b[i], bench_prepare, bench_iterate, bench_finish, bench_release, bench_label};
+        kvb_bench gb = {.name = cases.v[i].id, .ctx = &b[i], .prepare = bench_prepare, .loop_begin = bench_loop_begin,
+                        .iterate = bench_iterate, .finish = bench_finish, .release = bench_release, .label = bench_label};
         kvb_gbench_add(&gb);
     }
     /* Google Benchmark flags: JSON output as asked, and a shorter default minimum time */
@@ -435,6 +529,7 @@ int kvb_cmd_bench(const kvb_options *o)
     for (int i = 0; i < cases.n; i++) failed += b[i].failed;
     printf("%d benchmarked, %d failed validation or setup\n", cases.n - failed, failed);
     free(b);
+    kvb_nvml_close();
     kvb_peers_free(&peers);
     kvb_host_pool_release();
     kvb_cases_free(&cases);

@@ -22,6 +22,12 @@ int kvb_cmd_check(const kvb_options *o)
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
     }
+    /* an output directory that cannot be made is the command line's error: nothing runs */
+    if (o->dump && kvb_dump_prepare(o->dump) != KVB_OK) {
+        fprintf(stderr, "kvbench: --dump: %s\n", kvb_last_error());
+        kvb_cases_free(&cases);
+        return 2;
+    }
     FILE *jf = NULL;
     kvb_json j;
     if (o->json) {
@@ -36,7 +42,7 @@ int kvb_cmd_check(const kvb_options *o)
     }
     kvb_gpu_available(); /* says once, up front, when GPU work is skipped */
     kvb_reserve_host_pool(&cases);
-    int passed = 0, failed = 0, skipped = 0;
+    int passed = 0, failed = 0, skipped = 0, not_dumped = 0;
     for (int i = 0; i < cases.n; i++) {
         const kvb_case *c = &cases.v[i];
         kvb_run r;
@@ -80,7 +86,12 @@ int kvb_cmd_check(const kvb_options *o)
         if (r.note[0]) printf("      note: %s\n", r.note);
         kvb_print_verdict(&r, &out.v);
         if (st == KVB_FAIL) printf("      reproduce: kvbench check \"%s\"\n", repro);
-        if (o->dump && r.op) kvb_dump_run(o->dump, &r);
+        char dump_error[600] = "";
+        if (o->dump && r.op && kvb_dump_run(o->dump, &r) != KVB_OK) {
+            snprintf(dump_error, sizeof dump_error, "%s", kvb_last_error());
+            printf("      dump failed: %s\n", dump_error);
+            not_dumped++;
+        }
         if (jf) {
             kvb_json_obj(&j, NULL);
             kvb_json_str(&j, "id", c->id);
@@ -91,6 +102,7 @@ int kvb_cmd_check(const kvb_options *o)
             kvb_json_str(&j, "reason", *out.msg ? out.msg : out.why);
             kvb_json_str(&j, "note", r.note);
             if (det_checked) kvb_json_bool(&j, "deterministic", det_same);
+            if (dump_error[0]) kvb_json_str(&j, "dump_error", dump_error);
             kvb_tolerance_json(&j, c);
             kvb_verdict_json(&j, &r, &out.v);
             kvb_json_close(&j);
@@ -106,15 +118,17 @@ int kvb_cmd_check(const kvb_options *o)
         kvb_json_int(&j, "passed", passed);
         kvb_json_int(&j, "failed", failed);
         kvb_json_int(&j, "skipped", skipped);
+        if (o->dump) kvb_json_int(&j, "not_dumped", not_dumped);
         kvb_json_close(&j);
         kvb_json_end(&j);
         fclose(jf);
     }
     if (o->fault_zeros) printf("fault injection (outputs of zeros): %d caught, %d missed\n", passed, failed);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    if (not_dumped) printf("%d case(s) not dumped: a file under %s could not be written (\"dump failed\" above)\n", not_dumped, o->dump);
     kvb_host_pool_release();
     kvb_cases_free(&cases);
-    return failed ? 1 : 0;
+    return failed || not_dumped ? 1 : 0;
 }
 
 int kvb_cmd_profile(const kvb_options *o)

@@ -5,8 +5,9 @@
  *   cli.c      options, case selection, the host pool
  *   prepare.c  kvb_case_prepare: the one setup-and-validate path
  *   check.c    check and profile
- *   bench.c    bench (Google Benchmark through gbench_shim.h), peers
- *   report.c   verdict tables, JSON of verdicts and context, dumps, reproduce lines, the bench summary
+ *   bench.c    bench (Google Benchmark through gbench_shim.h), peers, the summary with its clocks
+ *   report.c   verdict tables, JSON of verdicts and context, reproduce lines
+ *   dump.c     check --dump: .npy files and meta.json per case
  */
 #ifndef KVB_CLI_H
 #define KVB_CLI_H
@@ -15,6 +16,7 @@
 
 #include "harness/core/ceilings.h"
 #include "harness/core/json.h"
+#include "harness/core/nvml_probe.h"
 #include "harness/core/op.h"
 
 typedef struct kvb_options {
@@ -75,9 +77,20 @@ void kvb_print_verdict(kvb_run *r, const kvb_verdict *v);
 void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v);
 void kvb_tolerance_json(kvb_json *j, const kvb_case *c);
 void kvb_context_json(kvb_json *j, const kvb_options *o, const kvb_ceilings *ceil);
-void kvb_dump_run(const char *dir, kvb_run *r);
 
-/* ---- bench.c: one row of the summary (exported for tests) ---- */
+/* ---- dump.c: check --dump DIR ---- */
+/* Create DIR (and its missing parents) and prove it writable, before any case runs: KVB_OK, or KVB_EIO
+ * with kvb_last_error() naming the path. */
+int kvb_dump_prepare(const char *dir);
+/* Write r's arrays into DIR/<case id, spaces as '_'>/ with meta.json (what each file holds: role,
+ * dtype, shape, whether the reference is computed, sampled (its skipped slices NaN or -1, and a
+ * <name>.ref_mask.npy) or absent). Only computed data: no input or reference after a setup that
+ * failed part way, no .ref.npy for an output without a reference (KVB_T_NO_REF), no .out.npy before a
+ * finished download; files of an earlier dump that this one does not write are removed. KVB_OK, or
+ * KVB_EIO naming the file that could not be written. */
+int kvb_dump_run(const char *dir, kvb_run *r);
+
+/* ---- bench.c: one row of the summary, and its clocks section (exported for tests) ---- */
 struct kvb_peers;
 typedef struct kvb_bench_result {
     const kvb_case *c;
@@ -85,10 +98,15 @@ typedef struct kvb_bench_result {
     double ceiling_s, median_s, min_s, max_s, noise;
     int done, failed;
     const char *error;
+    kvb_clock_record clocks; /* the reported loop's (nvml_probe.h) */
 } kvb_bench_result;
 int kvb_ceiling_suspect(double pct_of_ceiling); /* above 100%: the ceiling is wrong */
 void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_result *all, int n,
                            const struct kvb_peers *peers);
+/* The clocks each timed case ran under, start -> end of its loop, with the flagged ones' reasons;
+ * `nvml_unavailable` non-NULL: one line saying so instead. Returns the number of cases flagged. */
+int kvb_bench_clock_summary(FILE *f, const kvb_bench_result *res, int n, const char *nvml_unavailable,
+                            double power_limit_w);
 
 int kvb_cmd_check(const kvb_options *o);
 int kvb_cmd_profile(const kvb_options *o);

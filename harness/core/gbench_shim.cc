@@ -35,6 +35,7 @@ void run_case(benchmark::State &state, int index)
     }
     std::vector<double> samples;
     samples.reserve(static_cast<size_t>(state.max_iterations));
+    if (b.loop_begin) b.loop_begin(b.ctx);
     for (auto _ : state) {
         double s = b.iterate(b.ctx);
         if (s < 0) { // a failed launch or CUDA call: this case fails, the run goes on

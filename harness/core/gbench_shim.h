@@ -18,12 +18,13 @@ typedef struct kvb_counter {
     double value;
 } kvb_counter;
 
-#define KVB_MAX_COUNTERS 48
+#define KVB_MAX_COUNTERS 64
 
 typedef struct kvb_bench {
     const char *name; /* the case id */
     void *ctx;
     int (*prepare)(void *ctx);   /* 0, or non-zero with kvb_last_error() set */
+    void (*loop_begin)(void *ctx); /* just before each timed loop, outside it (or NULL) */
     double (*iterate)(void *ctx); /* one timed sample, seconds; negative: failed (kvb_last_error()) */
     int (*finish)(void *ctx, const double *samples, int n, kvb_counter *out, int *n_out);
     void (*release)(void *ctx);

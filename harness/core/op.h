@@ -27,6 +27,8 @@ typedef enum {
 enum {
     KVB_T_HOST_MAPPED = 1, /* IN tensor read by the kernel in place from pinned host memory */
     KVB_T_NO_DUMP = 2,     /* too large or uninteresting for --dump */
+    KVB_T_NO_REF = 4,      /* OUT tensor without a reference: judged by another rule (the op's out_check), so
+                              t->ref is never computed, never compared and never dumped */
 };
 
 typedef struct kvb_tensor {
@@ -107,6 +109,11 @@ typedef struct kvb_run {
     cudaStream_t stream, stream2;
     const kvb_ceilings *ceil;
     char note[256];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
+    int ref_ready;     /* the op's setup returned KVB_OK: every input and reference holds computed data (a
+                          sampled reference on the slices it covers); 0 after a setup that failed part way */
+    int out_ready;     /* t->out holds a finished download of every output */
+    int ref_from_device; /* the op's ref_from_out recomputed references from the device's outputs: 1 done,
+                            -1 failed part way (those references are no longer anything's), 0 not run */
     /* compositions (kernels/compose.h): a launch with stage_timing set records per-stage device
      * times, which the op's stage_times() copies here */
     int stage_timing, n_stages;

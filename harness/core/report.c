@@ -1,9 +1,7 @@
 /* report.c: how results are shown: verdict tables and their JSON, the run's context, reproduce
- * lines, .npy dumps (cli.h). */
-#include <errno.h>
+ * lines (cli.h). The .npy dumps: dump.c. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "harness/core/cli.h"
@@ -153,34 +151,4 @@ void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v)
     kvb_json_close(j);
     kvb_json_bool(j, "invariants_checked", v->invariants_checked);
     kvb_json_str(j, "invariant_error", v->invariant_error);
-}
-
-void kvb_dump_run(const char *dir, kvb_run *r)
-{
-    char sub[1024], path[1200];
-    size_t len = (size_t)snprintf(sub, sizeof sub, "%s/", dir);
-    for (const char *p = r->c->id; *p && len + 1 < sizeof sub; p++) sub[len++] = *p == ' ' ? '_' : *p;
-    sub[len] = '\0';
-    mkdir(dir, 0755);
-    if (mkdir(sub, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "kvbench: cannot create %s\n", sub);
-        return;
-    }
-    for (int i = 0; i < r->nt; i++) {
-        kvb_tensor *t = &r->t[i];
-        if (t->flags & KVB_T_NO_DUMP || t->role == KVB_SCRATCH) continue;
-        if (t->h) {
-            snprintf(path, sizeof path, "%s/%s.npy", sub, t->name);
-            kvb_npy_write(path, t->dtype, t->ndim, t->shape, t->h);
-        }
-        if (t->ref) {
-            snprintf(path, sizeof path, "%s/%s.ref.npy", sub, t->name);
-            kvb_npy_write(path, t->dtype, t->ndim, t->shape, t->ref);
-        }
-        if (t->out) {
-            snprintf(path, sizeof path, "%s/%s.out.npy", sub, t->name);
-            kvb_npy_write(path, t->dtype, t->ndim, t->shape, t->out);
-        }
-    }
-    printf("      dumped to %s/\n", sub);
 }

@@ -1,8 +1,11 @@
 /* tensor.c: see tensor.h. */
 #include "harness/core/tensor.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 size_t kvb_dtype_size(kvb_dtype t)
 {
@@ -125,34 +128,125 @@ void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, in
         x[i] = (float)(mean + std * kvb_normal01(seed, stream, (uint64_t)(first + i)));
 }
 
-int kvb_npy_write(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data)
+void kvb_dtype_uncomputed(kvb_dtype t, void *elem)
+{
+    switch (t) {
+    case KVB_BF16: *(uint16_t *)elem = KVB_BF16_NAN; break;
+    case KVB_FP16: *(uint16_t *)elem = 0x7E00; break; /* quiet NaN */
+    case KVB_FP32: *(float *)elem = NAN; break;
+    case KVB_FP64: *(double *)elem = NAN; break;
+    default: memset(elem, 0xFF, kvb_dtype_size(t)); break; /* -1 as a signed integer */
+    }
+}
+
+/* ---- .npy files ---- */
+
+typedef struct npy_file {
+    FILE *f;
+    const char *path;
+    int err; /* errno of the first failed write */
+} npy_file;
+
+static void npy_put(npy_file *w, const void *p, size_t bytes)
+{
+    if (!w->err && bytes && fwrite(p, 1, bytes, w->f) != bytes) w->err = errno ? errno : EIO;
+}
+
+/* `count` copies of one element of `size` bytes */
+static void npy_repeat(npy_file *w, const void *elem, size_t size, int64_t count)
+{
+    uint8_t buf[4096];
+    const int64_t per = (int64_t)(sizeof buf / size);
+    for (int64_t i = 0; i < per; i++) memcpy(buf + i * size, elem, size);
+    for (int64_t done = 0; done < count && !w->err; done += per)
+        npy_put(w, buf, (size_t)((count - done < per ? count - done : per) * (int64_t)size));
+}
+
+static int npy_open(npy_file *w, const char *path, kvb_dtype t, int ndim, const int64_t *shape)
 {
     static const char *descr[] = {"<u2", "<f2", "<f4", "<f8", "<i4", "<u4", "|u1"};
     char header[512], dims[256] = "";
-    int64_t n = 1;
     size_t len = 0;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         len += (size_t)snprintf(dims + len, sizeof dims - len, "%lld%s", (long long)shape[i],
                                 ndim == 1 ? "," : (i + 1 < ndim ? ", " : ""));
-        n *= shape[i];
-    }
     int h = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
                      descr[t], dims);
+    *w = (npy_file){fopen(path, "wb"), path, 0};
+    if (!w->f) return kvb_fail(KVB_EIO, "cannot write %s: %s", path, strerror(errno));
     /* magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64,
      * ending in '\n' */
     int total = 10 + h + 1;
     int pad = (64 - total % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    if (!f) return kvb_fail(KVB_EIO, "cannot write %s", path);
     uint16_t hlen = (uint16_t)(h + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hlen & 0xFF, f);
-    fputc(hlen >> 8, f);
-    fwrite(header, 1, (size_t)h, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
-    size_t bytes = (size_t)n * kvb_dtype_size(t);
-    int ok = fwrite(data, 1, bytes, f) == bytes;
-    ok &= fclose(f) == 0;
-    return ok ? KVB_OK : kvb_fail(KVB_EIO, "short write to %s", path);
+    uint8_t hl[2] = {(uint8_t)(hlen & 0xFF), (uint8_t)(hlen >> 8)};
+    npy_put(w, "\x93NUMPY\x01\x00", 8);
+    npy_put(w, hl, 2);
+    npy_put(w, header, (size_t)h);
+    npy_repeat(w, " ", 1, pad);
+    npy_put(w, "\n", 1);
+    return KVB_OK;
+}
+
+/* Closes the file; on any failed write or close, removes what was written (a regular file only) and
+ * fails naming the path and the system's reason. */
+static int npy_close(npy_file *w)
+{
+    if (fflush(w->f) != 0 && !w->err) w->err = errno ? errno : EIO;
+    if (fclose(w->f) != 0 && !w->err) w->err = errno ? errno : EIO;
+    if (!w->err) return KVB_OK;
+    struct stat st;
+    if (stat(w->path, &st) == 0 && S_ISREG(st.st_mode)) remove(w->path);
+    return kvb_fail(KVB_EIO, "cannot write %s: %s", w->path, strerror(w->err));
+}
+
+static int64_t elements_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+/* The body of a sampled tensor, run by run of slices with the same mask value: the data where the
+ * mask is set and `skipped` (one element) elsewhere; `data` NULL writes `kept` (one element) instead
+ * of the data. */
+static void npy_put_sampled(npy_file *w, size_t es, int64_t n, const void *data, const void *kept, const void *skipped,
+                            int64_t slice_len, const uint8_t *mask)
+{
+    for (int64_t i = 0; i < n && !w->err;) {
+        const int on = !mask || mask[i / slice_len];
+        int64_t end = (i / slice_len + 1) * slice_len;
+        while (mask && end < n && !mask[end / slice_len] == !on) end += slice_len;
+        if (!mask || end > n) end = n;
+        if (on && data) npy_put(w, (const uint8_t *)data + (size_t)i * es, (size_t)(end - i) * es);
+        else npy_repeat(w, on ? kept : skipped, es, end - i);
+        i = end;
+    }
+}
+
+int kvb_npy_write(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data)
+{
+    return kvb_npy_write_sampled(path, t, ndim, shape, data, 1, NULL);
+}
+
+int kvb_npy_write_sampled(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data,
+                          int64_t slice_len, const uint8_t *mask)
+{
+    if (mask && slice_len < 1) return kvb_fail(KVB_EINVAL, "%s: slice_len=%lld out of range [1, n]", path, (long long)slice_len);
+    npy_file w;
+    if (npy_open(&w, path, t, ndim, shape) != KVB_OK) return KVB_EIO;
+    uint8_t skipped[8];
+    kvb_dtype_uncomputed(t, skipped);
+    npy_put_sampled(&w, kvb_dtype_size(t), elements_of(ndim, shape), data, NULL, skipped, slice_len, mask);
+    return npy_close(&w);
+}
+
+int kvb_npy_write_mask(const char *path, int ndim, const int64_t *shape, int64_t slice_len, const uint8_t *mask)
+{
+    if (mask && slice_len < 1) return kvb_fail(KVB_EINVAL, "%s: slice_len=%lld out of range [1, n]", path, (long long)slice_len);
+    npy_file w;
+    if (npy_open(&w, path, KVB_U8, ndim, shape) != KVB_OK) return KVB_EIO;
+    const uint8_t one = 1, zero = 0;
+    npy_put_sampled(&w, 1, elements_of(ndim, shape), NULL, &one, &zero, slice_len, mask);
+    return npy_close(&w);
 }

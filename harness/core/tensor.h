@@ -46,8 +46,20 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
 void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
                          double mean, double std);
 
+/* The element written where a sampled reference was not computed: NaN for the floating dtypes, every
+ * bit set for the integers (-1 as int32). */
+void kvb_dtype_uncomputed(kvb_dtype t, void *elem);
+
 /* Write a numpy .npy file (format 1.0). bf16 has no numpy dtype: it is written as '<u2' bit
- * patterns (view with ml_dtypes.bfloat16 or shift into float32). */
+ * patterns (view with ml_dtypes.bfloat16 or shift into float32). Every write is checked: KVB_OK, or
+ * KVB_EIO with kvb_last_error() naming the path and the system's reason (what was written of a
+ * regular file is removed). */
 int kvb_npy_write(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data);
+/* The same for data computed only on the slices of slice_len elements that mask marks (one byte a
+ * slice; NULL: every slice): the other slices are written as kvb_dtype_uncomputed(). */
+int kvb_npy_write_sampled(const char *path, kvb_dtype t, int ndim, const int64_t *shape, const void *data,
+                          int64_t slice_len, const uint8_t *mask);
+/* Which elements such data holds: uint8 of the same shape, 1 where computed (mask[i / slice_len]). */
+int kvb_npy_write_mask(const char *path, int ndim, const int64_t *shape, int64_t slice_len, const uint8_t *mask);
 
 #endif

@@ -118,10 +118,11 @@ static int setup_lowrank(kvb_run *r)
     int64_t sk[2] = {S, N}, su[2] = {S, R}, ssv[3] = {p->Hkv, R, p->D}, s1[1] = {1};
     kvb_tensor *K = kvb_run_tensor(r, "Kpre", KVB_FP32, 2, sk, KVB_IN);
     kvb_tensor *t;
-    t = kvb_run_tensor(r, "U", KVB_FP32, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE;
-    t = kvb_run_tensor(r, "SV", KVB_FP32, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE;
-    t = kvb_run_tensor(r, "U_bf16", KVB_BF16, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE;
-    t = kvb_run_tensor(r, "SV_bf16", KVB_BF16, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE;
+    /* factors are unique only up to a rotation: no reference, judged by their error in out_check */
+    t = kvb_run_tensor(r, "U", KVB_FP32, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE, t->flags |= KVB_T_NO_REF;
+    t = kvb_run_tensor(r, "SV", KVB_FP32, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE, t->flags |= KVB_T_NO_REF;
+    t = kvb_run_tensor(r, "U_bf16", KVB_BF16, 2, su, KVB_OUT), t->cmp = KVB_CMP_NONE, t->flags |= KVB_T_NO_REF;
+    t = kvb_run_tensor(r, "SV_bf16", KVB_BF16, 3, ssv, KVB_OUT), t->cmp = KVB_CMP_NONE, t->flags |= KVB_T_NO_REF;
     kvb_tensor *info = kvb_run_tensor(r, "info", KVB_I32, 1, s1, KVB_OUT);
     ((int32_t *)info->ref)[0] = 0; /* the eigensolver converged */
     if (K->n > (1 << 26)) K->flags |= KVB_T_NO_DUMP;
