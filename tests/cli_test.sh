@@ -158,7 +158,9 @@ expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- co
 expect "omnikv_select G=5 accepted" 0 ' 0 failed' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8 L=100 k=10"
 expect "hybrid_score G=7 accepted" 0 ' 0 failed' -- check --cases "$cases" "hybrid_score Hq=28 Hkv=4 L=100 P=4 r=8 k=10"
 expect "quest_score G=3 accepted" 0 ' 0 failed' -- check --cases "$cases" "quest_score Hq=24 Hkv=8 L=100 P=4 budget=16"
+expect "rocketkv_decode G=6 accepted" 0 ' 0 failed' -- check --cases "$cases" "rocketkv_decode Hq=12 Hkv=2 D=64 Lmax=300 T=64 M=8"
 expect "quest_score G=9 refused" 2 'quest_score: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "quest_score Hq=72 Hkv=8"
+expect "rocketkv_decode G=9 refused" 2 'rocketkv_step: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "rocketkv_decode Hq=72 Hkv=8"
 
 # --determinism is an option of check (without a GPU the case is skipped, and nothing is compared)
 expect "check --determinism accepted" 0 '0 failed, 1 skipped' -- check --determinism --cases "$cases" "topk rows=1 n=1 k=1"
