@@ -14,8 +14,9 @@ int omnikv_layout_check(const omnikv_layout *s, const char *who)
     if (s->Hq < 1 || s->Hq % s->Hkv)
         return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: Hq = G * Hkv)", who, s->Hq, s->Hkv);
     const int G = s->Hq / s->Hkv;
-    if (G != 1 && G != 2 && G != 4 && G != 8)
-        return kvb_fail(KVB_EINVAL, "%s: G = Hq/Hkv = %d/%d = %d is not one of {1, 2, 4, 8}", who, s->Hq, s->Hkv, G);
+    if (G > OMNIKV_MAX_G)
+        return kvb_fail(KVB_EINVAL, "%s: G = Hq/Hkv = %d/%d = %d out of range [1, %d] (query heads per KV head: the "
+                        "kernel's MMA has 8 query-head columns)", who, s->Hq, s->Hkv, G, OMNIKV_MAX_G);
     if (s->D != 64 && s->D != 128) return kvb_fail(KVB_EINVAL, "%s: D=%d is not one of {64, 128}", who, s->D);
     KVB_CHECK_RANGE(who, "L", s->L, 1, OMNIKV_MAX_L);
     return KVB_OK;

@@ -2,7 +2,7 @@
  * the query heads of q.k/sqrt(D) for each prompt token, then a top-k.
  *
  *   q [B, Hq, D] bf16, K [B, Hkv, L, D] bf16 (token-major rows of D per KV head, the layout of
- *   decode_attn), prompt lengths len [B] int32 (1 <= len[b] <= L), G = Hq / Hkv in {1, 2, 4, 8},
+ *   decode_attn), prompt lengths len [B] int32 (1 <= len[b] <= L), G = Hq / Hkv in [1, 8],
  *   D in {64, 128}:
  *
  *   score[b, t] = max over all Hq query heads h of (q[b, h] . K[b, h/G, t]) / sqrt(D)   (t < len[b])
@@ -28,6 +28,7 @@ extern "C" {
 
 #define OMNIKV_MAX_B 1024
 #define OMNIKV_MAX_HKV 256
+#define OMNIKV_MAX_G 8 /* query heads per KV head: the kernel's MMA has 8 query-head columns */
 #define OMNIKV_MAX_L 2097152 /* 2M tokens: the longest row the suite's top-k takes */
 
 typedef struct omnikv_layout {
@@ -36,7 +37,7 @@ typedef struct omnikv_layout {
 } omnikv_layout;
 
 /* Every field against its range: B in [1, 1024]; Hkv in [1, 256]; Hq a multiple of Hkv with
- * G = Hq/Hkv in {1, 2, 4, 8}; D in {64, 128}; L in [1, 2^21]. Messages name the field, its value and
+ * G = Hq/Hkv in [1, 8]; D in {64, 128}; L in [1, 2^21]. Messages name the field, its value and
  * the range, prefixed with `who`. */
 int omnikv_layout_check(const omnikv_layout *s, const char *who);
 

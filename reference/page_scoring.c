@@ -15,8 +15,9 @@ int page_layout_check(const page_layout *s, const char *who)
     if (s->Hq < 1 || s->Hq % s->Hkv)
         return kvb_fail(KVB_EINVAL, "%s: Hq=%d is not a multiple of Hkv=%d (GQA: Hq = G * Hkv)", who, s->Hq, s->Hkv);
     const int G = s->Hq / s->Hkv;
-    if (G != 1 && G != 2 && G != 4 && G != 8)
-        return kvb_fail(KVB_EINVAL, "%s: G = Hq/Hkv = %d/%d = %d is not one of {1, 2, 4, 8}", who, s->Hq, s->Hkv, G);
+    if (G > PAGE_MAX_G)
+        return kvb_fail(KVB_EINVAL, "%s: G = Hq/Hkv = %d/%d = %d out of range [1, %d] (query heads per KV head: the "
+                        "scoring kernels take one warp of 8 per query head)", who, s->Hq, s->Hkv, G, PAGE_MAX_G);
     if (s->D < 8 || s->D > PAGE_MAX_D || s->D % 8)
         return kvb_fail(KVB_EINVAL, "%s: D=%d out of range: a multiple of 8 in [8, %d]", who, s->D, PAGE_MAX_D);
     KVB_CHECK_RANGE(who, "L", s->L, 1, PAGE_MAX_L);

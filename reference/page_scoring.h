@@ -28,6 +28,7 @@ extern "C" {
 
 #define PAGE_MAX_B 1024
 #define PAGE_MAX_HKV 256
+#define PAGE_MAX_G 8            /* query heads per KV head: the scoring kernels give each one a warp of 8 */
 #define PAGE_MAX_D 256          /* channels: a multiple of 8 in [8, 256] */
 #define PAGE_MAX_P 4096         /* tokens per page */
 #define PAGE_MAX_L (1 << 24)    /* tokens per sequence */
@@ -55,7 +56,7 @@ static inline int page_tokens(const page_layout *s, int j)
 }
 
 /* Every field against its range: B in [1, 1024]; Hkv in [1, 256]; Hq a multiple of Hkv with G = Hq/Hkv
- * in {1, 2, 4, 8}; D a multiple of 8 in [8, 256]; L in [1, 2^24]; P in [1, 4096]; ceil(L/P) at most 2^21;
+ * in [1, 8]; D a multiple of 8 in [8, 256]; L in [1, 2^24]; P in [1, 4096]; ceil(L/P) at most 2^21;
  * cap >= ceil(L/P) and a multiple of 8. Messages name the field, its value and the range, prefixed
  * with `who`. */
 int page_layout_check(const page_layout *s, const char *who);

@@ -82,9 +82,9 @@ expect "hybrid: k above the context" 2 'hybrid_score: k=1001 tokens to attend ou
 expect "omnikv: k = 0" 2 'omnikv_select: k=0 out of range \[1, 2097152\]' -- check --cases "$cases" "omnikv_select k=0"
 expect "omnikv: k above the prompt" 2 'omnikv_select: k=1001 out of range \[1, len = 1000\]' -- check --cases "$cases" "omnikv_select L=4096 len=1000 k=1001"
 expect "omnikv: len above L" 2 'omnikv_select: len=5000 out of range \[1, L = 4096\]' -- check --cases "$cases" "omnikv_select L=4096 len=5000 k=10"
-expect "omnikv: G not in {1, 2, 4, 8}" 2 'omnikv_select: G = Hq/Hkv = 24/8 = 3 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "omnikv_select Hq=24 Hkv=8"
+expect "omnikv: G above 8" 2 'omnikv_select: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "omnikv_select Hq=72 Hkv=8"
 expect "omnikv: unsupported D" 2 'omnikv_select: D=96 is not one of \{64, 128\}' -- check --cases "$cases" "omnikv_select D=96"
-expect "hybrid: G not served" 2 'hybrid_score: G = Hq/Hkv = 24/8 = 3 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=24"
+expect "hybrid: G above 8" 2 'hybrid_score: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "hybrid_score Hq=72"
 expect "quest: budget below a page" 2 'quest_score: budget=8 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=8"
 expect "quest: budget above the context" 2 'quest_score: budget=40000 tokens out of range \[P = 16, L = 32768\]' -- check --cases "$cases" "quest_score budget=40000"
 expect "quest: P = 0" 2 'quest_score: P=0 out of range \[1, 4096\]' -- check --cases "$cases" "quest_score P=0"
@@ -170,10 +170,13 @@ expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compar
 expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$tmp/c.json"
 expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- compare "$tmp/base.json" "$tmp/same.json" --frobnicate 1
 
-# GQA groups a kernel does not support are refused before anything runs, naming the allowed set
-expect "omnikv_select G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8"
-expect "hybrid_score G=7 refused" 2 'G = Hq/Hkv = 56/8 = 7 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "hybrid_score Hq=56 Hkv=8"
-expect "quest_score G=5 refused" 2 'G = Hq/Hkv = 40/8 = 5 is not one of \{1, 2, 4, 8\}' -- check --cases "$cases" "quest_score Hq=40 Hkv=8"
+# every GQA group G in [1, 8] is accepted (G = 3, 5, 6, 7 included); G = 9 is refused before anything runs
+expect "omnikv_select G=5 accepted" 0 ' 0 failed' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8 L=100 k=10"
+expect "hybrid_score G=7 accepted" 0 ' 0 failed' -- check --cases "$cases" "hybrid_score Hq=28 Hkv=4 L=100 P=4 r=8 k=10"
+expect "quest_score G=3 accepted" 0 ' 0 failed' -- check --cases "$cases" "quest_score Hq=24 Hkv=8 L=100 P=4 budget=16"
+expect "rocketkv_decode G=6 accepted" 0 ' 0 failed' -- check --cases "$cases" "rocketkv_decode Hq=12 Hkv=2 D=64 Lmax=300 T=64 M=8"
+expect "quest_score G=9 refused" 2 'quest_score: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "quest_score Hq=72 Hkv=8"
+expect "rocketkv_decode G=9 refused" 2 'rocketkv_step: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "rocketkv_decode Hq=72 Hkv=8"
 
 # --determinism is an option of check (without a GPU the case is skipped, and nothing is compared)
 expect "check --determinism accepted" 0 '0 failed, 1 skipped' -- check --determinism --cases "$cases" "topk rows=1 n=1 k=1"

@@ -74,10 +74,10 @@ static void test_hybrid_api_refusals(void **state)
                                   FAKE(int32_t), NULL, ws, big, 0), KVB_EINVAL);
     assert_error_mentions("hybrid_score: P=0 out of range [1, 4096]");
     s = llama(32768, 3);
-    s.Hq = 24;
+    s.Hq = 72;
     assert_int_equal(hybrid_score(FAKE(kvb_bf16), FAKE(kvb_bf16), FAKE(kvb_bf16), &s, 81, 1024, FAKE(float),
                                   FAKE(int32_t), NULL, ws, big, 0), KVB_EINVAL);
-    assert_error_mentions("G = Hq/Hkv = 24/8 = 3 is not one of {1, 2, 4, 8}");
+    assert_error_mentions("hybrid_score: G = Hq/Hkv = 72/8 = 9 out of range [1, 8]");
     s = llama(32768, 3);
     assert_int_equal(hybrid_score(FAKE(kvb_bf16), FAKE(kvb_bf16), FAKE(kvb_bf16), &s, 81, 1024, FAKE(float),
                                   FAKE(int32_t), NULL, NULL, 0, 0), KVB_EINVAL);

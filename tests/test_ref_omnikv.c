@@ -3,9 +3,10 @@
  * the max over heads, then: token t is selected when fewer than k tokens beat it, a larger score or an
  * equal one at a lower index):
  *   - a hand-computed instance (scores, magnitudes and the selection);
- *   - GQA: query head h reads KV head h / G, and the max runs over all Hq heads of the sequence;
+ *   - GQA: query head h reads KV head h / G, and the max runs over all Hq heads of the sequence (G = 2
+ *     and G = 7, Qwen2-7B's group);
  *   - ties go to the lower index; tokens past len[b] are never selected and score -inf;
- *   - random inputs at G = 1, 2, 4, 8 and D = 64, 128 against the brute force;
+ *   - random inputs at every G in [1, 8] and D = 64, 128 against the brute force;
  *   - every refusal names the parameter, its value and the range;
  *   - the layer roles of a 32-layer model, written out from the spec, and their counts (5, 3, 24). */
 #include <math.h>
@@ -92,6 +93,35 @@ static void test_gqa_head_mapping(void **state)
     assert_true(sc[1] == 0.0f);
     assert_true(sc[2] == (float)(4.0 / sqrt(128.0)));
     assert_int_equal(idx[0], 2);
+    free(q), free(K);
+}
+
+static void test_gqa_head_mapping_group_of_seven(void **state)
+{
+    (void)state;
+    /* Hq=14, Hkv=2 (G=7), D=64, L=4: query heads 0..6 read KV head 0, 7..13 KV head 1. Only heads 6 (the
+     * last of group 0) and 7 (the first of group 1) are nonzero, on channel 3 (= 1) and 9 (= 2). KV head 0
+     * holds 8 at token 0 on channel 3 and KV head 1 holds 8 at token 1 on channel 9; each KV head also
+     * holds 100 at token 2 on the other head's channel, which its own group's nonzero head never reads.
+     * Scores (x 1/8): t0 = 8, t1 = 16, t2 = t3 = 0. */
+    omnikv_layout s = {1, 14, 2, 64, 4};
+    kvb_bf16 *q, *K;
+    alloc_inputs(&s, &q, &K);
+    qat(q, &s, 0, 6)[3] = bf(1);
+    qat(q, &s, 0, 7)[9] = bf(2);
+    kat(K, &s, 0, 0, 0)[3] = bf(8);
+    kat(K, &s, 0, 1, 1)[9] = bf(8);
+    kat(K, &s, 0, 0, 2)[9] = bf(100);
+    kat(K, &s, 0, 1, 2)[3] = bf(100);
+    float sc[4];
+    int32_t idx[2], len[1] = {4};
+    assert_int_equal(ref_omnikv_select(q, K, len, &s, 2, sc, idx, NULL, NULL), KVB_OK);
+    assert_true(sc[0] == 1.0f);
+    assert_true(sc[1] == 2.0f);
+    assert_true(sc[2] == 0.0f);
+    assert_true(sc[3] == 0.0f);
+    assert_int_equal(idx[0], 0);
+    assert_int_equal(idx[1], 1);
     free(q), free(K);
 }
 
@@ -187,6 +217,11 @@ static void test_random_against_brute_force(void **state)
     check_random(2, 32, 8, 128, 40, 1, 3);   /* G = 4, k = 1 */
     check_random(4, 16, 2, 64, 70, 20, 4);   /* G = 8 */
     check_random(1, 8, 1, 64, 1, 1, 5);      /* L = 1 */
+    check_random(3, 24, 8, 64, 30, 5, 6);    /* G = 3 */
+    check_random(2, 5, 1, 128, 20, 3, 7);    /* G = 5 */
+    check_random(2, 12, 2, 64, 40, 40, 8);   /* G = 6, k = L on sequence 0 */
+    check_random(2, 28, 4, 128, 45, 9, 9);   /* G = 7: Qwen2-7B's heads */
+    check_random(3, 14, 2, 64, 33, 1, 10);   /* G = 7, k = 1 */
 }
 
 /* ---- refusals ---- */
@@ -208,12 +243,16 @@ static void test_refusals(void **state)
     len[1] = 101;
     assert_int_equal(omnikv_select_check(&s, len, 1, "who"), KVB_EINVAL);
     assert_error_mentions("who: len[1]=101 out of range [1, L = 100]");
-    s.Hq = 24;
+    for (int G = 1; G <= 8; G++) { /* every group size the kernel takes */
+        s.Hq = 8 * G;
+        assert_int_equal(omnikv_layout_check(&s, "who"), KVB_OK);
+    }
+    s.Hq = 72;
     assert_int_equal(omnikv_layout_check(&s, "who"), KVB_EINVAL);
-    assert_error_mentions("who: G = Hq/Hkv = 24/8 = 3 is not one of {1, 2, 4, 8}");
+    assert_error_mentions("who: G = Hq/Hkv = 72/8 = 9 out of range [1, 8]");
     s.Hq = 128;
     assert_int_equal(omnikv_layout_check(&s, "who"), KVB_EINVAL);
-    assert_error_mentions("G = Hq/Hkv = 128/8 = 16 is not one of {1, 2, 4, 8}");
+    assert_error_mentions("G = Hq/Hkv = 128/8 = 16 out of range [1, 8]");
     s.Hq = 12;
     assert_int_equal(omnikv_layout_check(&s, "who"), KVB_EINVAL);
     assert_error_mentions("who: Hq=12 is not a multiple of Hkv=8");
@@ -264,6 +303,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_example),
         cmocka_unit_test(test_gqa_head_mapping),
+        cmocka_unit_test(test_gqa_head_mapping_group_of_seven),
         cmocka_unit_test(test_ties_and_length_mask),
         cmocka_unit_test(test_random_against_brute_force),
         cmocka_unit_test(test_refusals),

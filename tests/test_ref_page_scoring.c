@@ -7,6 +7,9 @@
  *   - hybrid: a hand-computed instance of the formula; ties among channel scores go to the lower channel;
  *     sg == 0 reads kmin; with P = 1 and r = D it is the exact attention softmax summed over the group;
  *     the masses sum to G; a zero query weighs every token alike; k = L selects every page;
+ *   - GQA groups G in [1, 8] (Qwen2's G = 7, and 3, 5, 6): the attention and mass identities above; a
+ *     group of G copies of one query head scores as that head alone (hybrid: u x G, the same channels
+ *     and pages; Quest: the same scores and pages); Quest's score is the max of its heads' own scores;
  *   - Quest: a score bounds q . k of every key of its page from above; the last page is always listed;
  *   - every refusal names the parameter, its value and the range. */
 #include <math.h>
@@ -103,9 +106,13 @@ static void test_layout_refusals(void **state)
     s.cap = 340; /* enough, not a multiple of 8 */
     assert_int_equal(page_layout_check(&s, "t"), KVB_EINVAL);
     assert_error_mentions("cap=340 out of range", "a multiple of 8");
-    s = layout(1, 24, 8, 128, 1000, 3);
+    for (int G = 1; G <= 8; G++) { /* every group size the kernels take */
+        s = layout(1, 8 * G, 8, 128, 1000, 3);
+        assert_int_equal(page_layout_check(&s, "t"), KVB_OK);
+    }
+    s = layout(1, 72, 8, 128, 1000, 3);
     assert_int_equal(page_layout_check(&s, "t"), KVB_EINVAL);
-    assert_error_mentions("G = Hq/Hkv = 24/8 = 3 is not one of {1, 2, 4, 8}");
+    assert_error_mentions("t: G = Hq/Hkv = 72/8 = 9 out of range [1, 8]");
     s = layout(1, 32, 8, 100, 1000, 3);
     assert_int_equal(page_layout_check(&s, "t"), KVB_EINVAL);
     assert_error_mentions("D=100 out of range: a multiple of 8 in [8, 256]");
@@ -256,10 +263,9 @@ static void test_hybrid_ties_and_zero_sign(void **state)
 
 /* P = 1, r = D: kmin = kmax = K, tau = sqrt(D), so z is the attention logit q . k / sqrt(D) and u[j] is the
  * sum over the group's heads of the exact attention probabilities of token j. */
-static void test_hybrid_is_attention_at_page_one(void **state)
+static void check_hybrid_attention_at_page_one(int G)
 {
-    (void)state;
-    const int B = 2, Hkv = 2, G = 4, D = 32, L = 37;
+    const int B = 2, Hkv = 2, D = 32, L = 37;
     page_layout s = layout(B, G * Hkv, Hkv, D, L, 1);
     kvb_bf16 *q = malloc(2 * B * G * Hkv * D), *K = malloc(2 * B * Hkv * L * D);
     fill_normal(q, B * G * Hkv * D, 1);
@@ -289,12 +295,17 @@ static void test_hybrid_is_attention_at_page_one(void **state)
     free(q), free(K), free(mn), free(mx), free(u), free(ch);
 }
 
-/* Random metadata: per KV head sum_j n_j u[j] = G; k = L lists every page; a zero query gives every
- * token the same mass, u[j] = G / L. */
-static void test_hybrid_mass_and_edges(void **state)
+static void test_hybrid_is_attention_at_page_one(void **state)
 {
     (void)state;
-    const int B = 2, Hkv = 3, G = 2, D = 24, L = 29, P = 4, n = 8;
+    check_hybrid_attention_at_page_one(4);
+}
+
+/* Random metadata: per KV head sum_j n_j u[j] = G; k = L lists every page; a zero query gives every
+ * token the same mass, u[j] = G / L. */
+static void check_hybrid_mass_and_edges(int G)
+{
+    const int B = 2, Hkv = 3, D = 24, L = 29, P = 4, n = 8;
     page_layout s = layout(B, G * Hkv, Hkv, D, L, P);
     kvb_bf16 *q = malloc(2 * B * G * Hkv * D), *mn = malloc(2 * meta_n(&s)), *mx = malloc(2 * meta_n(&s));
     fill_normal(q, B * G * Hkv * D, 7);
@@ -313,6 +324,52 @@ static void test_hybrid_mass_and_edges(void **state)
     assert_int_equal(ref_hybrid_score(q, mn, mx, &s, 7, 8, u, NULL, NULL), KVB_OK);
     for (int i = 0; i < B * Hkv * n; i++) assert_true(fabs(u[i] - (double)G / L) < 1e-7);
     free(q), free(mn), free(mx);
+}
+
+static void test_hybrid_mass_and_edges(void **state)
+{
+    (void)state;
+    check_hybrid_mass_and_edges(2);
+}
+
+/* G outside {1, 2, 4, 8}: the identities above at G = 3, 5, 6, 7 (Qwen2-7B: 28 query heads on 4 KV heads). */
+static void test_hybrid_identities_at_odd_groups(void **state)
+{
+    (void)state;
+    const int groups[] = {3, 5, 6, 7};
+    for (int i = 0; i < 4; i++) {
+        check_hybrid_attention_at_page_one(groups[i]);
+        check_hybrid_mass_and_edges(groups[i]);
+    }
+}
+
+/* q of each KV head's group repeated (the same query row in each of its G heads): a = G |q|, sg = G q
+ * and every tau_h, z_h and lse_h are the single head's, so the channels and pages are those of the group
+ * of one (G = 1, the same metadata) and u = G times its u (each rounded once to fp32: within a few ulp). */
+static void test_hybrid_repeated_heads_are_one_head(void **state)
+{
+    (void)state;
+    const int B = 2, Hkv = 4, D = 32, L = 100, P = 3, r = 9, k = 20, n = 34, n_sel = 7;
+    page_layout s1 = layout(B, Hkv, Hkv, D, L, P);
+    kvb_bf16 *q1 = malloc(2 * B * Hkv * D), *mn = malloc(2 * meta_n(&s1)), *mx = malloc(2 * meta_n(&s1));
+    fill_normal(q1, B * Hkv * D, 21);
+    fill_normal(mn, meta_n(&s1), 22);
+    for (int64_t i = 0; i < meta_n(&s1); i++) mx[i] = bf(kvb_bf16_to_double(mn[i]) + 0.5);
+    float u1[2 * 4 * 34], uG[2 * 4 * 34];
+    int32_t p1[2 * 4 * 7], pG[2 * 4 * 7], c1[2 * 4 * 9], cG[2 * 4 * 9];
+    assert_int_equal(ref_hybrid_score(q1, mn, mx, &s1, r, k, u1, p1, c1), KVB_OK);
+    for (int G = 2; G <= 8; G++) {
+        page_layout sG = layout(B, G * Hkv, Hkv, D, L, P);
+        kvb_bf16 *qG = malloc(2 * B * G * Hkv * D);
+        for (int bh = 0; bh < B * Hkv; bh++)
+            for (int h = 0; h < G; h++) memcpy(qG + (bh * G + h) * D, q1 + bh * D, 2 * D);
+        assert_int_equal(ref_hybrid_score(qG, mn, mx, &sG, r, k, uG, pG, cG), KVB_OK);
+        assert_memory_equal(cG, c1, sizeof c1);
+        assert_memory_equal(pG, p1, sizeof(int32_t) * B * Hkv * n_sel);
+        for (int i = 0; i < B * Hkv * n; i++) assert_true(fabs(uG[i] - (double)G * u1[i]) <= 1e-6 * G * u1[i]);
+        free(qG);
+    }
+    free(q1), free(mn), free(mx);
 }
 
 static void test_hybrid_refusals(void **state)
@@ -343,10 +400,9 @@ static void test_hybrid_refusals(void **state)
 
 /* Every page score bounds q . k of every key of the page, for every head of the group, from above; and
  * for a page of one token it is exactly max_h q . k. The last page is always listed. */
-static void test_quest_bounds_and_last_page(void **state)
+static void check_quest_bounds_and_last_page(int G)
 {
-    (void)state;
-    const int B = 2, Hkv = 2, G = 4, D = 16, L = 45, P = 4, n = 12, budget = 20;
+    const int B = 2, Hkv = 2, D = 16, L = 45, P = 4, n = 12, budget = 20;
     page_layout s = layout(B, G * Hkv, Hkv, D, L, P);
     kvb_bf16 *q = malloc(2 * B * G * Hkv * D), *K = malloc(2 * B * Hkv * L * D);
     fill_normal(q, B * G * Hkv * D, 11);
@@ -389,6 +445,51 @@ static void test_quest_bounds_and_last_page(void **state)
     free(q), free(K), free(mn), free(mx);
 }
 
+static void test_quest_bounds_and_last_page(void **state)
+{
+    (void)state;
+    check_quest_bounds_and_last_page(4);
+    check_quest_bounds_and_last_page(7);
+}
+
+/* Quest's score of a group is the max over its heads of each head's own score (G = 1 on the same
+ * metadata, with that head's query), bit for bit (both round the same doubles once), at every G in
+ * [2, 8]; and a group of G copies of one head scores and selects as that head alone. */
+static void test_quest_group_is_max_of_its_heads(void **state)
+{
+    (void)state;
+    const int B = 2, Hkv = 3, D = 24, L = 70, P = 4, n = 18, budget = 24, n_sel = 6;
+    page_layout s1 = layout(B, Hkv, Hkv, D, L, P);
+    kvb_bf16 *mn = malloc(2 * meta_n(&s1)), *mx = malloc(2 * meta_n(&s1)), *q1 = malloc(2 * B * Hkv * D);
+    fill_normal(mn, meta_n(&s1), 31);
+    for (int64_t i = 0; i < meta_n(&s1); i++) mx[i] = bf(kvb_bf16_to_double(mn[i]) + 0.5);
+    float scG[2 * 3 * 18], sc1[2 * 3 * 18], best[2 * 3 * 18];
+    int32_t pG[2 * 3 * 6], p1[2 * 3 * 6];
+    for (int G = 2; G <= 8; G++) {
+        page_layout sG = layout(B, G * Hkv, Hkv, D, L, P);
+        kvb_bf16 *qG = malloc(2 * B * G * Hkv * D);
+        fill_normal(qG, B * G * Hkv * D, 32 + G);
+        assert_int_equal(ref_quest_score(qG, mn, mx, &sG, budget, scG, pG), KVB_OK);
+        for (int i = 0; i < B * Hkv * n; i++) best[i] = -INFINITY;
+        for (int h = 0; h < G; h++) {
+            for (int bh = 0; bh < B * Hkv; bh++) memcpy(q1 + bh * D, qG + (bh * G + h) * D, 2 * D);
+            assert_int_equal(ref_quest_score(q1, mn, mx, &s1, budget, sc1, NULL), KVB_OK);
+            for (int i = 0; i < B * Hkv * n; i++) best[i] = fmaxf(best[i], sc1[i]);
+        }
+        assert_memory_equal(scG, best, sizeof best);
+        /* repeated heads: head 0's query in all G */
+        for (int bh = 0; bh < B * Hkv; bh++)
+            for (int h = 0; h < G; h++) memcpy(qG + (bh * G + h) * D, qG + bh * G * D, 2 * D);
+        for (int bh = 0; bh < B * Hkv; bh++) memcpy(q1 + bh * D, qG + bh * G * D, 2 * D);
+        assert_int_equal(ref_quest_score(qG, mn, mx, &sG, budget, scG, pG), KVB_OK);
+        assert_int_equal(ref_quest_score(q1, mn, mx, &s1, budget, sc1, p1), KVB_OK);
+        assert_memory_equal(scG, sc1, sizeof sc1);
+        assert_memory_equal(pG, p1, sizeof(int32_t) * B * Hkv * n_sel);
+        free(qG);
+    }
+    free(mn), free(mx), free(q1);
+}
+
 /* Quest by hand: G = 1, D = 8, q = (2, -1, 0, ...): o_j = 2 kmax[0][j] - kmin[1][j]. */
 static void test_quest_by_hand(void **state)
 {
@@ -424,8 +525,11 @@ int main(void)
         cmocka_unit_test(test_hybrid_ties_and_zero_sign),
         cmocka_unit_test(test_hybrid_is_attention_at_page_one),
         cmocka_unit_test(test_hybrid_mass_and_edges),
+        cmocka_unit_test(test_hybrid_identities_at_odd_groups),
+        cmocka_unit_test(test_hybrid_repeated_heads_are_one_head),
         cmocka_unit_test(test_hybrid_refusals),
         cmocka_unit_test(test_quest_bounds_and_last_page),
+        cmocka_unit_test(test_quest_group_is_max_of_its_heads),
         cmocka_unit_test(test_quest_by_hand),
     };
     return cmocka_run_group_tests_name("reference page scoring", tests, NULL, NULL);

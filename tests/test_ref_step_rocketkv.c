@@ -4,6 +4,9 @@
  *   - with every page chosen (k = t + 1) its output is dense decode over t + 1 tokens, bit for bit;
  *   - with fewer pages, its output is the sparse attention over the pages its own scoring chose, and
  *     those pages are the top ceil(k / P) of u;
+ *   - both at GQA groups outside {1, 2, 4, 8} too (G = 3, and 7: Qwen2-7B's 28 query heads on 4 KV
+ *     heads); and a group of G copies of one query head decodes as that head alone (G = 1): the same
+ *     cache, metadata and pages, u times G, and each copy's output row bit for bit the single head's;
  *   - every refusal (P = 0, r outside [1, D], k = 0, a budget above the context, t outside the cache,
  *     metadata shorter than the cache) names the parameter, its value and the range. */
 #include <math.h>
@@ -109,33 +112,41 @@ static void test_writes_row_t_and_page_t_over_P(void **st)
     release(&s);
 }
 
-static void test_every_page_is_dense_decode(void **st)
+/* B = 2 sequences, G query heads on Hkv KV heads */
+static void check_every_page_is_dense_decode(int G, int Hkv)
 {
-    (void)st;
     state s;
-    make(&s, 2, 8, 1, 50, 32, 3, 20, 33); /* t = 32 starts page 10 (partial: one token); k = t + 1 */
+    make(&s, 2, G, Hkv, 50, 32, 3, 20, 33); /* t = 32 starts page 10 (partial: one token); k = t + 1 */
     assert_int_equal(step(&s), KVB_OK);
-    const decode_layout d = {2, 8, 1, 64, 50};
+    const decode_layout d = {2, G * Hkv, Hkv, 64, 50};
     int32_t len[2] = {33, 33};
-    kvb_bf16 dense[2 * 8 * 64];
+    kvb_bf16 *dense = malloc(sizeof(kvb_bf16) * 2 * G * Hkv * 64);
     assert_int_equal(ref_decode_attn(s.q, s.K, s.V, len, dense, &d, NULL), KVB_OK);
-    for (int i = 0; i < 2 * 8 * 64; i++) assert_int_equal(s.o[i], dense[i]);
-    for (int i = 0; i < 2 * s.n_sel; i++) assert_int_equal(s.pages[i], i % s.n_sel); /* all 11 pages, ascending */
+    for (int i = 0; i < 2 * G * Hkv * 64; i++) assert_int_equal(s.o[i], dense[i]);
+    for (int i = 0; i < 2 * Hkv * s.n_sel; i++) assert_int_equal(s.pages[i], i % s.n_sel); /* all 11 pages, ascending */
+    free(dense);
     release(&s);
 }
 
-static void test_sparse_over_its_own_top_pages(void **st)
+static void test_every_page_is_dense_decode(void **st)
 {
     (void)st;
+    check_every_page_is_dense_decode(8, 1);
+}
+
+/* B = 1 sequence, G query heads on Hkv KV heads */
+static void check_sparse_over_its_own_top_pages(int G, int Hkv)
+{
     state s;
-    make(&s, 1, 2, 2, 64, 47, 4, 8, 10); /* ceil(10 / 4) = 3 of 12 pages */
+    make(&s, 1, G, Hkv, 64, 47, 4, 8, 10); /* ceil(10 / 4) = 3 of 12 pages */
     assert_int_equal(step(&s), KVB_OK);
-    sparse_layout att = {{1, 4, 2, 64, 64}, s.n_sel, 4};
+    sparse_layout att = {{1, G * Hkv, Hkv, 64, 64}, s.n_sel, 4};
     int32_t len[1] = {48}, cnt[1] = {s.n_sel};
-    kvb_bf16 sparse[4 * 64];
+    kvb_bf16 *sparse = malloc(sizeof(kvb_bf16) * G * Hkv * 64);
     assert_int_equal(ref_sparse_attn_pages(s.q, s.K, s.V, len, s.pages, cnt, sparse, &att, NULL), KVB_OK);
-    for (int i = 0; i < 4 * 64; i++) assert_int_equal(s.o[i], sparse[i]);
-    for (int h = 0; h < 2; h++) { /* ascending, and no page outside the list scores above one inside */
+    for (int i = 0; i < G * Hkv * 64; i++) assert_int_equal(s.o[i], sparse[i]);
+    free(sparse);
+    for (int h = 0; h < Hkv; h++) { /* ascending, and no page outside the list scores above one inside */
         const int32_t *p = s.pages + h * s.n_sel;
         const float *u = s.u + h * s.npg;
         float lowest = INFINITY;
@@ -150,6 +161,50 @@ static void test_sparse_over_its_own_top_pages(void **st)
         }
     }
     release(&s);
+}
+
+static void test_sparse_over_its_own_top_pages(void **st)
+{
+    (void)st;
+    check_sparse_over_its_own_top_pages(2, 2);
+}
+
+/* The two properties above at G = 3 and G = 7 (Qwen2-7B: Hq = 28, Hkv = 4). */
+static void test_odd_gqa_groups(void **st)
+{
+    (void)st;
+    check_every_page_is_dense_decode(7, 2);
+    check_every_page_is_dense_decode(3, 4);
+    check_sparse_over_its_own_top_pages(7, 4);
+    check_sparse_over_its_own_top_pages(3, 2);
+}
+
+/* Each KV head's G query heads all carry the query of the single-head step (G = 1, the same cache and
+ * new rows): the channel scores, signs and tau are G times / equal to the single head's, so the same
+ * pages are chosen, u is G times the single head's (within a few fp32 ulp), and each of the G output
+ * rows is the single head's row, bit for bit. */
+static void test_repeated_heads_are_one_head(void **st)
+{
+    (void)st;
+    const int B = 2, Hkv = 4, G = 7;
+    state one, grp;
+    make(&one, B, 1, Hkv, 64, 47, 4, 8, 10);
+    make(&grp, B, G, Hkv, 64, 47, 4, 8, 10);
+    for (int bh = 0; bh < B * Hkv; bh++)
+        for (int h = 0; h < G; h++) memcpy(grp.q + ((int64_t)bh * G + h) * 64, one.q + (int64_t)bh * 64, sizeof(kvb_bf16) * 64);
+    assert_int_equal(step(&one), KVB_OK);
+    assert_int_equal(step(&grp), KVB_OK);
+    const int64_t kv = (int64_t)B * Hkv * 64 * 64, meta = (int64_t)B * Hkv * 64 * one.sh.cap_pages;
+    assert_memory_equal(grp.K, one.K, sizeof(kvb_bf16) * kv), assert_memory_equal(grp.V, one.V, sizeof(kvb_bf16) * kv);
+    assert_memory_equal(grp.kmin, one.kmin, sizeof(kvb_bf16) * meta);
+    assert_memory_equal(grp.kmax, one.kmax, sizeof(kvb_bf16) * meta);
+    assert_memory_equal(grp.pages, one.pages, sizeof(int32_t) * B * Hkv * one.n_sel);
+    for (int i = 0; i < B * Hkv * one.npg; i++) assert_true(fabs(grp.u[i] - (double)G * one.u[i]) <= 1e-6 * G * one.u[i]);
+    for (int bh = 0; bh < B * Hkv; bh++)
+        for (int h = 0; h < G; h++)
+            assert_memory_equal(grp.o + ((int64_t)bh * G + h) * 64, one.o + (int64_t)bh * 64, sizeof(kvb_bf16) * 64);
+    release(&one);
+    release(&grp);
 }
 
 static void test_refusals(void **st)
@@ -179,9 +234,13 @@ static void test_refusals(void **st)
     s = ok, s.cap_pages = 4248; /* ceil(12765 / 3) = 4255 pages: metadata shorter than the cache */
     assert_int_equal(rocketkv_shape_check(&s), KVB_EINVAL);
     assert_error_mentions("cap=4248 out of range", "4255");
-    s = ok, s.Hq = 24;
+    for (int G = 1; G <= 8; G++) { /* every GQA group the stages take */
+        s = ok, s.Hq = 8 * G;
+        assert_int_equal(rocketkv_shape_check(&s), KVB_OK);
+    }
+    s = ok, s.Hq = 72;
     assert_int_equal(rocketkv_shape_check(&s), KVB_EINVAL);
-    assert_error_mentions("rocketkv_step");
+    assert_error_mentions("rocketkv_step: Hq=72 out of range [8, 64]");
     s = ok, s.cap_tokens = 0;
     assert_int_equal(rocketkv_shape_check(&s), KVB_EINVAL);
     assert_error_mentions("rocketkv_step: C=0 out of range [1, 1048576]");
@@ -193,6 +252,8 @@ int main(void)
         cmocka_unit_test(test_writes_row_t_and_page_t_over_P),
         cmocka_unit_test(test_every_page_is_dense_decode),
         cmocka_unit_test(test_sparse_over_its_own_top_pages),
+        cmocka_unit_test(test_odd_gqa_groups),
+        cmocka_unit_test(test_repeated_heads_are_one_head),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests_name("ref step_rocketkv", tests, NULL, NULL);

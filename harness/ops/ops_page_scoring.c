@@ -50,7 +50,7 @@
 
 #define K_B {"B", KVB_P_INT, 1, 1, PAGE_MAX_B, NULL, "batch"}
 #define K_HQ {"Hq", KVB_P_INT, 32, 1, 1024, NULL, "query heads"}
-#define K_HKV {"Hkv", KVB_P_INT, 8, 1, PAGE_MAX_HKV, NULL, "KV heads (Hq = G * Hkv, G in {1, 2, 4, 8})"}
+#define K_HKV {"Hkv", KVB_P_INT, 8, 1, PAGE_MAX_HKV, NULL, "KV heads (Hq = G * Hkv, G in [1, 8])"}
 #define K_D {"D", KVB_P_INT, 128, 1, PAGE_MAX_D, NULL, "head dimension (a multiple of 8)"}
 #define K_L {"L", KVB_P_INT, 32768, 1, PAGE_MAX_L, NULL, "tokens in the cache"}
 #define K_CAP {"cap", KVB_P_INT, 0, 0, PAGE_MAX_PAGES + 8, NULL, "metadata capacity in pages (row stride); 0: ceil(L/P) rounded up to 8"}

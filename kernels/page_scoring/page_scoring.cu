@@ -665,8 +665,12 @@ extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_b
     switch (s->Hq / s->Hkv) {
     case 1: rc = launch_hybrid<1>(a, heads, stream); break;
     case 2: rc = launch_hybrid<2>(a, heads, stream); break;
+    case 3: rc = launch_hybrid<3>(a, heads, stream); break;
     case 4: rc = launch_hybrid<4>(a, heads, stream); break;
-    default: rc = launch_hybrid<8>(a, heads, stream); break; // page_layout_check: G in {1, 2, 4, 8}
+    case 5: rc = launch_hybrid<5>(a, heads, stream); break;
+    case 6: rc = launch_hybrid<6>(a, heads, stream); break;
+    case 7: rc = launch_hybrid<7>(a, heads, stream); break;
+    default: rc = launch_hybrid<8>(a, heads, stream); break; // page_layout_check: G in [1, 8]
     }
     if (rc || !pages) return rc;
     const int n_sel = hybrid_selected_pages(k, s->P);
@@ -698,7 +702,11 @@ extern "C" int quest_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf
     switch (s->Hq / s->Hkv) {
     case 1: rc = launch_quest<1>(a, heads, stream); break;
     case 2: rc = launch_quest<2>(a, heads, stream); break;
+    case 3: rc = launch_quest<3>(a, heads, stream); break;
     case 4: rc = launch_quest<4>(a, heads, stream); break;
+    case 5: rc = launch_quest<5>(a, heads, stream); break;
+    case 6: rc = launch_quest<6>(a, heads, stream); break;
+    case 7: rc = launch_quest<7>(a, heads, stream); break;
     default: rc = launch_quest<8>(a, heads, stream); break;
     }
     if (rc || !pages) return rc;
