@@ -70,17 +70,20 @@ TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
-$(OBJ)/%.o: %.c $(HEADERS)
+# -MMD -MP: each object's header dependencies, as the compiler saw them, in a .d beside it
+$(OBJ)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(OBJ)/%.o: %.cc harness/core/gbench_shim.h
+$(OBJ)/%.o: %.cc
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
-$(OBJ)/%.o: %.cu $(HEADERS)
+$(OBJ)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
 
 # One shared library holds the references, the harness and every kernel (the device code is
 # stored once, not in every test program); binaries find it through rpath $ORIGIN/../lib.
@@ -106,10 +109,6 @@ $(BUILD)/bin/test_%: $(OBJ)/tests/test_%.o $(OBJ)/tests/testlib.o $(KVBLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(filter %.o,$^) -o $@ -L$(BUILD)/lib -lkvbench -lcmocka $(LDLIBS)
 
-# testlib runs cases through harness/op.h's kvb_run: it is rebuilt with the headers like every object
-$(OBJ)/tests/testlib.o: tests/testlib.c tests/testlib.h $(HEADERS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
 
 # ---- running ----
 TIER   ?=
