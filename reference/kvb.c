@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char kvb_error_message[512];
+static _Thread_local char kvb_error_message[4096]; /* room for a list of every kernel or key */
 
 int kvb_fail(int code, const char *fmt, ...)
 {

@@ -3,10 +3,14 @@
 # value and the allowed range, a non-zero exit, and nothing runs. Ends with "cli: N passed, N failed".
 set -u
 kvbench=${1:-build/bin/kvbench}
+case $kvbench in /*) ;; *) kvbench=$(pwd)/$kvbench ;; esac # the tests below also run from elsewhere
 cases=${KVB_CASES:-cases}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
+
+ok() { passed=$((passed + 1)); echo "[       OK ] cli: $1"; }
+fail() { failed=$((failed + 1)); echo "[  FAILED  ] cli: $1"; }
 
 # expect NAME WANT_STATUS PATTERN -- ARGS...: run kvbench ARGS, check the exit status, that the
 # output matches PATTERN, and that no case ran (no PASS/FAIL/SKIP line) when the status is 2.
@@ -91,8 +95,19 @@ expect "quest: P = 0" 2 'quest_score: P=0 out of range \[1, 4096\]' -- check --c
 expect "hybrid with B*Hkv = 65792 accepted" 0 '^none +hybrid_score B=257 Hq=256 Hkv=256 D=8 L=8 ' -- list --cases "$cases" "hybrid_score B=257 Hq=256 Hkv=256 D=8 L=8 P=2 r=3 k=4"
 expect "list shows the gather_copy cases" 0 '^check +gather_copy B=2 Hkv=8 M=256 c=8 D=128' -- list --cases "$cases" gather_copy
 expect "list by tier" 0 '^smoke +packed_load' -- list --cases "$cases" --tier smoke
-expect "smoke tier runs (references on a CPU-only machine)" 0 '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
-expect "check --json and --dump write files" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --json "$tmp/c.json" --dump "$tmp/dump"
+# exit status 3 when nothing was measured: every case skipped for want of a device (a CPU-only machine
+# runs the references and their invariants); 0 where a GPU ran them. The probe says which machine this is.
+"$kvbench" check --cases "$cases" "topk rows=1 n=1 k=1" >"$tmp/probe.log" 2>&1
+ran=$?
+if [ $ran -eq 0 ] || { [ $ran -eq 3 ] && grep -q '^0 passed, 0 failed, 1 skipped' "$tmp/probe.log" &&
+    grep -q 'nothing was measured' "$tmp/probe.log"; }; then
+    ok "one case: exit 0 on a GPU, 3 (nothing measured) without (here: $ran)"
+else
+    fail "one case: exit 0 on a GPU, 3 (nothing measured) without (exit $ran)"
+    sed 's/^/    /' "$tmp/probe.log" | head -n 10
+fi
+expect "smoke tier runs (references on a CPU-only machine)" "$ran" '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- check --cases "$cases" --tier smoke
+expect "check --json and --dump write files" "$ran" 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --json "$tmp/c.json" --dump "$tmp/dump"
 if grep -q '"status": ' "$tmp/c.json" 2>/dev/null && ls "$tmp"/dump/*/new_ids.npy >/dev/null 2>&1; then
     passed=$((passed + 1)); echo "[       OK ] cli: json and npy files exist"
 else
@@ -115,7 +130,7 @@ else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: dumps hold computed data only (mask, meta.json, no reference for U)"
 fi
 # tolerance overrides are not part of the id, but the reproduce line, the JSON and the list carry them
-expect "check --json with a tolerance override" 0 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
+expect "check --json with a tolerance override" "$ran" 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
 if grep -q '"reproduce": "index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5 rtol=0.125"' "$tmp/o.json" && grep -q '"overridden": true' "$tmp/o.json"; then
     passed=$((passed + 1)); echo "[       OK ] cli: overrides in the JSON's reproduce line"
 else
@@ -164,7 +179,7 @@ expect "compare passes within the threshold" 0 '^same .* x B=1' -- compare "$tmp
 expect "compare --threshold before the files" 0 'threshold 20.0%' -- compare --threshold 20 "$tmp/base.json" "$tmp/slow.json"
 expect "compare --threshold after the files" 0 'threshold 20.0%' -- compare "$tmp/base.json" "$tmp/slow.json" --threshold 20
 expect "compare fails on a missing case" 1 '^MISSING .* y B=2' -- compare "$tmp/base.json" "$tmp/missing.json"
-expect "compare --subset leaves out what NEW did not run" 0 '1 cases of BASE not in NEW, left out' -- compare --subset "$tmp/base.json" "$tmp/missing.json"
+expect "compare --subset leaves out what NEW did not run" 0 '1 case of BASE not in NEW, left out' -- compare --subset "$tmp/base.json" "$tmp/missing.json"
 expect "compare --subset still fails a regression" 1 '^SLOWER .* x B=1' -- compare "$tmp/base.json" "$tmp/slow.json" --subset
 expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compare "$tmp/base.json" "$cases/gather_copy.cases"
 expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- compare "$tmp/base.json" "$tmp/c.json"
@@ -179,16 +194,112 @@ expect "quest_score G=9 refused" 2 'quest_score: G = Hq/Hkv = 72/8 = 9 out of ra
 expect "rocketkv_decode G=9 refused" 2 'rocketkv_step: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "rocketkv_decode Hq=72 Hkv=8"
 
 # --determinism is an option of check (without a GPU the case is skipped, and nothing is compared)
-expect "check --determinism accepted" 0 '0 failed, 1 skipped' -- check --determinism --cases "$cases" "topk rows=1 n=1 k=1"
+expect "check --determinism accepted" "$ran" '0 failed, [01] skipped' -- check --determinism --cases "$cases" "topk rows=1 n=1 k=1"
 
 # the progress line: "check i/n, elapsed: id" on stderr when asked (a terminal, or KVB_PROGRESS=1);
 # off a terminal by default, so logs and pipes stay clean
-KVB_PROGRESS=1 expect "progress line when asked" 0 'check 1/1, [0-9]+ s: gather_copy' -- check --cases "$cases" "gather_copy B=1 M=8 ctx=1024"
+KVB_PROGRESS=1 expect "progress line when asked" "$ran" 'check 1/1, [0-9]+ s: gather_copy' -- check --cases "$cases" "gather_copy B=1 M=8 ctx=1024"
 out=$("$kvbench" check --cases "$cases" "gather_copy B=1 M=8 ctx=1024" 2>&1)
 if grep -qE 'check [0-9]+/[0-9]+' <<<"$out"; then
     failed=$((failed + 1)); echo "[  FAILED  ] cli: no progress line off a terminal"
 else
     passed=$((passed + 1)); echo "[       OK ] cli: no progress line off a terminal"
 fi
+
+# ---- the command line CI relies on: exit statuses, messages, result files ----
+expect "--version" 0 '^kvbench [^ ]+ \(CUDA ([0-9]+\.[0-9]+|not built)\)$' -- --version
+expect "help documents the exit statuses" 0 '130  interrupted by SIGINT' -- --help
+expect "list with a filter matching nothing" 2 "no case matches 'zzzz'" -- list --cases "$cases" zzzz
+expect "check with a filter matching nothing" 2 "no case matches 'zzzz'" -- check --cases "$cases" zzzz
+expect "a bare unknown kernel lists every kernel" 2 "unknown kernel 'zzzz'.*kernels: index_scan, .*, decode_step$" -- list --cases "$cases" zzzz
+expect "an unknown kernel in a case line lists every kernel" 2 "unknown kernel 'zzzz'; kernels: index_scan, .*, decode_step$" -- check --cases "$cases" "zzzz B=1"
+expect "one filter of two matching nothing" 2 "no case matches 'zzzz'" -- list --cases "$cases" topk zzzz
+expect "a filter whose cases are of another tier" 2 'no case of tier smoke matches .int2_native. \([0-9]+ cases of other tiers do: --tier all\)' -- check --cases "$cases" --tier smoke int2_native
+expect "an empty filter" 2 'argument 2 is an empty filter' -- check ""
+expect "a blank filter" 2 'argument 3 is an empty filter' -- check --determinism "   "
+expect "an argument that is not UTF-8" 2 'argument 2 is not valid UTF-8 \(byte 0xff at offset 4\)' -- check $'topk\xff'
+printf 'topk rows=1 n=1 k=1 tier=check # caf\xe9\n' >"$tmp/latin1.cases"
+expect "a case file line that is not UTF-8" 2 'latin1.cases:1: not valid UTF-8 \(byte 0xe9 at column 37\)' -- list --cases "$tmp/latin1.cases"
+printf 'topk rows=1 n=8 k=1 tier=check\rtopk rows=1 n=8 k=2 tier=check\r' >"$tmp/cr.cases"
+expect "CR-only line ends: every line read" 0 'k=2' -- list --cases "$tmp/cr.cases"
+expect "the same case twice runs once" "$ran" 'duplicate case .topk rows=1 n=1 k=1.*run once' -- check --cases "$cases" "topk rows=1 n=1 k=1" "topk k=1 n=1 rows=1"
+out=$("$kvbench" check --cases "$cases" "topk rows=1 n=1 k=1" "topk k=1 n=1 rows=1" 2>&1)
+if grep -qE '^0 passed, 0 failed, 1 skipped|^1 passed, 0 failed, 0 skipped' <<<"$out"; then ok "... and it ran once"; else fail "... and it ran once"; fi
+expect "decode_step: a key the method ignores" 2 'method=dense: budget=256 out of range \[2048, 2048\]: method=dense does not read budget' -- check --cases "$cases" "decode_step method=dense model=tiny B=1 ctx=10 budget=256"
+expect "ids print floats exactly" 0 ' hit=0.60000000001 ' -- list --cases "$cases" "gather_copy hit=0.60000000001"
+if [ "$ran" -eq 3 ]; then # nothing to measure here: said with exit status 3
+    expect "ceilings without a device" 3 'nothing measured' -- ceilings
+    expect "profile without a device" 3 'nothing was profiled' -- profile --cases "$cases" "topk rows=1 n=1 k=1"
+    expect "bench without a device" 3 'nothing was timed \(1 case selected\)' -- bench --cases "$cases" "topk rows=1 n=1 k=1"
+    expect "the reason names the missing driver or device" 3 'kvbench: no CUDA device(: no NVIDIA driver found \(libcuda.so.1 not loadable\)| found|: the NVIDIA driver supports|: built without the CUDA toolkit)' -- ceilings
+fi
+
+# where the cases are: beside the binary (a bundle's bin/../cases, the build tree's bin/../../cases), from
+# any directory; and when there are none, where it looked
+root=$(cd "$(dirname "$kvbench")/../.." && pwd)
+if [ -d "$root/cases" ]; then
+    out=$(cd / && env -u KVB_CASES "$kvbench" list topk 2>&1)
+    if [ $? -eq 0 ] && grep -qE '^[a-z]+ +topk ' <<<"$out"; then ok "list from / finds the cases beside the binary"
+    else fail "list from / finds the cases beside the binary"; printf '%s
+' "$out" | head -n 5; fi
+fi
+mkdir -p "$tmp/lone/bin"
+cp "$kvbench" "$tmp/lone/bin/kvbench"
+ln -s "$(cd "$(dirname "$kvbench")/../lib" && pwd)" "$tmp/lone/lib"
+out=$(cd "$tmp" && env -u KVB_CASES "$tmp/lone/bin/kvbench" list topk 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "no case directory: --cases not given, KVB_CASES not set, and none at $tmp/lone/bin/../cases, $tmp/lone/bin/../../cases, ./cases" <<<"$out"; then
+    ok "no case directory: the message names where it looked"
+else fail "no case directory: the message names where it looked (exit $rc)"; printf '%s\n' "$out" | head -n 5; fi
+ln -s "$(cd "$cases" && pwd)" "$tmp/lone/cases"
+out=$(cd / && env -u KVB_CASES "$tmp/lone/bin/kvbench" list topk 2>&1)
+if [ $? -eq 0 ] && grep -qE '^[a-z]+ +topk ' <<<"$out"; then ok "a bundle's bin/../cases"; else fail "a bundle's bin/../cases"; fi
+
+# result files: never over an input, replaced only when complete
+cp "$cases/select.cases" "$tmp/own.cases"
+expect "--json over the case file refused" 2 "--json $tmp/own.cases is the same file as --cases $tmp/own.cases" -- check --cases "$tmp/own.cases" --json "$tmp/own.cases"
+if cmp -s "$cases/select.cases" "$tmp/own.cases"; then ok "... and the case file is untouched"; else fail "... and the case file is untouched"; fi
+mkdir -p "$tmp/cdir" && cp "$cases/select.cases" "$tmp/cdir/"
+expect "--summary over a case file of --cases DIR refused" 2 'is the same file as the case file' -- bench --cases "$tmp/cdir" --summary "$tmp/cdir/select.cases"
+echo '{"peers": []}' >"$tmp/peers.json"
+expect "--json over --peers refused" 2 'is the same file as --peers' -- bench --cases "$cases" --peers "$tmp/peers.json" --json "$tmp/peers.json"
+expect "--peers a directory" 2 "is a directory" -- bench --cases "$cases" --peers "$tmp" topk
+expect "compare --json over BASE refused" 2 'is the same file as BASE' -- compare "$tmp/base.json" "$tmp/same.json" --json "$tmp/base.json"
+expect "compare a directory" 2 "kvbench compare: $tmp: is a directory, not a file" -- compare "$tmp/base.json" "$tmp"
+out=$("$kvbench" compare "$tmp/base.json" "$tmp/nope.json" 2>&1)
+if [ "$(grep -o "$tmp/nope.json" <<<"$out" | wc -l)" -eq 1 ]; then ok "compare names a missing file once"; else fail "compare names a missing file once"; echo "    $out"; fi
+expect "compare --threshold abc" 2 '--threshold abc is not a number' -- compare "$tmp/base.json" "$tmp/same.json" --threshold abc
+out=$(cat "$tmp/base.json" | "$kvbench" compare /dev/stdin "$tmp/same.json" 2>&1)
+if [ $? -eq 0 ] && grep -q '^same .* x B=1' <<<"$out"; then ok "compare reads BASE from /dev/stdin (a pipe)"; else fail "compare reads BASE from /dev/stdin (a pipe)"; fi
+out=$("$kvbench" compare <(cat "$tmp/base.json") <(cat "$tmp/slow.json") 2>&1)
+if [ $? -eq 1 ] && grep -q '^SLOWER .* x B=1' <<<"$out"; then ok "compare reads pipes"; else fail "compare reads pipes"; fi
+mk "$tmp/two.json" 100 1 ', {"name": "x B=1/manual_time", "median_us": 50, "noise_pct": 1, "samples": 100}'
+expect "compare: a case id twice" 2 "case 'x B=1' appears twice" -- compare "$tmp/two.json" "$tmp/same.json"
+printf '{"context": {"kvbench_git_revision": "a"}, "benchmarks": [{"name": "x B=1/manual_time", "median_us": 100, "noise_pct": 1, "samples": 2}]}\n' >"$tmp/few.json"
+expect "compare: fewer than 3 samples" 2 "case 'x B=1': samples=2 out of range \[3, 1e\+12\]" -- compare "$tmp/base.json" "$tmp/few.json"
+printf '{"context": {"kvbench_git_revision": "a"}, "benchmarks": [{"name": "x B=1/manual_time", "median_us": 1.7e308, "noise_pct": 1, "samples": 100}]}\n' >"$tmp/huge.json"
+expect "compare: a median out of range" 2 "median_us=1.7e\+308 out of range" -- compare "$tmp/base.json" "$tmp/huge.json"
+printf '{"context": {"kvbench_git_revision": "a"}, "benchmarks": [{"name": "x B=1/manual_time", "median_us": NaN, "noise_pct": 1, "samples": 100}]}\n' >"$tmp/nan.json"
+expect "compare: a NaN median" 2 "median_us=NaN is not a finite number" -- compare "$tmp/base.json" "$tmp/nan.json"
+printf '{"context": {"kvbench_git_revision": "a"}, "benchmarks": [{"name": "x B=1/manual_time", "median_us": 0x64, "noise_pct": 1, "samples": 100}]}\n' >"$tmp/hex.json"
+expect "compare: a hex number" 2 'malformed JSON at byte [0-9]+ \(line 1, column [0-9]+\): a hexadecimal number' -- compare "$tmp/base.json" "$tmp/hex.json"
+# check --json: replaced whole; an interrupted run writes the cases finished and exits 128 + the signal
+echo old >"$tmp/r.json"
+expect "a refused run leaves the result file" 2 'out of range' -- check --cases "$cases" --json "$tmp/r.json" "gather_copy M=5000"
+if [ "$(cat "$tmp/r.json")" = old ]; then ok "... untouched"; else fail "... untouched"; fi
+for sig in INT TERM; do
+    want=$([ $sig = INT ] && echo 130 || echo 143)
+    timeout --preserve-status -s $sig 1 "$kvbench" check --cases "$cases" --tier check --json "$tmp/int.json" >"$tmp/int.log" 2>&1
+    rc=$?
+    if [ $rc -eq "$want" ] && grep -qE "^kvbench: interrupted: [0-9]+ of [0-9]+ cases done; $tmp/int.json holds them" "$tmp/int.log" &&
+       grep -q '"interrupted": true' "$tmp/int.json" && tail -n 1 "$tmp/int.json" | grep -q '^}$' &&
+       { ! command -v python3 >/dev/null || python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/int.json"; }; then
+        ok "SIG$sig: exit $want, a valid JSON of the cases done"
+    else
+        fail "SIG$sig: exit $want, a valid JSON of the cases done (exit $rc)"
+        tail -n 3 "$tmp/int.log" | sed 's/^/    /'
+    fi
+done
+if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness/core/case.h"
 #include "harness/core/op.h"
@@ -225,6 +226,95 @@ static void test_case_text_and_long_lines(void **state)
     remove("build/test_long.cases");
 }
 
+/* Line ends: LF, CRLF and a lone CR (old Mac files) all end a line; none loses a line. */
+static void test_line_ends(void **state)
+{
+    (void)state;
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_parse_text(&list, "topk k=1\rtopk k=2\r\rtopk k=3 # c\rtopk k=4", "cr"), KVB_OK);
+    assert_int_equal(list.n, 4);
+    assert_string_equal(list.v[2].where, "cr:4");
+    assert_string_equal(list.v[3].where, "cr:5");
+    kvb_cases_free(&list);
+    assert_int_equal(kvb_cases_parse_text(&list, "topk k=1\r\ntopk k=2\r\n\r\ntopk k=3\n\rtopk k=4\r\n", "crlf"), KVB_OK);
+    assert_int_equal(list.n, 4);
+    assert_string_equal(list.v[2].where, "crlf:4");
+    assert_string_equal(list.v[3].where, "crlf:6"); /* "\n\r": a line end, then an empty line */
+    kvb_cases_free(&list);
+    assert_int_equal(kvb_cases_parse_text(&list, "topk k=1\rtopk k=0", "cr"), KVB_EINVAL); /* the 2nd line is read */
+    assert_error_mentions("cr:2", "k=0 out of range");
+    kvb_cases_free(&list);
+}
+
+/* Case text that is not UTF-8 is refused, naming the line and the byte (it would reach JSON files). */
+static void test_non_utf8_line_refused(void **state)
+{
+    (void)state;
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_parse_text(&list, "topk k=1\ntopk k=2 # caf\xe9\n", "latin1.cases"), KVB_EINVAL);
+    assert_error_mentions("latin1.cases:2", "not valid UTF-8", "0xe9", "column 15");
+    kvb_cases_free(&list);
+    assert_int_equal(kvb_cases_parse_text(&list, "topk k=1 # caf\xc3\xa9\n", "utf8.cases"), KVB_OK);
+    kvb_cases_free(&list);
+}
+
+/* Every kernel is named when one is unknown (the list is longer than the old 512-byte message). */
+static void test_unknown_kernel_lists_every_kernel(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("zzzz B=1"), KVB_EINVAL);
+    assert_error_mentions("unknown kernel 'zzzz'; kernels: ");
+    for (int i = 0; i < kvb_op_count(); i++) {
+        char name[80];
+        snprintf(name, sizeof name, " %s%s", kvb_op_at(i)->name, i + 1 < kvb_op_count() ? "," : "");
+        assert_error_mentions(name);
+    }
+}
+
+/* A directory of more case files than the old fixed 256 is read whole. */
+static void test_many_case_files(void **state)
+{
+    (void)state;
+    mkdir("build", 0755);
+    mkdir("build/test_many_cases", 0755);
+    char name[128];
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "build/test_many_cases/f%03d.cases", i);
+        FILE *f = fopen(name, "w");
+        assert_non_null(f);
+        fprintf(f, "topk rows=1 n=1000 k=%d tier=check\n", i + 1);
+        fclose(f);
+    }
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_load(&list, "build/test_many_cases"), KVB_OK);
+    assert_int_equal(list.n, 300);
+    assert_string_equal(list.v[299].where, "build/test_many_cases/f299.cases:1");
+    kvb_cases_free(&list);
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "build/test_many_cases/f%03d.cases", i);
+        remove(name);
+    }
+    rmdir("build/test_many_cases");
+}
+
+/* A case file may be a pipe; a directory given as a file is read as a directory of case files. */
+static void test_case_file_from_a_pipe(void **state)
+{
+    (void)state;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    const char text[] = "topk k=1 tier=check\ntopk k=2 tier=check\n";
+    assert_int_equal(write(fd[1], text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd[1]);
+    char name[64];
+    snprintf(name, sizeof name, "/dev/fd/%d", fd[0]);
+    kvb_case_list list = {0};
+    assert_int_equal(kvb_cases_load(&list, name), KVB_OK);
+    assert_int_equal(list.n, 2);
+    kvb_cases_free(&list);
+    close(fd[0]);
+}
+
 static void test_shipped_case_files_parse(void **state)
 {
     (void)state;
@@ -279,6 +369,11 @@ int main(void)
         cmocka_unit_test(test_integer_overflow),
         cmocka_unit_test(test_case_files),
         cmocka_unit_test(test_case_text_and_long_lines),
+        cmocka_unit_test(test_line_ends),
+        cmocka_unit_test(test_non_utf8_line_refused),
+        cmocka_unit_test(test_unknown_kernel_lists_every_kernel),
+        cmocka_unit_test(test_many_case_files),
+        cmocka_unit_test(test_case_file_from_a_pipe),
         cmocka_unit_test(test_shipped_case_files_parse),
         cmocka_unit_test(test_sanitize_tier_covers_every_kernel_and_impl),
     };

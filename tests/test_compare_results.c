@@ -3,9 +3,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness/core/compare_results.h"
+#include "harness/core/json_read.h"
+#include "reference/kvb.h"
 #include "tests/testlib.h"
 
 static char dir[] = "/tmp/kvb_compare_XXXXXX";
@@ -163,6 +168,172 @@ static void test_unusable_files(void **state)
     assert_int_equal(gate(raw_file("empty.json", ""), good, 0.05), 2);
 }
 
+/* A case id twice in one file is refused: which timing is meant is not known. */
+static void test_duplicate_ids_refused(void **state)
+{
+    (void)state;
+    char a[512], b[512], both[1100];
+    snprintf(both, sizeof both, "%s, %s", entry(a, sizeof a, "x B=1", 100, 1, 100), entry(b, sizeof b, "x B=1", 50, 1, 100));
+    const char *good = file_of("good.json", entry(a, sizeof a, "x B=1", 100, 1, 100));
+    assert_int_equal(gate(file_of("dup.json", both), good, 0.05), 2);
+    assert_int_equal(gate(good, file_of("dup.json", both), 0.05), 2);
+}
+
+/* Every timing field a case that ran must have, sound: refused (2) by field, never "noisy" or "same". */
+static void test_unsound_timings_refused(void **state)
+{
+    (void)state;
+    char a[512];
+    const char *good = file_of("good.json", entry(a, sizeof a, "x B=1", 100, 1, 100));
+    static const char *const bad[] = {
+        /* samples: missing, not a number, negative, below 3, not an integer */
+        "\"median_us\": 100, \"noise_pct\": 1",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": \"many\"",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": -5",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": 2",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": 3.5",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": NaN",
+        /* noise_pct: missing, negative, beyond what n positive samples allow, not finite */
+        "\"median_us\": 100, \"samples\": 100",
+        "\"median_us\": 100, \"noise_pct\": -1, \"samples\": 100",
+        "\"median_us\": 100, \"noise_pct\": 1e300, \"samples\": 100",
+        "\"median_us\": 100, \"noise_pct\": 1001, \"samples\": 100",
+        "\"median_us\": 100, \"noise_pct\": Infinity, \"samples\": 100",
+        /* median_us: missing, zero, negative, absurdly large, not finite, a string */
+        "\"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": 0, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": -3, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": 1.7e308, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": NaN, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": \"100\", \"noise_pct\": 1, \"samples\": 100",
+        /* not JSON numbers at all */
+        "\"median_us\": 0x64, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": +100, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": 0100, \"noise_pct\": 1, \"samples\": 100",
+        "\"median_us\": 100, \"noise_pct\": 1, \"samples\": 100, \"error_occurred\": 1",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[600];
+        snprintf(text, sizeof text, "{\"name\": \"x B=1/manual_time\", \"run_type\": \"iteration\", %s}", bad[i]);
+        const char *f = file_of("bad.json", text);
+        if (gate(good, f, 0.05) != 2) print_error("not refused: %s\n", bad[i]);
+        assert_int_equal(gate(good, f, 0.05), 2);
+        assert_int_equal(gate(f, good, 0.05), 2);
+    }
+    /* the bounds themselves are accepted; NaN in a field compare does not read is Google Benchmark's */
+    const char *edge = file_of("edge.json", "{\"name\": \"x B=1/manual_time\", \"median_us\": 0.001, \"noise_pct\": 0, "
+                                            "\"samples\": 3, \"cv\": NaN}");
+    assert_int_equal(gate(edge, edge, 0.05), 0);
+    edge = file_of("edge.json", "{\"name\": \"x B=1/manual_time\", \"median_us\": 1e12, \"noise_pct\": 1000, "
+                                "\"samples\": 100}");
+    assert_int_equal(gate(edge, edge, 0.05), 0);
+}
+
+/* A directory, a pipe, /dev/stdin-like streams: a directory refused with a message, a stream read. */
+static void test_file_kinds(void **state)
+{
+    (void)state;
+    char a[512];
+    const char *good = file_of("good.json", entry(a, sizeof a, "x B=1", 100, 1, 100));
+    assert_int_equal(gate(good, dir, 0.05), 2);
+    assert_int_equal(gate(dir, good, 0.05), 2);
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* the writer: the whole file, through the pipe */
+        FILE *in = fopen(good, "r"), *out = fopen(fifo, "w");
+        int ch;
+        while ((ch = fgetc(in)) != EOF) fputc(ch, out);
+        fclose(out);
+        _exit(0);
+    }
+    assert_int_equal(gate(good, fifo, 0.05), 0);
+    waitpid(pid, NULL, 0);
+    unlink(fifo);
+}
+
+/* --json over BASE or NEW is refused before anything is written; an unwritable --json is refused. */
+static void test_json_output_never_clobbers_an_input(void **state)
+{
+    (void)state;
+    char a[512];
+    const char *base = file_of("base.json", entry(a, sizeof a, "x B=1", 100, 1, 100));
+    char *keep = strdup(base);
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_int_equal(kvb_compare_files(keep, keep, 0.05, keep, devnull), 2);
+    kvb_jval v;
+    assert_int_equal(kvb_json_read_file(keep, &v), KVB_OK); /* still the bench file */
+    assert_non_null(kvb_jget(&v, "benchmarks"));
+    kvb_json_free(&v);
+    assert_int_equal(kvb_compare_files(keep, keep, 0.05, dir, devnull), 2); /* a directory */
+    /* the verdicts file: valid JSON, ids escaped */
+    char out[300];
+    snprintf(out, sizeof out, "%s/verdicts.json", dir);
+    const char *odd = file_of("odd.json", entry(a, sizeof a, "x \\\"q\\\" \\u0001 B=1", 100, 1, 100));
+    assert_int_equal(kvb_compare_files(odd, odd, 0.05, out, devnull), 0);
+    assert_int_equal(kvb_json_read_file(out, &v), KVB_OK);
+    assert_string_equal(kvb_jstr(&kvb_jget(&v, "cases")->items[0], "id"), "x \"q\" \x01 B=1");
+    kvb_json_free(&v);
+    fclose(devnull);
+    free(keep);
+}
+
+/* Matching by id is n log n: 100k cases on each side are read, matched and reported in well under a
+ * second (a quadratic match, 5e9 string comparisons, takes minutes). */
+static void test_100k_cases_compare_fast(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    char base[300], cur[300];
+    snprintf(base, sizeof base, "%s/big_base.json", dir);
+    snprintf(cur, sizeof cur, "%s/big_new.json", dir);
+    for (int side = 0; side < 2; side++) {
+        FILE *f = fopen(side ? cur : base, "w");
+        fprintf(f, "{\"context\": {\"kvbench_git_revision\": \"abc1234\"}, \"benchmarks\": [");
+        for (int i = 0; i < N; i++) { /* NEW in the reverse order: every lookup a real search */
+            const int k = side ? N - 1 - i : i;
+            fprintf(f, "%s\n{\"name\": \"case B=%d/manual_time\", \"median_us\": %d, \"noise_pct\": 1, \"samples\": 100}",
+                    i ? "," : "", k, 100 + k % 7);
+        }
+        fprintf(f, "]}\n");
+        fclose(f);
+    }
+    /* the process's CPU time: other work on a shared machine does not count */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = kvb_compare_files(base, cur, 0.05, NULL, devnull);
+    fclose(devnull);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("100k cases compared in %.3f s of CPU time (reading, matching, the report)\n", s);
+    assert_int_equal(rc, 0);
+    assert_true(s < 1.0);
+}
+
+/* bench, interrupted: the cases not run leave the file, the others stay as they were. */
+static void test_drop_interrupted_cases(void **state)
+{
+    (void)state;
+    char a[512], b[512], all[1600];
+    snprintf(all, sizeof all, "%s, {\"name\": \"y B=2/manual_time\", \"error_occurred\": true, \"error_message\": "
+                              "\"interrupted: not run\"}, %s",
+             entry(a, sizeof a, "x B=1", 100, 1, 100), entry(b, sizeof b, "z B=3", 7.25, 0.5, 40));
+    char *f = strdup(file_of("interrupted.json", all));
+    assert_int_equal(kvb_bench_json_drop_errors(f, "interrupted"), KVB_OK);
+    kvb_jval v;
+    assert_int_equal(kvb_json_read_file(f, &v), KVB_OK);
+    const kvb_jval *arr = kvb_jget(&v, "benchmarks");
+    assert_int_equal(arr->n, 2);
+    assert_string_equal(kvb_jstr(&arr->items[1], "name"), "z B=3/manual_time");
+    assert_true(kvb_jnum(&arr->items[1], "median_us", 0) == 7.25);
+    assert_string_equal(kvb_jstr(kvb_jget(&v, "context"), "kvbench_git_revision"), "abc1234");
+    kvb_json_free(&v);
+    assert_int_equal(gate(f, f, 0.05), 0); /* and compare reads it */
+    free(f);
+}
+
 /* Options anywhere, a bad threshold and an unknown option refused. */
 static void test_command_line(void **state)
 {
@@ -178,6 +349,8 @@ static void test_command_line(void **state)
     assert_int_equal(access(out, R_OK), 0);
     char *v3[] = {fa, "--threshold", "0", fa};
     assert_int_equal(kvb_compare_main(4, v3), 2);
+    char *v6[] = {fa, "--threshold", "abc", fa};
+    assert_int_equal(kvb_compare_main(4, v6), 2);
     char *v4[] = {fa, fa, "--frobnicate", "1"};
     assert_int_equal(kvb_compare_main(4, v4), 2);
     char *v5[] = {fa};
@@ -199,6 +372,12 @@ int main(void)
         cmocka_unit_test(test_failed_case_fails),
         cmocka_unit_test(test_unusable_files),
         cmocka_unit_test(test_command_line),
+        cmocka_unit_test(test_duplicate_ids_refused),
+        cmocka_unit_test(test_unsound_timings_refused),
+        cmocka_unit_test(test_file_kinds),
+        cmocka_unit_test(test_json_output_never_clobbers_an_input),
+        cmocka_unit_test(test_100k_cases_compare_fast),
+        cmocka_unit_test(test_drop_interrupted_cases),
     };
     int rc = cmocka_run_group_tests_name("compare_results", tests, NULL, NULL);
     char cmd[300];

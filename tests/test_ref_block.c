@@ -179,6 +179,29 @@ static void test_decode_step_refusals(void **state)
     assert_int_equal(kvb_case_parse("decode_step method=omnikv model=llama3-8b B=64 ctx=131072", "t", &c), KVB_EINVAL);
     assert_error_mentions("method=omnikv: K and V take");
     assert_error_mentions("at most B=44 fits at ctx=131072");
+    /* a key the method does not read is refused unless at its default: it would name a second id for the
+     * same case */
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 budget=256", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=dense: budget=256 out of range [2048, 2048]: method=dense does not read budget",
+                          "rocketkv, shadowkv, omnikv do");
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 rank=32", "t", &c), KVB_EINVAL);
+    assert_error_mentions("rank=32", "(shadowkv does)");
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 hit=0.5", "t", &c), KVB_EINVAL);
+    assert_error_mentions("hit=0.5 out of range [0.6, 0.6]");
+    assert_int_equal(kvb_case_parse("decode_step method=minikv model=tiny B=1 ctx=100 budget=64", "t", &c), KVB_EINVAL);
+    assert_error_mentions("method=minikv does not read budget");
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=tiny B=1 ctx=1000 budget=256 rank=8", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("method=rocketkv does not read rank");
+    assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=1000 budget=64 hit=1", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("method=omnikv does not read hit");
+    /* at its default, spelled out: the same case, the same id */
+    kvb_case d;
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 budget=2048 rank=160 hit=0.6", "t",
+                                    &c), KVB_OK);
+    assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10", "t", &d), KVB_OK);
+    assert_string_equal(c.id, d.id);
     /* accepted: the default role for any method; all=1 on the sparse layer ignores budget (k = ctx) */
     assert_int_equal(kvb_case_parse("decode_step method=dense role=sparse model=tiny B=1 ctx=10", "t", &c), KVB_OK);
     assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=100 all=1", "t", &c), KVB_OK);

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/compare_results.h"
 #include "harness/core/gbench_shim.h"
+#include "harness/core/json_read.h"
 #include "harness/core/peers.h"
 #include "harness/core/progress.h"
 #include "harness/core/timing.h"
@@ -96,9 +98,16 @@ static int prepare_case(bench_ctx *b);
 
 /* set-up and validation are most of a large case's wall time: the progress line covers them and is
  * gone before Google Benchmark prints the case's line */
+#define NOT_RUN_INTERRUPTED "interrupted: not run"
+
 static int bench_prepare(void *p)
 {
     bench_ctx *b = p;
+    /* SIGINT / SIGTERM: the cases after it are not run (and dropped from the JSON: kvb_cmd_bench) */
+    if (kvb_interrupted()) {
+        kvb_nvtx_push(b->c->id); /* bench_release pops it */
+        return kvb_fail(KVB_EINVAL, NOT_RUN_INTERRUPTED);
+    }
     kvb_progress("bench", (int)(b - b->all) + 1, b->n_all, b->c->id);
     int rc = prepare_case(b);
     kvb_progress_clear();
@@ -420,7 +429,8 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
     for (int i = 0; i < n; i++)
         if (b[i].done && b[i].label[0]) fprintf(f, "- `%s`: %s\n", b[i].c->id, b[i].label);
     if (suspect)
-        fprintf(f, "\n**%d case(s) above 100%% of their ceiling: CEILING ERROR (the ceiling, not the kernel, is wrong).**\n", suspect);
+        fprintf(f, "\n**%d case%s above 100%% of their ceiling: CEILING ERROR (the ceiling, not the kernel, is wrong).**\n",
+                suspect, KVB_PLURAL(suspect));
     if (ceil->measured)
         fprintf(f, "\n%s. Ceilings this run: H2D pinned memcpy %.1f GB/s, zero-copy kernel %.1f GB/s, D2D memcpy %.0f GB/s "
                    "(read+write), copy kernel %.0f GB/s, read kernel %.0f GB/s (read only), bf16 GEMM %.0f TFLOP/s, timing "
@@ -458,10 +468,27 @@ int kvb_cmd_bench(const kvb_options *o)
         return 2;
     }
     if (!kvb_gpu_available()) {
-        printf("kvbench bench: %s; nothing was timed (%d cases selected). `kvbench check --tier smoke` runs the "
-               "CPU references.\n", kvb_gpu_unavailable_reason(), cases.n);
+        printf("kvbench bench: %s; nothing was timed (%d case%s selected). `kvbench check --tier smoke` runs the "
+               "CPU references.\n", kvb_gpu_unavailable_reason(), cases.n, KVB_PLURAL(cases.n));
+        kvb_peers_free(&peers);
         kvb_cases_free(&cases);
-        return 0;
+        return KVB_EXIT_NOTHING_MEASURED;
+    }
+    /* the result files: temporaries beside them, renamed over them when complete */
+    kvb_outfile jout, sout;
+    if (o->json && !kvb_outfile_open(&jout, o->json)) {
+        fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+        kvb_peers_free(&peers);
+        kvb_cases_free(&cases);
+        return 2;
+    }
+    if (o->json) fclose(jout.f), jout.f = NULL; /* Google Benchmark writes it by name */
+    if (o->summary && !kvb_outfile_open(&sout, o->summary)) {
+        fprintf(stderr, "kvbench: --summary %s\n", kvb_last_error());
+        if (o->json) kvb_outfile_discard(&jout);
+        kvb_peers_free(&peers);
+        kvb_cases_free(&cases);
+        return 2;
     }
     static kvb_ceilings ceil;
     kvb_ceilings_measure(&ceil);
@@ -505,33 +532,57 @@ int kvb_cmd_bench(const kvb_options *o)
     }
     /* Google Benchmark flags: JSON output as asked, and a shorter default minimum time */
     kvb_options gbo = *o;
-    char out_flag[1100], fmt_flag[] = "--benchmark_out_format=json", min_flag[] = "--benchmark_min_time=0.2";
+    char out_flag[4200], fmt_flag[] = "--benchmark_out_format=json", min_flag[] = "--benchmark_min_time=0.2";
     int has_min = 0;
     for (int i = 1; i < gbo.gb_argc; i++) has_min |= !strncmp(gbo.gb_argv[i], "--benchmark_min_time", 20);
     if (!has_min) gbo.gb_argv[gbo.gb_argc++] = min_flag;
     if (o->json) {
-        snprintf(out_flag, sizeof out_flag, "--benchmark_out=%s", o->json);
+        snprintf(out_flag, sizeof out_flag, "--benchmark_out=%s", jout.tmp);
         gbo.gb_argv[gbo.gb_argc++] = out_flag;
         gbo.gb_argv[gbo.gb_argc++] = fmt_flag;
     }
     int errors = kvb_gbench_run(gbo.gb_argc, gbo.gb_argv);
 
+    const int interrupted = kvb_interrupted();
+    int status = KVB_EXIT_OK, done = 0;
+    for (int i = 0; i < cases.n; i++) done += b[i].done || b[i].failed;
     printf("\n");
     print_summary(stdout, b, cases.n, &ceil, d.name, &peers);
     if (o->summary) {
-        FILE *f = fopen(o->summary, "w");
-        if (f) {
-            print_summary(f, b, cases.n, &ceil, d.name, &peers);
-            fclose(f);
+        print_summary(sout.f, b, cases.n, &ceil, d.name, &peers);
+        if (kvb_outfile_commit(&sout) != KVB_OK) {
+            fprintf(stderr, "kvbench: --summary %s\n", kvb_last_error());
+            status = KVB_EXIT_FAILED;
         }
     }
-    int failed = 0;
-    for (int i = 0; i < cases.n; i++) failed += b[i].failed;
-    printf("%d benchmarked, %d failed validation or setup\n", cases.n - failed, failed);
+    if (o->json) {
+        /* interrupted: the cases not run leave the file, which holds the cases that finished; otherwise
+         * the file is read back once: what replaces o->json is whole, valid JSON */
+        kvb_jval check;
+        int rc = interrupted ? kvb_bench_json_drop_errors(jout.tmp, NOT_RUN_INTERRUPTED)
+                             : kvb_json_read_file_flags(jout.tmp, &check, KVB_JSON_NONFINITE);
+        if (!interrupted && rc == KVB_OK) kvb_json_free(&check);
+        if (rc == KVB_OK) rc = kvb_outfile_commit(&jout);
+        else kvb_outfile_discard(&jout);
+        if (rc != KVB_OK) {
+            fprintf(stderr, "kvbench: --json %s: %s\n", o->json, kvb_last_error());
+            status = KVB_EXIT_FAILED;
+        }
+    }
+    int failed = 0, timed = 0;
+    for (int i = 0; i < cases.n; i++) failed += b[i].failed, timed += b[i].done && !b[i].failed;
+    printf("%d benchmarked, %d failed validation or setup\n", timed, failed);
+    if (status == KVB_EXIT_OK && (errors || failed)) status = KVB_EXIT_FAILED;
+    if (interrupted) {
+        fprintf(stderr, "kvbench: interrupted: %d of %d case%s done%s%s%s%s%s\n", done, cases.n, KVB_PLURAL(cases.n),
+                o->json || o->summary ? "; " : "", o->json ? o->json : "", o->json && o->summary ? " and " : "",
+                o->summary ? o->summary : "", o->json && o->summary ? " hold them" : o->json || o->summary ? " holds them" : "");
+        status = kvb_interrupt_exit_code();
+    }
     free(b);
     kvb_nvml_close();
     kvb_peers_free(&peers);
     kvb_host_pool_release();
     kvb_cases_free(&cases);
-    return errors || failed ? 1 : 0;
+    return status;
 }

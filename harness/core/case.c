@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include "reference/kvb.h"
+#include "harness/core/files.h"
+#include "harness/core/json.h"
 #include "harness/core/op.h"
 
 const char *kvb_tier_name(int tier)
@@ -112,7 +114,7 @@ static int parse_float(const char *s, double *out)
     if (!*s || isspace((unsigned char)*s)) return 0;
     double v = strtod(s, &end);
     if (end == s || *end || errno || !isfinite(v)) return 0;
-    *out = v;
+    *out = v == 0 ? 0.0 : v; /* -0 is 0: one value, one id */
     return 1;
 }
 
@@ -125,7 +127,7 @@ static void list_keys(const kvb_op *op, char *buf, size_t n)
     if (len < n) snprintf(buf + len, n - len, "; also tier, atol, rtol, l2");
 }
 
-static void list_kernels(char *buf, size_t n)
+void kvb_list_kernels(char *buf, size_t n)
 {
     size_t len = 0;
     buf[0] = '\0';
@@ -133,10 +135,12 @@ static void list_kernels(char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", kvb_op_at(i)->name);
 }
 
+/* a float in its shortest exact form (json.h): two values never share an id, and the id parses back
+ * to the value it names */
 static void format_value(const kvb_op *op, const kvb_param *p, double v, char *buf, size_t n)
 {
     if (p->type == KVB_P_INT) snprintf(buf, n, "%lld", (long long)v);
-    else if (p->type == KVB_P_FLOAT) snprintf(buf, n, "%.10g", v);
+    else if (p->type == KVB_P_FLOAT) kvb_format_double(buf, n, v);
     else if (!param_choice(op, p, (int)v, buf, n)) snprintf(buf, n, "?");
 }
 
@@ -152,7 +156,7 @@ static void make_id(kvb_case *c)
 
 #define FAIL(...)                                                                                \
     do {                                                                                         \
-        char msg_[600];                                                                          \
+        char msg_[3072];                                                                         \
         snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                \
         return kvb_fail(KVB_EINVAL, "%s: %s", where, msg_);                                      \
     } while (0)
@@ -177,9 +181,9 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
     if (strchr(tok, '=')) FAIL("a case starts with a kernel name, got '%s'", tok);
     c.op = kvb_op_find(tok);
     if (!c.op) {
-        char known[512];
-        list_kernels(known, sizeof known);
-        FAIL("unknown kernel '%s' (known: %s)", tok, known);
+        char known[2048];
+        kvb_list_kernels(known, sizeof known);
+        FAIL("unknown kernel '%s'; kernels: %s", tok, known);
     }
     const kvb_op *op = c.op;
     int set[KVB_MAX_PARAMS] = {0}, set_tier = 0, set_tol[3] = {0};
@@ -236,7 +240,13 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
         } else if (p->type == KVB_P_FLOAT) {
             double v;
             if (!parse_float(val, &v)) FAIL("%s: %s=%s is not a number", op->name, p->name, val);
-            if (v < p->lo || v > p->hi) FAIL("%s: %s=%g out of range [%g, %g]", op->name, p->name, v, p->lo, p->hi);
+            if (v < p->lo || v > p->hi) {
+                char vs[32], los[32], his[32];
+                kvb_format_double(vs, sizeof vs, v);
+                kvb_format_double(los, sizeof los, p->lo);
+                kvb_format_double(his, sizeof his, p->hi);
+                FAIL("%s: %s=%s out of range [%s, %s]", op->name, p->name, vs, los, his);
+            }
             c.v[pi] = v;
         } else {
             int e = enum_index(op, p, val);
@@ -251,7 +261,7 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
     for (int i = 0; i < op->n_params; i++)
         if (!set[i]) c.v[i] = op->params[i].def;
     if (op->validate && op->validate(&c)) {
-        char msg[600];
+        char msg[3072];
         snprintf(msg, sizeof msg, "%s", kvb_last_error());
         return kvb_fail(KVB_EINVAL, "%s: %s", where, msg);
     }
@@ -284,39 +294,84 @@ const char *kvb_case_enum(const kvb_case *c, const char *name)
     return b;
 }
 
+static uint64_t hash_id(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int kvb_cases_find(const kvb_case_list *list, const char *id)
+{
+    if (!list->n_slot) return -1;
+    const int mask = list->n_slot - 1;
+    for (int s = (int)(hash_id(id) & (uint64_t)mask);; s = (s + 1) & mask) {
+        const int i = list->slot[s];
+        if (i < 0) return -1;
+        if (!strcmp(list->v[i].id, id)) return i;
+    }
+}
+
+static void index_insert(kvb_case_list *list, int i)
+{
+    const int mask = list->n_slot - 1;
+    int s = (int)(hash_id(list->v[i].id) & (uint64_t)mask);
+    while (list->slot[s] >= 0) s = (s + 1) & mask;
+    list->slot[s] = i;
+}
+
 int kvb_cases_add(kvb_case_list *list, const kvb_case *c)
 {
     if (list->n == list->cap) {
+        if (list->cap > INT_MAX / 4) return kvb_fail(KVB_EINVAL, "more than %d cases", list->cap);
         int cap = list->cap ? 2 * list->cap : 64;
         kvb_case *v = realloc(list->v, sizeof *v * (size_t)cap);
         if (!v) return kvb_fail(KVB_ENOMEM, "out of memory loading cases");
         list->v = v, list->cap = cap;
     }
+    if (2 * (list->n + 1) > list->n_slot) { /* grow the index: at most half full */
+        int n_slot = list->n_slot ? 2 * list->n_slot : 128;
+        int *slot = malloc(sizeof *slot * (size_t)n_slot);
+        if (!slot) return kvb_fail(KVB_ENOMEM, "out of memory loading cases");
+        free(list->slot);
+        list->slot = slot, list->n_slot = n_slot;
+        for (int s = 0; s < n_slot; s++) slot[s] = -1;
+        for (int i = 0; i < list->n; i++) index_insert(list, i);
+    }
     list->v[list->n++] = *c;
+    index_insert(list, list->n - 1);
     return KVB_OK;
 }
 
 void kvb_cases_free(kvb_case_list *list)
 {
     free(list->v);
+    free(list->slot);
     memset(list, 0, sizeof *list);
 }
 
 int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name)
 {
     int lineno = 0;
-    for (const char *line = text, *next; *line; line = *next ? next + 1 : next) {
-        next = line + strcspn(line, "\n");
+    /* a line ends at LF, CRLF or a lone CR (a file saved with old Mac line ends is not one long line) */
+    for (const char *line = text, *next; *line; line = next) {
+        const size_t len = strcspn(line, "\r\n");
+        next = line + len;
+        if (next[0] == '\r' && next[1] == '\n') next += 2;
+        else if (*next) next++;
         lineno++;
         char where[160];
         snprintf(where, sizeof where, "%s:%d", name, lineno);
+        const size_t bad = kvb_utf8_invalid_at(line, len);
+        if (bad < len)
+            return kvb_fail(KVB_EINVAL, "%s: not valid UTF-8 (byte 0x%02x at column %zu)", where,
+                            (unsigned char)line[bad], bad + 1);
         kvb_case c;
         int r = kvb_case_parse(line, where, &c); /* reads up to the line's end only */
         if (r == KVB_CASE_BLANK) continue;
         if (r != KVB_OK) return r;
-        for (int i = 0; i < list->n; i++)
-            if (!strcmp(list->v[i].id, c.id))
-                return kvb_fail(KVB_EINVAL, "%s: duplicate case (same id as %s)", where, list->v[i].where);
+        const int dup = kvb_cases_find(list, c.id);
+        if (dup >= 0) return kvb_fail(KVB_EINVAL, "%s: duplicate case (same id as %s)", where, list->v[dup].where);
         if ((r = kvb_cases_add(list, &c)) != KVB_OK) return r;
     }
     return KVB_OK;
@@ -325,33 +380,18 @@ int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name
 /* The whole file into memory, then parsed as text: one parser for files and for text. */
 static int load_file(kvb_case_list *list, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvb_fail(KVB_EIO, "cannot open case file %s", path);
-    size_t len = 0, cap = 0;
-    char *text = NULL;
-    int rc = KVB_OK;
-    for (;;) {
-        if (cap - len < 4096) {
-            char *t = realloc(text, cap = cap ? 2 * cap : 65536);
-            if (!t) {
-                rc = kvb_fail(KVB_ENOMEM, "out of memory reading case file %s", path);
-                break;
-            }
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
+    char *text;
+    size_t len;
+    int rc = kvb_read_file(path, &text, &len);
+    if (rc != KVB_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", kvb_last_error());
+        return kvb_fail(rc, "case file %s", msg);
     }
-    if (rc == KVB_OK && ferror(f)) rc = kvb_fail(KVB_EIO, "cannot read case file %s", path);
-    fclose(f);
-    if (rc == KVB_OK) {
-        text[len] = '\0';
-        if (strlen(text) != len) /* a NUL would end the text early and silently drop the rest */
-            rc = kvb_fail(KVB_EINVAL, "%s: a NUL byte at offset %zu: not a text file", path, strlen(text));
-        else
-            rc = kvb_cases_parse_text(list, text, path);
-    }
+    if (strlen(text) != len) /* a NUL would end the text early and silently drop the rest */
+        rc = kvb_fail(KVB_EINVAL, "%s: a NUL byte at offset %zu: not a text file", path, strlen(text));
+    else
+        rc = kvb_cases_parse_text(list, text, path);
     free(text);
     return rc;
 }
@@ -361,25 +401,36 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 int kvb_cases_load(kvb_case_list *list, const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0) return kvb_fail(KVB_EIO, "cannot open %s", path);
+    if (stat(path, &st) != 0) return kvb_fail(KVB_EIO, "cannot open %s: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return load_file(list, path);
     DIR *dir = opendir(path);
-    if (!dir) return kvb_fail(KVB_EIO, "cannot open directory %s", path);
-    char *names[256];
-    int n = 0;
+    if (!dir) return kvb_fail(KVB_EIO, "cannot open directory %s: %s", path, strerror(errno));
+    char **names = NULL;
+    int n = 0, cap = 0, rc = KVB_OK;
     struct dirent *e;
-    while ((e = readdir(dir)) && n < 256) {
+    while (rc == KVB_OK && (e = readdir(dir))) { /* every case file, however many */
         size_t len = strlen(e->d_name);
-        if (len > 6 && !strcmp(e->d_name + len - 6, ".cases")) names[n++] = strdup(e->d_name);
+        if (len <= 6 || strcmp(e->d_name + len - 6, ".cases")) continue;
+        if (n == cap) {
+            char **grown = realloc(names, sizeof *names * (size_t)(cap = cap ? 2 * cap : 64));
+            if (!grown) {
+                rc = kvb_fail(KVB_ENOMEM, "out of memory listing %s", path);
+                break;
+            }
+            names = grown;
+        }
+        if (!(names[n] = strdup(e->d_name))) rc = kvb_fail(KVB_ENOMEM, "out of memory listing %s", path);
+        else n++;
     }
     closedir(dir);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    int rc = KVB_OK;
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
     for (int i = 0; i < n; i++) {
-        char full[1024];
-        snprintf(full, sizeof full, "%s/%s", path, names[i]);
+        char full[4096];
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", path, names[i]) >= sizeof full && rc == KVB_OK)
+            rc = kvb_fail(KVB_EINVAL, "%s/%s: path too long", path, names[i]);
         if (rc == KVB_OK) rc = load_file(list, full);
         free(names[i]);
     }
+    free(names);
     return rc;
 }

@@ -52,22 +52,29 @@ static inline int kvb_case_int(const kvb_case *c, const char *name) { return (in
 static inline int64_t kvb_case_i64(const kvb_case *c, const char *name) { return (int64_t)kvb_case_get(c, name); }
 const char *kvb_case_enum(const kvb_case *c, const char *name); /* the chosen enum string */
 
-/* A list of cases, loaded from files and the command line. */
+/* A list of cases, loaded from files and the command line, indexed by id. */
 typedef struct kvb_case_list {
     kvb_case *v;
     int n, cap;
+    int *slot;  /* open-addressing hash of the ids: index into v, or -1 */
+    int n_slot; /* a power of two, at least twice n */
 } kvb_case_list;
 
-/* Load every `*.cases` file of a directory (sorted by name), or a single file. Any error stops
- * the load and returns KVB_EINVAL: a suite with a malformed case line runs nothing. */
+/* Load every `*.cases` file of a directory (sorted by name, however many), or a single file (any
+ * readable file: a pipe, /dev/stdin). Any error stops the load and returns KVB_EINVAL: a suite with a
+ * malformed case line runs nothing. Lines end at LF, CRLF or a lone CR; a line that is not valid UTF-8
+ * is refused. The same id twice in the suite (within a file or across files) is refused, naming
+ * both lines: which tier or tolerance was meant is not known. */
 int kvb_cases_load(kvb_case_list *list, const char *path);
 /* Parse text holding case lines, one a line (the contents of a case file; `name` names it in
  * messages as name:line). Errors as kvb_cases_load. */
 int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name);
 int kvb_cases_add(kvb_case_list *list, const kvb_case *c);
+int kvb_cases_find(const kvb_case_list *list, const char *id); /* the index of the case with this id, or -1 */
 void kvb_cases_free(kvb_case_list *list);
 
 const char *kvb_tier_name(int tier);
+void kvb_list_kernels(char *buf, size_t n); /* "index_scan, gather_copy, ...": every kernel's name */
 int kvb_tier_parse(const char *s); /* 0 when unknown */
 
 #endif

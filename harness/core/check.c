@@ -30,9 +30,10 @@ int kvb_cmd_check(const kvb_options *o)
     }
     FILE *jf = NULL;
     kvb_json j;
+    kvb_outfile jout; /* written to a temporary, renamed over o->json when complete */
     if (o->json) {
-        if (!(jf = fopen(o->json, "w"))) {
-            fprintf(stderr, "kvbench: cannot write %s\n", o->json);
+        if (!(jf = kvb_outfile_open(&jout, o->json))) {
+            fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
             kvb_cases_free(&cases);
             return 2;
         }
@@ -42,8 +43,8 @@ int kvb_cmd_check(const kvb_options *o)
     }
     kvb_gpu_available(); /* says once, up front, when GPU work is skipped */
     kvb_reserve_host_pool(&cases);
-    int passed = 0, failed = 0, skipped = 0, not_dumped = 0;
-    for (int i = 0; i < cases.n; i++) {
+    int passed = 0, failed = 0, skipped = 0, not_dumped = 0, done = 0;
+    for (int i = 0; i < cases.n && !kvb_interrupted(); i++, done++) {
         const kvb_case *c = &cases.v[i];
         kvb_run r;
         kvb_outcome out;
@@ -112,6 +113,8 @@ int kvb_cmd_check(const kvb_options *o)
         kvb_run_teardown(&r);
         fflush(stdout);
     }
+    const int interrupted = kvb_interrupted();
+    int status = failed ? KVB_EXIT_FAILED : passed == 0 && skipped > 0 ? KVB_EXIT_NOTHING_MEASURED : KVB_EXIT_OK;
     if (jf) {
         kvb_json_close(&j);
         kvb_json_obj(&j, "summary");
@@ -119,16 +122,34 @@ int kvb_cmd_check(const kvb_options *o)
         kvb_json_int(&j, "failed", failed);
         kvb_json_int(&j, "skipped", skipped);
         if (o->dump) kvb_json_int(&j, "not_dumped", not_dumped);
+        kvb_json_int(&j, "selected", cases.n);
+        kvb_json_bool(&j, "interrupted", interrupted != 0);
         kvb_json_close(&j);
         kvb_json_end(&j);
-        fclose(jf);
+        if (kvb_outfile_commit(&jout) != KVB_OK) {
+            fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+            status = KVB_EXIT_FAILED;
+        }
     }
     if (o->fault_zeros) printf("fault injection (outputs of zeros): %d caught, %d missed\n", passed, failed);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
-    if (not_dumped) printf("%d case(s) not dumped: a file under %s could not be written (\"dump failed\" above)\n", not_dumped, o->dump);
+    if (not_dumped) {
+        printf("%d case%s not dumped: a file under %s could not be written (\"dump failed\" above)\n", not_dumped,
+               KVB_PLURAL(not_dumped), o->dump);
+        if (status != KVB_EXIT_FAILED) status = KVB_EXIT_FAILED;
+    }
+    if (status == KVB_EXIT_NOTHING_MEASURED && !interrupted)
+        fprintf(stderr, "kvbench check: nothing was measured: every case skipped (%s); the references and their "
+                        "invariants ran (exit status 3)\n", kvb_gpu_unavailable_reason());
+    if (interrupted) {
+        kvb_progress_clear();
+        fprintf(stderr, "kvbench: interrupted: %d of %d case%s done%s%s%s\n", done, cases.n, KVB_PLURAL(cases.n),
+                o->json ? "; " : "", o->json ? o->json : "", o->json ? " holds them" : "");
+        status = kvb_interrupt_exit_code();
+    }
     kvb_host_pool_release();
     kvb_cases_free(&cases);
-    return failed || not_dumped ? 1 : 0;
+    return status;
 }
 
 int kvb_cmd_profile(const kvb_options *o)
@@ -142,9 +163,9 @@ int kvb_cmd_profile(const kvb_options *o)
     if (rc) return rc;
     const kvb_case *c = &cases.v[0];
     if (!kvb_gpu_available()) {
-        printf("kvbench profile: %s\n", kvb_gpu_unavailable_reason());
+        printf("kvbench profile: %s; nothing was profiled\n", kvb_gpu_unavailable_reason());
         kvb_cases_free(&cases);
-        return 0;
+        return KVB_EXIT_NOTHING_MEASURED;
     }
     kvb_run r;
     kvb_outcome out;

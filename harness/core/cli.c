@@ -1,15 +1,34 @@
 /* cli.c: what the subcommands share from the command line: options, case selection and the host pool. */
+#include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness/core/cli.h"
 
 /* ---- options ---- */
 
+static int blank(const char *s) { return s[strspn(s, " \t\r\n\v\f")] == '\0'; }
+
+int kvb_args_utf8(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const size_t n = strlen(argv[i]), bad = kvb_utf8_invalid_at(argv[i], n);
+        if (bad < n) {
+            fprintf(stderr, "kvbench: argument %d is not valid UTF-8 (byte 0x%02x at offset %zu)\n", i,
+                    (unsigned char)argv[i][bad], bad);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int kvb_parse_options(int argc, char **argv, kvb_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->cases_path = "cases";
     o->gb_argv[o->gb_argc++] = argv[0];
     size_t len = 0;
     for (int i = 0; i < argc && len < sizeof o->cmdline; i++)
@@ -19,8 +38,22 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strncmp(a, "--benchmark_", 12)) {
-            if (o->gb_argc < 60) o->gb_argv[o->gb_argc++] = argv[i];
+        const int valued = !strcmp(a, "--tier") || !strcmp(a, "--cases") || !strcmp(a, "--json") ||
+                           !strcmp(a, "--dump") || !strcmp(a, "--summary") || !strcmp(a, "--peers") || !strcmp(a, "--fault");
+        if (valued && next && !*next) {
+            fprintf(stderr, "kvbench: %s needs a value, got an empty argument\n", a);
+            return 2;
+        }
+        if (!strncmp(a, "--benchmark_out", 15)) {
+            fprintf(stderr, "kvbench: %s: give --json F instead (written whole or not at all, and never over an "
+                            "input)\n", a);
+            return 2;
+        } else if (!strncmp(a, "--benchmark_", 12)) {
+            if (o->gb_argc >= 60) {
+                fprintf(stderr, "kvbench: more than 59 --benchmark_ flags\n");
+                return 2;
+            }
+            o->gb_argv[o->gb_argc++] = argv[i];
         } else if (!strcmp(a, "--tier") && next) {
             i++;
             if (!strcmp(next, "all")) o->tier = KVB_TIER_ALL;
@@ -44,11 +77,95 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "kvbench: unknown option %s (or it lacks its value)\n", a);
             return 2;
+        } else if (blank(a)) { /* "" would otherwise be a substring of every id: all cases */
+            fprintf(stderr, "kvbench: argument %d is an empty filter: give a case line, a kernel name or part of "
+                            "a case id\n", i);
+            return 2;
         } else if (o->n_filters < 64) o->filters[o->n_filters++] = a;
         else {
             fprintf(stderr, "kvbench: more than 64 filters\n");
             return 2;
         }
+    }
+    return 0;
+}
+
+/* ---- where the cases are ---- */
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *kvb_cases_path(const kvb_options *o)
+{
+    if (o->cases_path) return o->cases_path;
+    const char *env = getenv("KVB_CASES");
+    if (env && *env) return env;
+    static char found[PATH_MAX];
+    char exe[PATH_MAX], tried[2][PATH_MAX + 16];
+    int n_tried = 0;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0'; /* the binary's directory */
+        static const char *const up[2] = {"/../cases", "/../../cases"}; /* a bundle's bin/, the build tree's build/bin/ */
+        for (int i = 0; i < 2; i++) {
+            snprintf(tried[n_tried], sizeof tried[n_tried], "%s%s", exe, up[i]);
+            if (is_dir(tried[n_tried])) {
+                if (kvb_same_file(tried[n_tried], "cases")) return "cases"; /* the same, shorter in messages */
+                if (realpath(tried[n_tried], found)) return found;
+            }
+            n_tried++;
+        }
+    }
+    if (is_dir("cases")) return "cases";
+    kvb_fail(KVB_EIO, "no case directory: --cases not given, KVB_CASES not set, and none at %s%s%s%s./cases",
+             n_tried > 0 ? tried[0] : "", n_tried > 0 ? ", " : "", n_tried > 1 ? tried[1] : "", n_tried > 1 ? ", " : "");
+    return NULL;
+}
+
+/* 1 (after a message) when out is the same file as input or, for a directory of case files, as one
+ * of its case files */
+static int clobbers(const char *opt, const char *out, const char *what, const char *input)
+{
+    if (!out || !input) return 0;
+    if (kvb_same_file(out, input)) {
+        fprintf(stderr, "kvbench: %s %s is the same file as %s %s: it would be overwritten\n", opt, out, what, input);
+        return 1;
+    }
+    if (!is_dir(input)) return 0;
+    DIR *d = opendir(input);
+    if (!d) return 0;
+    struct dirent *e;
+    int hit = 0;
+    while (!hit && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 6 || strcmp(e->d_name + len - 6, ".cases")) continue;
+        char full[PATH_MAX + 256];
+        snprintf(full, sizeof full, "%s/%s", input, e->d_name);
+        if (kvb_same_file(out, full)) {
+            fprintf(stderr, "kvbench: %s %s is the same file as the case file %s: it would be overwritten\n", opt,
+                    out, full);
+            hit = 1;
+        }
+    }
+    closedir(d);
+    return hit;
+}
+
+int kvb_check_paths(const kvb_options *o)
+{
+    if (!o->json && !o->summary) return 0;
+    const char *cases = o->cases_path ? o->cases_path : kvb_cases_path(o); /* NULL: none, nothing to clobber */
+    const char *outs[2] = {o->json, o->summary}, *names[2] = {"--json", "--summary"};
+    for (int k = 0; k < 2; k++)
+        if (clobbers(names[k], outs[k], "--cases", cases) || clobbers(names[k], outs[k], "--peers", o->peers)) return 2;
+    if (o->json && o->summary && (kvb_same_file(o->json, o->summary) || !strcmp(o->json, o->summary))) {
+        fprintf(stderr, "kvbench: --json %s and --summary %s are the same file\n", o->json, o->summary);
+        return 2;
     }
     return 0;
 }
@@ -69,6 +186,41 @@ int kvb_is_case_line(const char *arg)
     return strchr(first, '=') == NULL; /* "kernel key=..." is a case line, even with a bad kernel */
 }
 
+static int filter_matches(const char *flt, const kvb_case *c)
+{
+    /* a kernel's own name selects that kernel's cases only: "decode_attn" is not int2_decode_attn */
+    const kvb_op *named = kvb_op_find(flt);
+    return named ? c->op == named : strstr(c->id, flt) != NULL;
+}
+
+static void tier_names(int tier, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int t = KVB_TIER_SMOKE; t <= KVB_TIER_SANITIZE && len < n; t <<= 1)
+        if (tier & t) len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "|" : "", kvb_tier_name(t));
+}
+
+/* a filter that selects nothing: say why (another tier has it; not a kernel; not in any id) */
+static void no_match(const char *flt, const kvb_case_list *all, int tier)
+{
+    int elsewhere = 0;
+    for (int i = 0; i < all->n; i++) elsewhere += filter_matches(flt, &all->v[i]);
+    char tiers[64];
+    tier_names(tier, tiers, sizeof tiers);
+    if (elsewhere) {
+        fprintf(stderr, "kvbench: no case of tier %s matches '%s' (%d case%s of other tiers do%s: --tier all)\n", tiers,
+                flt, elsewhere, KVB_PLURAL(elsewhere), elsewhere == 1 ? "es" : "");
+    } else if (!strpbrk(flt, " \t=")) { /* one word: a kernel name, perhaps mistyped */
+        char known[2048];
+        kvb_list_kernels(known, sizeof known);
+        fprintf(stderr, "kvbench: no case matches '%s': unknown kernel '%s' and no case id holds it; kernels: %s\n", flt,
+                flt, known);
+    } else {
+        fprintf(stderr, "kvbench: no case matches '%s': no case id holds it\n", flt);
+    }
+}
+
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
 {
     kvb_case_list all = {0};
@@ -77,7 +229,8 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
     int from_files = 0;
     for (int i = 0; i < o->n_filters; i++) from_files |= !kvb_is_case_line(o->filters[i]);
     if (o->n_filters == 0 || from_files) {
-        if (kvb_cases_load(&all, o->cases_path)) {
+        const char *path = kvb_cases_path(o);
+        if (!path || kvb_cases_load(&all, path)) {
             fprintf(stderr, "kvbench: %s\n", kvb_last_error());
             kvb_cases_free(&all); /* the cases before the bad line */
             return 2;
@@ -93,21 +246,48 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
             kvb_cases_free(out);
             return 2;
         }
-        kvb_cases_add(out, &c);
+        if (kvb_cases_find(out, c.id) >= 0) {
+            fprintf(stderr, "kvbench: duplicate case '%s' (given twice on the command line): run once\n", c.id);
+            continue;
+        }
+        if (kvb_cases_add(out, &c) != KVB_OK) {
+            fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+            kvb_cases_free(&all);
+            kvb_cases_free(out);
+            return 2;
+        }
     }
+    int hits[64] = {0};
     for (int i = 0; i < all.n; i++) {
         const kvb_case *c = &all.v[i];
         if (!(c->tier & tier)) continue;
         int match = o->n_filters == 0;
-        for (int f = 0; f < o->n_filters && !match; f++) {
-            const char *flt = o->filters[f];
-            if (kvb_is_case_line(flt)) continue;
-            /* a kernel's own name selects that kernel's cases only: "decode_attn" is not int2_decode_attn */
-            const kvb_op *named = kvb_op_find(flt);
-            match = named ? c->op == named : strstr(c->id, flt) != NULL;
+        for (int f = 0; f < o->n_filters; f++) {
+            if (kvb_is_case_line(o->filters[f]) || !filter_matches(o->filters[f], c)) continue;
+            match = 1;
+            hits[f]++;
         }
-        if (match) kvb_cases_add(out, c);
+        if (!match) continue;
+        const int given = kvb_cases_find(out, c->id);
+        if (given >= 0) { /* a case line given on the command line is also this file case: the line given wins */
+            fprintf(stderr, "kvbench: duplicate case '%s' (command line, also %s): run once, as given on the command line\n",
+                    c->id, c->where);
+            continue;
+        }
+        if (kvb_cases_add(out, c) != KVB_OK) {
+            fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+            kvb_cases_free(&all);
+            kvb_cases_free(out);
+            return 2;
+        }
     }
+    for (int f = 0; f < o->n_filters; f++) /* a filter that selects nothing is a mistake, never ignored */
+        if (!kvb_is_case_line(o->filters[f]) && !hits[f]) {
+            no_match(o->filters[f], &all, tier);
+            kvb_cases_free(&all);
+            kvb_cases_free(out);
+            return 2;
+        }
     kvb_cases_free(&all);
     return 0;
 }
@@ -126,4 +306,3 @@ void kvb_reserve_host_pool(const kvb_case_list *cases)
         kvb_host_pool(most, "", 0, &valid);
     }
 }
-

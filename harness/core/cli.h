@@ -15,13 +15,15 @@
 #include <stdio.h>
 
 #include "harness/core/ceilings.h"
+#include "harness/core/exitcode.h"
+#include "harness/core/files.h"
 #include "harness/core/json.h"
 #include "harness/core/nvml_probe.h"
 #include "harness/core/op.h"
 
 typedef struct kvb_options {
     const char *cmd;
-    const char *cases_path;
+    const char *cases_path; /* --cases; NULL: the default (kvb_cases_path) */
     int tier; /* bitmask of kvb_tier; 0 = the command's default */
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
@@ -36,6 +38,20 @@ typedef struct kvb_options {
 /* The options of argv (argv[1] the command); pointers into argv are kept. 0, -1 without a command
  * (usage), or 2 after a message on stderr. Parses only: nothing is loaded or run. */
 int kvb_parse_options(int argc, char **argv, kvb_options *o);
+/* 2 after a message naming the argument when an argument is not valid UTF-8, else 0. */
+int kvb_args_utf8(int argc, char **argv);
+/* The case file or directory: --cases, else $KVB_CASES, else the cases/ of this binary's tree
+ * (<bin>/../cases in a bundle, <bin>/../../cases in the build tree), else ./cases. NULL, with
+ * kvb_last_error() naming every place looked at, when there is none. */
+const char *kvb_cases_path(const kvb_options *o);
+/* 2 after a message naming both when a result file (--json, --summary) is also an input of the command
+ * (a case file, --peers) or the other result file; else 0. */
+int kvb_check_paths(const kvb_options *o);
+/* The cases the command runs: the case lines given (in order), then the case files' cases of the tier
+ * (default_tier unless --tier) that a filter selects (all of them without a filter). Refused (2, a
+ * message on stderr): a bad case line or case file, a filter that selects no case. A case given twice
+ * (the same case line twice, or a case line that is also a selected file case) is kept once, the first
+ * given, and said so on stderr. */
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out);
 int kvb_is_case_line(const char *arg);
 void kvb_reserve_host_pool(const kvb_case_list *cases);

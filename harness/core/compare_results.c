@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reference/kvb.h"
+#include "harness/core/files.h"
+#include "harness/core/json.h"
 #include "harness/core/json_read.h"
 
 kvb_gate_verdict kvb_compare_case(const kvb_case_timing *base, const kvb_case_timing *cur, double threshold,
@@ -34,6 +37,7 @@ kvb_gate_verdict kvb_compare_case(const kvb_case_timing *base, const kvb_case_ti
 
 typedef struct entry {
     char *id;
+    int index; /* in the file's benchmarks array */
     kvb_case_timing t;
 } entry;
 
@@ -41,11 +45,18 @@ typedef struct bench_file {
     kvb_jval root;
     entry *e;
     int n;
+    entry **by_id; /* e sorted by id: lookups by binary search */
 } bench_file;
 
-static int unusable(const char *path, const char *why)
+static int unusable(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int unusable(const char *fmt, ...)
 {
-    fprintf(stderr, "kvbench compare: %s: %s\n", path, why);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvbench compare: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
     return 2;
 }
 
@@ -53,42 +64,96 @@ static int unusable(const char *path, const char *why)
 static char *case_id(const char *name)
 {
     char *id = strdup(name);
+    if (!id) return NULL;
     char *slash = strstr(id, "/manual_time");
     if (slash && !slash[12]) *slash = 0;
     return id;
 }
 
+/* One timing field of a case that ran: present, a finite number in [lo, hi], an integer when asked. */
+static int timing_field(const char *path, const char *id, const kvb_jval *b, const char *key, double lo, double hi,
+                        int integer, const char *why, double *out)
+{
+    const kvb_jval *v = kvb_jget(b, key);
+    char val[32], los[32], his[32];
+    if (!v) return unusable("%s: case '%s': no %s (a kvbench bench result has median_us, noise_pct and samples)", path, id, key);
+    if (v->type != KVB_J_NUM) return unusable("%s: case '%s': %s is not a number", path, id, key);
+    const int finite = isfinite(v->num), whole = !integer || v->num == floor(v->num), in_range = v->num >= lo && v->num <= hi;
+    if (finite && whole && in_range) {
+        *out = v->num;
+        return 0;
+    }
+    kvb_format_double(val, sizeof val, v->num); /* only for the message: formatting is not free */
+    if (!finite) return unusable("%s: case '%s': %s=%s is not a finite number", path, id, key, isnan(v->num) ? "NaN" : val);
+    if (!whole) return unusable("%s: case '%s': %s=%s is not an integer", path, id, key, val);
+    {
+        kvb_format_double(los, sizeof los, lo);
+        kvb_format_double(his, sizeof his, hi);
+        return unusable("%s: case '%s': %s=%s out of range [%s, %s]: %s", path, id, key, val, los, his, why);
+    }
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
 static int load(const char *path, bench_file *f)
 {
     memset(f, 0, sizeof *f);
-    if (kvb_json_read_file(path, &f->root)) return unusable(path, kvb_last_error());
+    if (kvb_json_read_file_flags(path, &f->root, KVB_JSON_NONFINITE)) return unusable("%s", kvb_last_error());
     const kvb_jval *ctx = kvb_jget(&f->root, "context"), *arr = kvb_jget(&f->root, "benchmarks");
     if (!ctx || ctx->type != KVB_J_OBJ || !arr || arr->type != KVB_J_ARR)
-        return unusable(path, "not a Google Benchmark JSON file (no context object or benchmarks array)");
+        return unusable("%s: not a Google Benchmark JSON file (no context object or benchmarks array)", path);
     if (!kvb_jstr(ctx, "kvbench_git_revision"))
-        return unusable(path, "not written by kvbench bench (no kvbench_git_revision in its context)");
+        return unusable("%s: not written by kvbench bench (no kvbench_git_revision in its context)", path);
     f->e = calloc((size_t)arr->n + 1, sizeof *f->e);
+    if (!f->e) return unusable("%s: out of memory for %d benchmarks", path, arr->n);
     for (int i = 0; i < arr->n; i++) {
         const kvb_jval *b = &arr->items[i];
+        if (b->type != KVB_J_OBJ) return unusable("%s: benchmarks[%d] is not an object", path, i);
         const char *name = kvb_jstr(b, "name"), *type = kvb_jstr(b, "run_type");
-        if (!name) return unusable(path, "a benchmark without a name");
+        if (!name) return unusable("%s: benchmarks[%d] has no name", path, i);
         if (type && !strcmp(type, "aggregate")) continue; /* repetitions' summaries: the runs are there */
-        entry *e = &f->e[f->n++];
-        e->id = case_id(name);
+        entry *e = &f->e[f->n];
+        if (!(e->id = case_id(name))) return unusable("%s: out of memory", path);
+        f->n++;
+        e->index = i;
         e->t.present = 1;
         const kvb_jval *err = kvb_jget(b, "error_occurred");
+        if (err && err->type != KVB_J_BOOL)
+            return unusable("%s: case '%s': error_occurred is not true or false", path, e->id);
         e->t.failed = err && err->num != 0;
         if (e->t.failed) continue;
-        e->t.median_us = kvb_jnum(b, "median_us", NAN);
-        e->t.noise = kvb_jnum(b, "noise_pct", 0) / 100.0;
-        e->t.n = kvb_jnum(b, "samples", 1);
-        if (!(e->t.median_us > 0)) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "case '%s' has no positive median_us (not a kvbench bench result)", e->id);
-            return unusable(path, msg);
-        }
+        if (timing_field(path, e->id, b, "median_us", KVB_COMPARE_MEDIAN_MIN_US, KVB_COMPARE_MEDIAN_MAX_US, 0,
+                         "a median time between 1 ns and 11.6 days", &e->t.median_us) ||
+            timing_field(path, e->id, b, "samples", KVB_COMPARE_MIN_SAMPLES, 1e12, 1,
+                         "fewer than 3 samples give no estimate of the noise, so the gate could not test a change "
+                         "(bench this case longer: --benchmark_min_time)", &e->t.n))
+            return 2;
+        double noise_pct;
+        if (timing_field(path, e->id, b, "noise_pct", 0, 100 * sqrt(e->t.n), 0,
+                         "the relative standard deviation of n positive samples is at most sqrt(n), 100 sqrt(samples) %",
+                         &noise_pct))
+            return 2;
+        e->t.noise = noise_pct / 100.0;
     }
-    if (f->n == 0) return unusable(path, "no benchmark results in it");
+    if (f->n == 0) return unusable("%s: no benchmark results in it", path);
+    if (!(f->by_id = malloc(sizeof *f->by_id * (size_t)f->n))) return unusable("%s: out of memory", path);
+    for (int i = 0; i < f->n; i++) f->by_id[i] = &f->e[i];
+    qsort(f->by_id, (size_t)f->n, sizeof *f->by_id, cmp_entry);
+    for (int i = 1; i < f->n; i++) {
+        const entry *a = f->by_id[i - 1], *b = f->by_id[i];
+        if (strcmp(a->id, b->id)) continue;
+        const int reps = (int)kvb_jnum(&arr->items[b->index], "repetitions", 1);
+        return unusable("%s: case '%s' appears twice (benchmarks[%d] and benchmarks[%d])%s", path, b->id, a->index,
+                        b->index,
+                        reps > 1 ? ": --benchmark_repetitions is not supported (each case's samples give its "
+                                   "median and noise)"
+                                 : "");
+    }
     return 0;
 }
 
@@ -96,30 +161,46 @@ static void release(bench_file *f)
 {
     for (int i = 0; i < f->n; i++) free(f->e[i].id);
     free(f->e);
+    free(f->by_id);
     kvb_json_free(&f->root);
 }
 
 static const entry *find(const bench_file *f, const char *id)
 {
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->e[i].id, id)) return &f->e[i];
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const int c = strcmp(f->by_id[mid]->id, id);
+        if (!c) return f->by_id[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
     return NULL;
 }
 
-static void json_string(FILE *o, const char *s)
+/* v with `decimals` (1 or 2) digits after the point, into buf[32], as "%.*f" prints it but without
+ * printf's cost (the report of 100k cases formats half a million numbers); |v| < 1e15 (medians are at
+ * most 1e12 us, changes at most 1e17 %: beyond, printf) */
+static void fixed(char *buf, double v, int decimals, const char *sign, const char *unit)
 {
-    fputc('"', o);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', o);
-        if ((unsigned char)*s >= 0x20) fputc(*s, o);
+    const double scale = decimals == 1 ? 10 : 100;
+    if (!(fabs(v) < 1e15)) {
+        snprintf(buf, 32, "%s%.*f%s", sign, decimals, v, unit);
+        return;
     }
-    fputc('"', o);
-}
-
-static void json_number(FILE *o, double v)
-{
-    if (isfinite(v)) fprintf(o, "%.6g", v);
-    else fputs("null", o);
+    long long r = llround(fabs(v) * scale);
+    const int neg = v < 0 && r != 0;
+    char digits[24];
+    int n = 0;
+    for (int k = 0; k <= decimals || r; k++, r /= 10) { /* least significant first, at least d+1 digits */
+        if (k == decimals && k) digits[n++] = '.';
+        digits[n++] = (char)('0' + r % 10);
+    }
+    int len = 0;
+    for (const char *p = neg ? "-" : sign; *p;) buf[len++] = *p++;
+    while (n) buf[len++] = digits[--n];
+    for (const char *p = unit; *p;) buf[len++] = *p++;
+    buf[len] = '\0';
 }
 
 int kvb_compare_files(const char *base_path, const char *cur_path, double threshold, const char *json_out,
@@ -131,6 +212,10 @@ int kvb_compare_files(const char *base_path, const char *cur_path, double thresh
 int kvb_compare_files_subset(const char *base_path, const char *cur_path, double threshold, int subset,
                              const char *json_out, FILE *report)
 {
+    if (json_out && (kvb_same_file(json_out, base_path) || kvb_same_file(json_out, cur_path)))
+        return unusable("--json %s is the same file as %s %s: it would be overwritten", json_out,
+                        kvb_same_file(json_out, base_path) ? "BASE" : "NEW",
+                        kvb_same_file(json_out, base_path) ? base_path : cur_path);
     bench_file base, cur;
     memset(&cur, 0, sizeof cur);
     int rc = load(base_path, &base);
@@ -138,9 +223,10 @@ int kvb_compare_files_subset(const char *base_path, const char *cur_path, double
         release(&base), release(&cur);
         return rc;
     }
+    kvb_outfile out;
     FILE *js = NULL;
-    if (json_out && !(js = fopen(json_out, "w"))) {
-        fprintf(stderr, "kvbench compare: --json %s: %s\n", json_out, strerror(errno));
+    if (json_out && !(js = kvb_outfile_open(&out, json_out))) {
+        unusable("--json %s", kvb_last_error());
         release(&base), release(&cur);
         return 2;
     }
@@ -165,44 +251,46 @@ int kvb_compare_files_subset(const char *base_path, const char *cur_path, double
             count[v]++;
             const kvb_case_timing *tb = b ? &b->t : &absent, *tc = c ? &c->t : &absent;
             char t0[32] = "", t1[32] = "", ch[32] = "", nz[32] = "", zs[32] = "";
-            if (tb->present && !tb->failed) snprintf(t0, sizeof t0, "%.2f", tb->median_us);
-            if (tc->present && !tc->failed) snprintf(t1, sizeof t1, "%.2f", tc->median_us);
+            if (tb->present && !tb->failed) fixed(t0, tb->median_us, 2, "", "");
+            if (tc->present && !tc->failed) fixed(t1, tc->median_us, 2, "", "");
             if (isfinite(change)) {
-                snprintf(ch, sizeof ch, "%+.1f%%", 100 * change);
-                snprintf(nz, sizeof nz, "%.1f%%", 100 * fmax(tb->noise, tc->noise));
-                snprintf(zs, sizeof zs, isfinite(z) ? "%.1f" : "inf", z);
+                fixed(ch, 100 * change, 1, change >= 0 ? "+" : "", "%");
+                fixed(nz, 100 * fmax(tb->noise, tc->noise), 1, "", "%");
+                if (isfinite(z)) fixed(zs, z, 1, "", "");
+                else snprintf(zs, sizeof zs, "inf");
             }
             fprintf(report, "%-8s %11s %11s %8s %6s %6s  %s\n", names[v], t0, t1, ch, nz, zs, f->e[i].id);
             if (js) {
                 fprintf(js, "%s\n  {\"id\": ", first ? "" : ",");
-                json_string(js, f->e[i].id);
+                kvb_json_put_string(js, f->e[i].id);
                 fprintf(js, ", \"verdict\": \"%s\", \"base_us\": ", names[v]);
-                json_number(js, tb->present && !tb->failed ? tb->median_us : NAN);
+                kvb_json_put_number(js, tb->present && !tb->failed ? tb->median_us : NAN);
                 fputs(", \"new_us\": ", js);
-                json_number(js, tc->present && !tc->failed ? tc->median_us : NAN);
+                kvb_json_put_number(js, tc->present && !tc->failed ? tc->median_us : NAN);
                 fputs(", \"change\": ", js);
-                json_number(js, change);
+                kvb_json_put_number(js, change);
                 fputs(", \"z\": ", js);
-                json_number(js, z);
+                kvb_json_put_number(js, z);
                 fputc('}', js);
                 first = 0;
             }
         }
     }
     const int fail = count[KVB_V_SLOWER] + count[KVB_V_MISSING] + count[KVB_V_FAILED];
-    if (subset) fprintf(report, "compare --subset: %d cases of BASE not in NEW, left out\n", not_run);
+    if (subset) fprintf(report, "compare --subset: %d case%s of BASE not in NEW, left out\n", not_run, not_run == 1 ? "" : "s");
     fprintf(report,
             "compare: %d slower, %d faster, %d same, %d noisy, %d missing, %d failed, %d new, %d fixed "
             "(threshold %.1f%%, z > %.0f): %s\n",
             count[KVB_V_SLOWER], count[KVB_V_FASTER], count[KVB_V_SAME], count[KVB_V_NOISY], count[KVB_V_MISSING],
             count[KVB_V_FAILED], count[KVB_V_NEW], count[KVB_V_FIXED], 100 * threshold, KVB_COMPARE_Z,
             fail ? "FAIL" : "pass");
+    int status = fail ? 1 : 0;
     if (js) {
         fprintf(js, "\n], \"pass\": %s}\n", fail ? "false" : "true");
-        fclose(js);
+        if (kvb_outfile_commit(&out) != KVB_OK) status = unusable("--json %s", kvb_last_error());
     }
     release(&base), release(&cur);
-    return fail ? 1 : 0;
+    return status;
 }
 
 /* Options may come before, between or after the two files: --threshold PCT, --json FILE (or =),
@@ -226,12 +314,21 @@ int kvb_compare_main(int argc, char **argv)
             }
             if (len == 11 && !strncmp(a, "--threshold", len)) {
                 char *end;
+                errno = 0;
                 threshold_pct = strtod(val, &end);
-                if (end == val || *end || !(threshold_pct > 0 && threshold_pct < 1000)) {
+                if (end == val || *end || errno == ERANGE || !isfinite(threshold_pct)) {
+                    fprintf(stderr, "kvbench compare: --threshold %s is not a number (a percentage in (0, 1000))\n", val);
+                    return 2;
+                }
+                if (!(threshold_pct > 0 && threshold_pct < 1000)) {
                     fprintf(stderr, "kvbench compare: --threshold %s out of range (0, 1000) percent\n", val);
                     return 2;
                 }
             } else if (len == 6 && !strncmp(a, "--json", len)) {
+                if (!*val) {
+                    fprintf(stderr, "kvbench compare: --json needs a file name\n");
+                    return 2;
+                }
                 json_out = val;
             } else {
                 fprintf(stderr, "kvbench compare: unknown option %.*s (options: --threshold PCT, --json FILE, --subset)\n",
@@ -250,4 +347,34 @@ int kvb_compare_main(int argc, char **argv)
         return 2;
     }
     return kvb_compare_files_subset(files[0], files[1], threshold_pct / 100.0, subset, json_out, stdout);
+}
+
+int kvb_bench_json_drop_errors(const char *path, const char *prefix)
+{
+    kvb_jval root;
+    int rc = kvb_json_read_file_flags(path, &root, KVB_JSON_NONFINITE);
+    if (rc) return rc;
+    kvb_jval *arr = NULL;
+    for (int i = 0; root.type == KVB_J_OBJ && i < root.n; i++)
+        if (!strcmp(root.keys[i], "benchmarks") && root.items[i].type == KVB_J_ARR) arr = &root.items[i];
+    if (!arr) {
+        kvb_json_free(&root);
+        return kvb_fail(KVB_EINVAL, "%s: no benchmarks array", path);
+    }
+    int kept = 0;
+    for (int i = 0; i < arr->n; i++) {
+        const char *msg = kvb_jstr(&arr->items[i], "error_message");
+        if (msg && !strncmp(msg, prefix, strlen(prefix))) kvb_json_free(&arr->items[i]);
+        else arr->items[kept++] = arr->items[i];
+    }
+    arr->n = kept;
+    kvb_outfile out;
+    FILE *f = kvb_outfile_open(&out, path);
+    if (!f) rc = KVB_EIO;
+    else {
+        kvb_json_write_tree(f, &root);
+        rc = kvb_outfile_commit(&out);
+    }
+    kvb_json_free(&root);
+    return rc;
 }

@@ -12,10 +12,21 @@
  * Significance: each file stores per case the median m, the relative standard deviation s of its
  * samples (noise_pct) and their number n. The standard error of a median of n samples is about
  * sqrt(pi/2) * s * m / sqrt(n) = 1.2533 s m / sqrt(n); a difference of medians is significant when it
- * exceeds 3 x sqrt(SE_base^2 + SE_new^2). With fewer than 3 samples on either side (slow baselines
- * take 1 or 2) there is no estimate of the noise and a change beyond the threshold is only "noisy".
- * Exit status: 0 the gate passes, 1 it fails, 2 a file is unusable (unreadable, empty, not JSON, not
- * a kvbench bench file, no cases) or the command line is wrong.
+ * exceeds 3 x sqrt(SE_base^2 + SE_new^2). Files are read with at least 3 samples per case (below);
+ * kvb_compare_case itself, given fewer, reports a change beyond the threshold as "noisy".
+ * Exit status: 0 the gate passes, 1 it fails, 2 a file is unusable or the command line is wrong.
+ *
+ * A file is unusable (refused whole, naming the file, the case and the field) when it cannot be read
+ * (missing, a directory), is not strict JSON (json_read.h), is not written by kvbench bench, holds no
+ * case, holds a case id twice, or a case that ran lacks a sound timing:
+ *   median_us  a number in [KVB_COMPARE_MEDIAN_MIN_US, KVB_COMPARE_MEDIAN_MAX_US] (1 ns .. 11.6 days)
+ *   samples    an integer in [3, 1e12]: fewer than 3 give no estimate of the noise, and a change the
+ *              gate cannot test is refused rather than passed (bench a slow case long enough:
+ *              --benchmark_min_time)
+ *   noise_pct  a number in [0, 100 sqrt(samples)]: the relative standard deviation of n positive
+ *              samples is at most sqrt(n)
+ * A case that failed (error_occurred true) carries no timing.
+ * Matching BASE and NEW by id sorts both: n log n in the number of cases.
  */
 #ifndef KVB_COMPARE_RESULTS_H
 #define KVB_COMPARE_RESULTS_H
@@ -36,6 +47,10 @@ typedef struct kvb_case_timing {
 #define KVB_COMPARE_Z 3.0
 #define KVB_COMPARE_SE_MEDIAN 1.2533 /* sqrt(pi/2): SE of a median over SE of a mean, normal samples */
 
+#define KVB_COMPARE_MEDIAN_MIN_US 1e-3
+#define KVB_COMPARE_MEDIAN_MAX_US 1e12
+#define KVB_COMPARE_MIN_SAMPLES 3
+
 /* One case: the verdict, and the relative change of medians and its z score (where both ran). */
 kvb_gate_verdict kvb_compare_case(const kvb_case_timing *base, const kvb_case_timing *cur, double threshold,
                              double *change, double *z);
@@ -47,5 +62,10 @@ int kvb_compare_files(const char *base, const char *cur, double threshold, const
 int kvb_compare_files_subset(const char *base, const char *cur, double threshold, int subset, const char *json_out,
                              FILE *report);
 int kvb_compare_main(int argc, char **argv); /* arguments after "compare" */
+
+/* bench, interrupted: rewrite the Google Benchmark JSON at path without the benchmarks whose
+ * error_message starts with `prefix` (the cases not run), so that it holds the cases that finished.
+ * KVB_OK, or an error with kvb_last_error() set. */
+int kvb_bench_json_drop_errors(const char *path, const char *prefix);
 
 #endif

@@ -31,7 +31,7 @@ void kvb_guard_fail(void)
     g_guard = NULL;
     if (jb) longjmp(*jb, 1);
     fprintf(stderr, "kvbench: %s\n", kvb_last_error());
-    exit(3);
+    exit(1); /* a failure, not exit status 3 (nothing measured: exitcode.h) */
 }
 
 int kvb_device_broken(void) { return g_broken; }
@@ -39,6 +39,7 @@ const char *kvb_device_broken_reason(void) { return g_broken_reason; }
 
 #if KVB_HAVE_CUDA
 
+#include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 
 void kvb_cuda_fatal(int err, const char *what, const char *file, int line)
@@ -56,14 +57,46 @@ void kvb_cuda_fatal(int err, const char *what, const char *file, int line)
     kvb_guard_fail();
 }
 
+int kvb_cuda_runtime_version(void)
+{
+    int v = 0;
+    return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : CUDART_VERSION;
+}
+
+/* Why cudaGetDeviceCount failed, in words: the runtime says "driver version is insufficient" both
+ * when there is no driver at all and when it is too old; whether libcuda.so.1 loads tells them apart. */
+static void no_device_reason(cudaError_t e, int n)
+{
+    const int rt = kvb_cuda_runtime_version();
+    if (e == cudaSuccess && n == 0) {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device found");
+    } else if (e == cudaErrorNoDevice) {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device found (the NVIDIA driver sees none)");
+    } else if (e == cudaErrorInsufficientDriver) {
+        void *libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (!libcuda) {
+            snprintf(g_reason, sizeof g_reason, "no CUDA device: no NVIDIA driver found (libcuda.so.1 not loadable)");
+        } else {
+            int drv = 0;
+            (void)cudaDriverGetVersion(&drv);
+            dlclose(libcuda);
+            snprintf(g_reason, sizeof g_reason,
+                     "no CUDA device: the NVIDIA driver supports CUDA %d.%d, older than this build's CUDA runtime %d.%d",
+                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        }
+    } else {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device: cudaGetDeviceCount failed: %s (%s)", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+    }
+}
+
 int kvb_gpu_available(void)
 {
     if (g_state >= 0) return g_state;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        snprintf(g_reason, sizeof g_reason, "no CUDA device (%s)",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+        no_device_reason(e, n);
         (void)cudaGetLastError();
         fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
         return g_state = 0;
@@ -223,7 +256,7 @@ void kvb_nvtx_pop(void) { nvtxDomainRangePop(nvtx_domain()); }
 int kvb_gpu_available(void)
 {
     if (g_state < 0) {
-        snprintf(g_reason, sizeof g_reason, "built without the CUDA toolkit (nvcc not found at build time)");
+        snprintf(g_reason, sizeof g_reason, "no CUDA device: built without the CUDA toolkit (nvcc not found at build time)");
         fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
         g_state = 0;
     }
@@ -237,6 +270,7 @@ static void no_cuda(const char *what)
 }
 
 int kvb_gpu_info(kvb_device_info *info) { memset(info, 0, sizeof *info); return KVB_EDEVICE; }
+int kvb_cuda_runtime_version(void) { return 0; }
 void *kvb_dmalloc(size_t b) { (void)b; no_cuda("kvb_dmalloc"); return NULL; }
 void kvb_dfree(void *p) { (void)p; }
 void *kvb_pinned_alloc(size_t b) { (void)b; no_cuda("kvb_pinned_alloc"); return NULL; }

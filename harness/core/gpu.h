@@ -40,13 +40,17 @@ typedef struct CUstream_st *cudaStream_t;
 #include <setjmp.h>
 jmp_buf *kvb_guard_enter(jmp_buf *jb);
 void kvb_guard_leave(void);
-void kvb_guard_fail(void) __attribute__((noreturn)); /* jump to the active guard, or exit(3) */
+void kvb_guard_fail(void) __attribute__((noreturn)); /* jump to the active guard, or exit(1) */
 int kvb_device_broken(void);                         /* non-zero after a sticky CUDA error */
 const char *kvb_device_broken_reason(void);
 
-/* Device detection: 1 when a device is usable. The first call prints why not, once. */
+/* Device detection: 1 when a device is usable. The first call prints why not, once: no NVIDIA driver
+ * (libcuda.so.1 cannot be loaded), a driver older than the CUDA runtime of this build, no device, a
+ * device older than sm_90, or a build without CUDA. */
 int kvb_gpu_available(void);
 const char *kvb_gpu_unavailable_reason(void);
+/* The CUDA runtime version of this build (12080 for 12.8), 0 in a build without CUDA. No device needed. */
+int kvb_cuda_runtime_version(void);
 
 typedef struct kvb_device_info {
     char name[256];

@@ -2,19 +2,61 @@
 #include "harness/core/json.h"
 
 #include <math.h>
+#include <stdlib.h>
 
-static void put_string(FILE *f, const char *s)
+#include "harness/core/files.h"
+
+void kvb_format_double(char *buf, size_t n, double v)
+{
+    int p = 1;
+    while (p < 17) { /* the fewest significant digits that read back as v */
+        snprintf(buf, n, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) break;
+        p++;
+    }
+    /* printed with at least 10: a value %.10g shows exactly is shown as %.10g shows it ("100", not
+     * "1e+02"), more digits only where %.10g would lose some */
+    snprintf(buf, n, "%.*g", p > 10 ? p : 10, v);
+}
+
+void kvb_json_put_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    size_t n = 0;
+    while (s[n]) n++;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) { /* a valid sequence as it is; an invalid byte as the replacement character */
+            size_t bad = kvb_utf8_invalid_at(s + i, n - i);
+            if (bad == 0) {
+                fputs("\\ufffd", f);
+                i++;
+                continue;
+            }
+            size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+            fwrite(s + i, 1, len, f);
+            i += len;
+            continue;
+        }
         if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
         else if (c == '\n') fputs("\\n", f);
         else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
         else fputc(c, f);
+        i++;
     }
     fputc('"', f);
+}
+
+void kvb_json_put_number(FILE *f, double v)
+{
+    if (!isfinite(v)) {
+        fputs("null", f);
+        return;
+    }
+    char buf[32];
+    kvb_format_double(buf, sizeof buf, v);
+    fputs(buf, f);
 }
 
 static void item(kvb_json *j, const char *key)
@@ -23,7 +65,7 @@ static void item(kvb_json *j, const char *key)
     j->first[j->depth] = 0;
     fprintf(j->f, "\n%*s", 2 * j->depth, "");
     if (key) {
-        put_string(j->f, key);
+        kvb_json_put_string(j->f, key);
         fputs(": ", j->f);
     }
 }
@@ -67,14 +109,13 @@ void kvb_json_close(kvb_json *j)
 void kvb_json_str(kvb_json *j, const char *key, const char *v)
 {
     item(j, key);
-    put_string(j->f, v ? v : "");
+    kvb_json_put_string(j->f, v ? v : "");
 }
 
 void kvb_json_num(kvb_json *j, const char *key, double v)
 {
     item(j, key);
-    if (isfinite(v)) fprintf(j->f, "%.9g", v);
-    else fputs("null", j->f);
+    kvb_json_put_number(j->f, v);
 }
 
 void kvb_json_int(kvb_json *j, const char *key, long long v)

@@ -9,9 +9,12 @@
  *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
  *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
  *
+ *   kvbench --version                            the revision and the CUDA runtime it was built with
+ *
  * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
  * or a substring of case ids.
- * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases).
+ * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default: kvb_cases_path, cli.h).
+ * Exit statuses: exitcode.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,10 @@
 
 #include "harness/core/cli.h"
 #include "harness/core/compare_results.h"
+
+#ifndef KVB_GIT_REV
+#define KVB_GIT_REV "unknown"
+#endif
 
 static void usage(FILE *f)
 {
@@ -44,31 +51,58 @@ static void usage(FILE *f)
             "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
             "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
             "                                            of BASE on purpose, BASE's other cases are left out\n"
+            "  --version                                 the git revision and the CUDA runtime of this build\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
-            "        or a substring of case ids\n"
-            "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n");
+            "        or a substring of case ids; a filter that selects no case is refused; a case given twice\n"
+            "        on the command line (or also in a case file) runs once; one id twice in the case files is\n"
+            "        refused\n"
+            "options: --tier smoke|check|bench|sanitize|all\n"
+            "         --cases FILE_OR_DIR   default: $KVB_CASES, else the cases/ of this binary's tree\n"
+            "                               (<bin>/../cases, <bin>/../../cases), else ./cases\n"
+            "result files (--json, --summary) are written whole or not at all (a temporary renamed over them),\n"
+            "and never over an input of the same command\n"
+            "exit status: 0    everything ran and passed (compare: the gate passes)\n"
+            "             1    a case failed (compare: a regression, a missing or a failed case)\n"
+            "             2    usage or input refused (options, case lines, case files, result files): nothing ran\n"
+            "             3    nothing was measured: no usable CUDA device (every case skipped)\n"
+            "             130  interrupted by SIGINT (143: SIGTERM) between cases: the result files hold the\n"
+            "                  cases finished\n");
+}
+
+static int cmd_version(void)
+{
+    const int v = kvb_cuda_runtime_version();
+    char cuda[32];
+    if (v > 0) snprintf(cuda, sizeof cuda, "%d.%d", v / 1000, v % 1000 / 10);
+    else snprintf(cuda, sizeof cuda, "not built");
+    printf("kvbench %s (CUDA %s)\n", KVB_GIT_REV, cuda);
+    return 0;
 }
 
 static int cmd_ceilings(const kvb_options *o)
 {
     if (!kvb_gpu_available()) {
         printf("kvbench ceilings: %s; nothing measured\n", kvb_gpu_unavailable_reason());
-        return 0;
+        return KVB_EXIT_NOTHING_MEASURED;
+    }
+    kvb_outfile out;
+    FILE *f = NULL;
+    if (o->json && !(f = kvb_outfile_open(&out, o->json))) {
+        fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+        return 2;
     }
     kvb_ceilings c;
     kvb_ceilings_measure(&c);
     kvb_ceilings_print(&c);
-    if (o->json) {
-        FILE *f = fopen(o->json, "w");
-        if (!f) {
-            fprintf(stderr, "kvbench: cannot write %s\n", o->json);
-            return 2;
-        }
+    if (f) {
         kvb_json j;
         kvb_json_begin(&j, f);
         kvb_context_json(&j, o, &c);
         kvb_json_end(&j);
-        fclose(f);
+        if (kvb_outfile_commit(&out) != KVB_OK) {
+            fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+            return 1;
+        }
     }
     return 0;
 }
@@ -78,6 +112,10 @@ static int cmd_list(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
     if (rc) return rc;
+    if (cases.n == 0) {
+        fprintf(stderr, "kvbench: no case matches\n");
+        return 2;
+    }
     for (int i = 0; i < cases.n; i++) { /* the id, and the tolerance overrides a case line gave */
         char repro[KVB_ID_MAX + 128];
         kvb_case_repro(&cases.v[i], repro, sizeof repro);
@@ -103,8 +141,11 @@ static int cmd_kernels(void)
 
 int main(int argc, char **argv)
 {
+    /* arguments reach messages and JSON files: valid UTF-8 only */
+    if (kvb_args_utf8(argc, argv)) return 2;
     /* compare has options of its own: it parses its arguments itself */
     if (argc >= 2 && !strcmp(argv[1], "compare")) return kvb_compare_main(argc - 2, argv + 2);
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) return cmd_version();
     kvb_options o;
     int rc = kvb_parse_options(argc, argv, &o);
     if (rc < 0 || !o.cmd || !strcmp(o.cmd, "help") || !strcmp(o.cmd, "--help") || !strcmp(o.cmd, "-h")) {
@@ -112,9 +153,12 @@ int main(int argc, char **argv)
         return rc < 0 ? 2 : 0;
     }
     if (rc) return rc;
+    if ((rc = kvb_check_paths(&o))) return rc;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(o.cmd, "list")) return cmd_list(&o);
     if (!strcmp(o.cmd, "kernels")) return cmd_kernels();
+    /* SIGINT / SIGTERM end check and bench at the next case, with their result files written */
+    if (!strcmp(o.cmd, "check") || !strcmp(o.cmd, "bench")) kvb_interrupt_install();
     if (!strcmp(o.cmd, "check")) return kvb_cmd_check(&o);
     if (!strcmp(o.cmd, "bench")) return kvb_cmd_bench(&o);
     if (!strcmp(o.cmd, "ceilings")) return cmd_ceilings(&o);

@@ -12,11 +12,17 @@
 
 void kvb_case_overrides(const kvb_case *c, char *buf, size_t n)
 {
+    /* each value in its shortest exact form: the reproduce line runs the same tolerance */
+    static const char *const names[3] = {"atol", "rtol", "l2"};
+    const double v[3] = {c->atol, c->rtol, c->l2};
     size_t len = 0;
     buf[0] = '\0';
-    if (c->atol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "%satol=%.10g", len ? " " : "", c->atol);
-    if (c->rtol >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "%srtol=%.10g", len ? " " : "", c->rtol);
-    if (c->l2 >= 0 && len < n) snprintf(buf + len, n - len, "%sl2=%.10g", len ? " " : "", c->l2);
+    for (int i = 0; i < 3 && len < n; i++) {
+        if (v[i] < 0) continue;
+        char num[32];
+        kvb_format_double(num, sizeof num, v[i]);
+        len += (size_t)snprintf(buf + len, n - len, "%s%s=%s", len ? " " : "", names[i], num);
+    }
 }
 
 void kvb_case_repro(const kvb_case *c, char *buf, size_t n)

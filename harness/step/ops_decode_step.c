@@ -95,8 +95,46 @@ static int case_of(const kvb_case *c, step_case *s)
     return rc ? rc : METHODS[s->method]->shape(c, s);
 }
 
+/* The keys a method reads, of those only some methods read (all=1 is refused by each method's shape that
+ * does not use it, with the reason). A key a method does not read must stay at its default: another
+ * value would only name a second id for the same case. */
+static const char *keys_read_by(const char *method)
+{
+    if (!strcmp(method, "rocketkv") || !strcmp(method, "omnikv")) return " budget ";
+    if (!strcmp(method, "shadowkv")) return " budget rank hit ";
+    return " "; /* dense, minikv */
+}
+
+static int ignored_keys_at_default(const kvb_case *c)
+{
+    static const char *const method_keys[] = {"budget", "rank", "hit"};
+    const char *method = kvb_case_enum(c, "method");
+    for (int k = 0; k < NPARAMS(method_keys); k++) {
+        char word[16];
+        snprintf(word, sizeof word, " %s ", method_keys[k]);
+        if (strstr(keys_read_by(method), word)) continue;
+        for (int i = 0; i < NPARAMS(step_params); i++) {
+            const kvb_param *p = &step_params[i];
+            if (strcmp(p->name, method_keys[k]) || c->v[i] == p->def) continue;
+            char users[64] = "";
+            for (int m = 0; m < NPARAMS(METHODS); m++)
+                if (strstr(keys_read_by(METHODS[m]->name), word))
+                    snprintf(users + strlen(users), sizeof users - strlen(users), "%s%s", users[0] ? ", " : "",
+                             METHODS[m]->name);
+            return kvb_fail(KVB_EINVAL,
+                            "decode_step method=%s: %s=%g out of range [%g, %g]: method=%s does not read %s (%s %s): "
+                            "leave it at its default, one case has one id",
+                            method, p->name, c->v[i], p->def, p->def, method, p->name, users,
+                            strchr(users, ',') ? "do" : "does");
+        }
+    }
+    return KVB_OK;
+}
+
 static int validate_step(const kvb_case *c)
 {
+    int rc = ignored_keys_at_default(c);
+    if (rc) return rc;
     step_case s;
     return case_of(c, &s);
 }
