@@ -13,6 +13,7 @@ namespace {
 std::vector<kvb_bench> g_benches;
 int g_prepared = -1; // index of the case whose state is live
 int g_errors = 0;
+constexpr int MIN_SAMPLES = 3; // what compare needs to judge a change (a median and a noise)
 
 void release_current()
 {
@@ -47,6 +48,17 @@ void run_case(benchmark::State &state, int index)
         samples.push_back(s);
     }
     if (state.error_occurred()) return;
+    // A case slower than the minimum time runs one iteration; its statistics (median, noise) need at least
+    // MIN_SAMPLES samples, taken the same way after Google Benchmark's loop (its own time stays its loop's).
+    while (samples.size() < static_cast<size_t>(MIN_SAMPLES)) {
+        double s = b.iterate(b.ctx);
+        if (s < 0) {
+            state.SkipWithError(kvb_last_error());
+            g_errors++;
+            return;
+        }
+        samples.push_back(s);
+    }
     if (b.label && b.label(b.ctx)[0]) state.SetLabel(b.label(b.ctx));
     kvb_counter counters[KVB_MAX_COUNTERS];
     int n = 0;
