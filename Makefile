@@ -83,6 +83,8 @@ $(OBJ)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
+# an object without its .d (built before the .d files existed) cannot be judged: removed, so it is rebuilt
+$(foreach o,$(shell find $(OBJ) -name '*.o' 2>/dev/null),$(if $(wildcard $(o:.o=.d)),,$(shell rm -f $(o))))
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
 
 # One shared library holds the references, the harness and every kernel (the device code is
