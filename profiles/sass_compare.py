@@ -14,7 +14,21 @@ import os
 import re
 import sys
 
-ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+")
+ANON_AT = re.compile(r"(\d+)(_GLOBAL__N__)")
+
+
+def strip_anon(text):
+    """Replace each anonymous namespace's mangled identifier (its length, then _GLOBAL__N__<hash>_<file>,
+    as long as the length says) by ANON: it names the source file, not the code."""
+    out, i = [], 0
+    for m in ANON_AT.finditer(text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        out.append("ANON")
+        i = m.start(2) + int(m.group(1))
+    out.append(text[i:])
+    return "".join(out)
 
 
 def functions(folder):
@@ -25,10 +39,10 @@ def functions(folder):
         arch, fn, body = "", None, []
         with open(os.path.join(folder, name)) as f:
             for line in f:
-                # a new section (arch, code for ...) ends the function before it
-                if line.startswith(("arch = ", "code for", "identifier")) or line.strip().startswith("code for"):
+                # a section header (Fatbin ..., arch, code for, identifier) ends the function before it
+                if line.startswith(("Fatbin", "arch = ", "code for", "identifier")) or line.strip().startswith("code for"):
                     if fn:
-                        out[(arch, fn)] = "".join(body).rstrip()
+                        out[(arch, fn)] = "".join(body)
                     fn, body = None, []
                     if line.startswith("arch = "):
                         arch = line.split("=", 1)[1].strip()
@@ -36,12 +50,13 @@ def functions(folder):
                 m = re.match(r"\s*Function : (\S+)", line)
                 if m:
                     if fn:
-                        out[(arch, fn)] = "".join(body).rstrip()
-                    fn, body = ANON.sub("ANON", m.group(1)), []
-                elif fn is not None:
-                    body.append(ANON.sub("ANON", line))
+                        out[(arch, fn)] = "".join(body)
+                    fn, body = strip_anon(m.group(1)), []
+                elif fn is not None and line.strip():
+                    # cuobjdump pads columns to the longest name in the file: compare tokens, not spacing
+                    body.append(" ".join(strip_anon(line).split()) + "\n")
         if fn:
-            out[(arch, fn)] = "".join(body).rstrip()
+            out[(arch, fn)] = "".join(body)
     return out
 
 
