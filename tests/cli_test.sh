@@ -121,7 +121,7 @@ expect "check --dump under a file: nothing runs" 2 "--dump: cannot create $tmp/a
 scan_dir="$tmp/dd/$("$kvbench" list --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" | sed -E 's/^[a-z]+ +//; s/ /_/g')"
 mkdir -p "$tmp/dd" && : >"$scan_dir"
 expect "check --dump with a file it cannot write: exit 1 naming it" 1 "dump failed: cannot create $scan_dir: .* not a directory" -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64" --dump "$tmp/dd"
-expect "check --dump of a sampled reference and of outputs without one" 0 'passed, 0 failed' -- check --cases "$cases" "selective_attn B=2 Hq=8 Hkv=2 L=256 D=64 group_sum=1 sample=1" "shadowkv_lowrank S=64 Hkv=2 D=16 r=8" --dump "$tmp/ds"
+expect "check --dump of a sampled reference and of outputs without one" "$ran" 'passed, 0 failed' -- check --cases "$cases" "selective_attn B=2 Hq=8 Hkv=2 L=256 D=64 group_sum=1 sample=1" "shadowkv_lowrank S=64 Hkv=2 D=16 r=8" --dump "$tmp/ds"
 if ls "$tmp"/ds/selective_attn_*/O.ref_mask.npy >/dev/null 2>&1 && grep -q '"reference": "sampled"' "$tmp"/ds/selective_attn_*/meta.json &&
    ls "$tmp"/ds/shadowkv_lowrank_*/info.ref.npy >/dev/null 2>&1 && ! ls "$tmp"/ds/shadowkv_lowrank_*/U.ref.npy >/dev/null 2>&1 &&
    grep -q '"reference": "none' "$tmp"/ds/shadowkv_lowrank_*/meta.json; then
@@ -186,10 +186,10 @@ expect "compare rejects a foreign JSON file" 2 'not a Google Benchmark JSON' -- 
 expect "compare rejects an unknown option" 2 'unknown option --frobnicate' -- compare "$tmp/base.json" "$tmp/same.json" --frobnicate 1
 
 # every GQA group G in [1, 8] is accepted (G = 3, 5, 6, 7 included); G = 9 is refused before anything runs
-expect "omnikv_select G=5 accepted" 0 ' 0 failed' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8 L=100 k=10"
-expect "hybrid_score G=7 accepted" 0 ' 0 failed' -- check --cases "$cases" "hybrid_score Hq=28 Hkv=4 L=100 P=4 r=8 k=10"
-expect "quest_score G=3 accepted" 0 ' 0 failed' -- check --cases "$cases" "quest_score Hq=24 Hkv=8 L=100 P=4 budget=16"
-expect "rocketkv_decode G=6 accepted" 0 ' 0 failed' -- check --cases "$cases" "rocketkv_decode Hq=12 Hkv=2 D=64 Lmax=300 T=64 M=8"
+expect "omnikv_select G=5 accepted" "$ran" ' 0 failed' -- check --cases "$cases" "omnikv_select Hq=40 Hkv=8 L=100 k=10"
+expect "hybrid_score G=7 accepted" "$ran" ' 0 failed' -- check --cases "$cases" "hybrid_score Hq=28 Hkv=4 L=100 P=4 r=8 k=10"
+expect "quest_score G=3 accepted" "$ran" ' 0 failed' -- check --cases "$cases" "quest_score Hq=24 Hkv=8 L=100 P=4 budget=16"
+expect "rocketkv_decode G=6 accepted" "$ran" ' 0 failed' -- check --cases "$cases" "rocketkv_decode Hq=12 Hkv=2 D=64 Lmax=300 T=64 M=8"
 expect "quest_score G=9 refused" 2 'quest_score: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "quest_score Hq=72 Hkv=8"
 expect "rocketkv_decode G=9 refused" 2 'rocketkv_step: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "rocketkv_decode Hq=72 Hkv=8"
 
