@@ -42,9 +42,14 @@
 //     32K gs=128 at 79.8-81.0% of the read rate, 5.56x dense (results/h100/s14-int2-12warps).
 // ================================================================================================
 #include <cooperative_groups.h>
-#include <cstring>
 
 #include "kernels/int2/int2_step.cuh"
+
+// KVB_INT2_TRACE=1 (`make KVB_TRACE=1`, a build of its own): the kernel's per-block trace (TRACE below).
+// Production builds leave it 0 and carry no trace code.
+#ifndef KVB_INT2_TRACE
+#define KVB_INT2_TRACE 0
+#endif
 
 namespace {
 namespace v3 {
@@ -52,21 +57,19 @@ namespace v3 {
 struct Params {
     AttnParams a; // q, the residual (a.c.Kr, a.c.Vr), shapes, the stream-K line, the merge workspace
     NativePtrs n;
-    int early;    // 1: a segment's first records are requested before q is staged and the residual read
-    int rw;       // units of the stream-K line per residual (16-token bf16) step: its weight in the split
-    int cluster;  // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
-    int frags_late; // 1: q's fragments stored after the residual steps (every warp waits for them)
-    int fill0;      // records a warp requests before its first step (1..S-1; 0: by the segment's length)
-    int q_prefetch; // 1: q's lines prefetched into L2 before the first records are requested
-    int q_warp0;    // 1: warp 0 loads q before the first barrier and makes the fragments alone (q_rows_*)
-    int instant;    // 1: a block's first fill is requested before its first barrier (static steps)
-    int merge_last; // 1 (clusters): the last rank merges the cluster's partials (cluster_merge), not rank 0
+    int cluster;     // > 1: launched as clusters of this many blocks, one cluster per head (cluster_merge)
+    int q_warp0;     // 1 (q 16-byte aligned): warp 0 takes q with one bulk copy and makes the fragments alone
+                     // (q_rows_*); 0: the block stages q, then warp 0 stores the fragments
     int slots_apart; // 1 (clusters): the merger's partial slots lie past the rings (dynamic shared memory from
-                     // smem_bytes() on), not over them
-    int wait_early;  // 1 (slots_apart): the cluster barrier's first phase waited once q is staged, not at the merge
-    int relaxed_merger; // 1 (clusters): the merger's second arrival relaxed (its own slot written locally)
-    int pairs;          // 1 (clusters): the cluster's combine and merge take two adjacent channels a thread
+                     // smem_bytes() on), where the device's opt-in shared memory takes them; 0: over the rings
 };
+
+// The weight of a residual (16-token bf16) step in the stream-K split, in units of 64-token steps: its
+// loads are not pipelined, so one costs a block several steps' time, and the block holding a head's
+// residual steps gets fewer 64-token steps. At most 4: a segment spans 4 units or more (grid <= N / 8
+// rounded up, or the head-aligned grid with 8 or more per block), so one inside a head's residual part
+// starts a residual step and no segment is empty.
+constexpr int RESIDUAL_WEIGHT = 4;
 
 // Where the two runs (Rec, Km) of step `step` of head `head` lie.
 template <int D, int GS>
@@ -262,7 +265,7 @@ __host__ __device__ constexpr size_t smem_bytes()
     return ring_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG) + sizeof(__nv_bfloat16) * MAXG * D;
 }
 
-// TRACE (KVB_INT2_V3_TRACE=1, a diagnostic build of the same kernel): thread 0 of each block prints its
+// TRACE (KVB_INT2_TRACE=1: the diagnostic build, make KVB_TRACE=1): thread 0 of each block prints its
 // segment, warp 0's count of steps, when the segment starts and ends (globaltimer, ns), and the SM
 // clocks from the start to 20 points of the prologue, warp 0's first steps, the end of the steps and
 // the merge (tr[i]; profiles/int2_v3_trace.py names them and prints their medians).
@@ -286,32 +289,29 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 // (the start's arrival, P.slots_apart: it orders nothing, it only tells the others that this block runs)
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// CPT: channels per thread in the combine and the merge (2: two adjacent channels, 8-byte accesses, so
-// that G D / 2 items take one pass of the block's NT threads at G <= 4).
-template <int D, int CPT>
+// The combine and the merge take two adjacent channels a thread (8-byte accesses), so that G D / 2 items
+// take one pass of the block's NT threads at G <= 4.
+template <int D>
 __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
-                                              bool merge_last, bool waited, bool relaxed_merger, long long *tr = nullptr)
+                                              bool waited, long long *tr = nullptr)
 {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
-    // the merging rank: the last (merge_last), whose steps end last (rank 0 holds the head's residual
-    // steps, weighted so that it ends first), so that its own partial stays local and the others' arrive
-    // while it still runs; or rank 0
-    const int merger = merge_last ? C - 1 : 0;
-    if (!waited) cluster_wait(); // every block's rings are drained (or, P.wait_early: waited at the start)
+    // the merging rank: the last, whose steps end last (rank 0 holds the head's residual steps, weighted so
+    // that it ends first), so that its own partial stays local and the others' arrive while it still runs
+    const int merger = C - 1;
+    if (!waited) cluster_wait(); // every block's rings are drained (with the slots apart: waited at the start)
     if (tr && tid == 0) tr[17] = clock64();
     const int rank = (int)cluster.block_rank();
     const bool me = rank == merger;
-    // (relaxed_merger: the merger's own slot through its own window, so that a block barrier orders it)
-    block_combine<D, NW, CPT>(ms, G, (relaxed_merger && me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride,
-                              nullptr, tid);
+    // the merger's own slot through its own window, so that a block barrier orders it
+    block_combine<D, NW, 2>(ms, G, (me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride, nullptr, tid);
     if (tr && tid == 0) tr[18] = clock64();
     // every slot is written (release / acquire at cluster scope); no block touches another's shared memory
-    // after it, so the others may exit. relaxed_merger: the merger has nothing to publish, so it arrives
-    // relaxed after a block barrier, without the release's GPU-scope MEMBAR (the 8K gs=128 trace: 0.10 us
-    // from "combined" to past the wait, against 0.48; results/h100/s19-int2-grid/r8)
-    if (relaxed_merger && me) {
+    // after it, so the others may exit. The merger has nothing to publish, so it arrives relaxed after a
+    // block barrier, without the release's GPU-scope MEMBAR.
+    if (me) {
         __syncthreads();
         cluster_arrive_relaxed();
     } else {
@@ -320,30 +320,23 @@ __device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float 
     cluster_wait();
     if (!me) return;
     if (tr && tid == 0) tr[19] = clock64();
-    for (int i = tid; i < G * D / CPT; i += NT) {
-        const int idx = i * CPT, h = idx / D;
+    for (int i = tid; i < G * D / 2; i += NT) {
+        const int idx = 2 * i, h = idx / D;
         float M = -INFINITY;
         for (int r = 0; r < C; r++) M = fmaxf(M, parts_s[r * stride + G * D + h]);
         const float base = M == -INFINITY ? 0.f : M;
         float O0 = 0.f, O1 = 0.f, L = 0.f;
         for (int r = 0; r < C; r++) {
             const float a = ex2(parts_s[r * stride + G * D + h] - base);
-            if constexpr (CPT == 2) {
-                const float2 v = *reinterpret_cast<const float2 *>(parts_s + r * stride + idx); // stride, idx even
-                O0 += a * v.x, O1 += a * v.y;
-            } else {
-                O0 += a * parts_s[r * stride + idx];
-            }
+            const float2 v = *reinterpret_cast<const float2 *>(parts_s + r * stride + idx); // stride, idx even
+            O0 += a * v.x, O1 += a * v.y;
             L += a * parts_s[r * stride + G * D + G + h];
         }
-        if constexpr (CPT == 2)
-            *reinterpret_cast<__nv_bfloat162 *>(out + idx) = __floats2bfloat162_rn(O0 / L, O1 / L); // rows of D (even)
-        else
-            out[idx] = __float2bfloat16_rn(O0 / L);
+        *reinterpret_cast<__nv_bfloat162 *>(out + idx) = __floats2bfloat162_rn(O0 / L, O1 / L); // rows of D (even)
     }
 }
 
-template <int D, int GS, bool TRACE = false>
+template <int D, int GS, bool TRACE = KVB_INT2_TRACE != 0>
 __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
 {
     constexpr int MT = D / 16, S = stages<D, GS>(), BYTES = Rec<D, GS>::BYTES;
@@ -380,7 +373,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     // from its rings, so the other blocks need not wait for its rings to drain, only for it to have
     // started (distributed shared memory's rule); they write their partials as soon as they are done.
     if (P.cluster > 1 && P.slots_apart) cluster_arrive_relaxed();
-    const bool wait_early = P.cluster > 1 && P.slots_apart && P.wait_early;
+    const bool wait_early = P.cluster > 1 && P.slots_apart;
     if (TRACE && tid == 0) tr[13] = clock64();
     // this warp's ring, as shared addresses: the slot of the next record to issue, the slot and phase
     // parity of the next to use (every lane keeps them; the ring carries over from segment to segment)
@@ -389,10 +382,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     uint32_t use_phase = 0, q_phase = 0;
     auto next_slot = [](int slot) { return slot + 1 == S ? 0 : slot + 1; };
 
-    // A head's line: its residual steps, P.rw units each (one costs a block several 64-token steps'
-    // time: its loads are not pipelined), then its nq 64-token steps, one unit each.
-    // (a head's line is below 2^31 units: decode_attn_launch bounds T; the heads, B Hkv, are ints)
-    const int W = P.rw, nrw = p.nr * W, per_head = nrw + (int)p.nq;
+    // A head's line: its residual steps, RESIDUAL_WEIGHT units each, then its nq 64-token steps, one unit
+    // each. (a head's line is below 2^31 units: int2_decode_attn bounds T; the heads, B Hkv, are ints)
+    const int W = RESIDUAL_WEIGHT, nrw = p.nr * W, per_head = nrw + (int)p.nq;
     const int64_t N = p.heads * per_head, grid = gridDim.x, kb = blockIdx.x;
     // clusters (P.cluster = C > 1): one segment a block, the head kb / C's units [r per_head / C,
     // (r + 1) per_head / C) for rank r = kb % C, as part_begin's split; in 32 bits (the host keeps C
@@ -407,14 +399,17 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     } else {
         u = part_begin(kb, N, grid), u1 = part_begin(kb + 1, N, grid);
     }
-    // P.instant (clusters): q and the first fill requested first thing, with no more arithmetic than their
-    // addresses take (the loop's first segment then skips them), each warp's k-th record step
-    // qa + k NW + warp (what the shared counter would hand out, in another order; it then starts past them)
-    // records a warp requests before its first step: P.fill0, or 1 where the segment [qa, qe) is at most 8
-    // steps a warp (T = 8K at B = 8), else S - 1; at most S - 1
-    auto fill_count = [&](int qa, int qe) { return min(S - 1, P.fill0 > 0 ? P.fill0 : qe - qa <= 8 * NW ? 1 : S - 1); };
+    // Clusters: q and the first fill requested first thing, before the block's first barrier, with no more
+    // arithmetic than their addresses take (the loop's first segment then skips them), each warp's k-th
+    // record step qa + k NW + warp (what the shared counter would hand out, in another order; it then
+    // starts past them).
+    // The first fill, the records a warp requests before its first step: 1 where the segment [qa, qe) is
+    // at most 8 steps a warp (T = 8K at B = 8), else S - 1. A short first fill leaves shorter memory queues
+    // for the cold start's own requests (q, the kernel's code and parameters), which delay a short
+    // segment's first step; a long segment keeps the ring full from the start.
+    auto fill_count = [&](int qa, int qe) { return qe - qa <= 8 * NW ? 1 : S - 1; };
     int fill_first = 0; // records a warp requested here
-    if (P.instant && C > 1) {
+    if (C > 1) {
         const int qa = max(crank * per_head / C, nrw) - nrw, qe = (crank + 1) * per_head / C - nrw;
         if (qa < qe) {
             fill_first = fill_count(qa, qe);
@@ -460,28 +455,22 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             }
             issue_slot = next_slot(issue_slot);
         };
-        // the first fill requests fill0 records per warp (0: one where the segment is at most 8 steps a
-        // warp, else S - 1); the rest follow once q is staged, before the first step
-        int ramp = instant ? S - 1 - fill_n : 0;
-        bool filled = instant;
-        auto fill = [&]() {
-            if (filled) return;
+        if (TRACE && tid == 0 && tr[5] != 0) tr[29] = (long long)global_ns(), tr[0] = clock64(); // a later segment
+        // the block-staged q (not 16-byte aligned): its lines requested into L2 ahead of the records, so
+        // that its loads wait for q alone, not behind the records' queue
+        if (!P.q_warp0 && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
+        // the first fill (fill_n records a warp) before q is staged and the residual read, so that the
+        // first records' latency overlaps them instead of following them (a segment is only ~5 steps per
+        // warp at T = 8K); the rest of the ring follows once q is staged, before the first step
+        int ramp = S - 1 - fill_n;
+        if (!instant) {
 #pragma unroll 1 // a cold start fetches every byte of code it runs: the loop, not 4 copies of it
             for (int k = 0; k < fill_n; k++) claim();
-            ramp = S - 1 - fill_n, filled = true;
-        };
-        // early: the first records' latency overlaps q's staging and the residual steps' loads instead
-        // of following them (a segment is only ~5 steps per warp at T = 8K)
-        if (TRACE && tid == 0 && tr[5] != 0) tr[29] = (long long)global_ns(), tr[0] = clock64(); // a later segment
-        // q's lines requested ahead of the records: its loads then wait for q alone, not behind the
-        // records' queue
-        if (!P.q_warp0 && P.q_prefetch && tid < (G * D * 2 + 127) / 128) prefetch_l2(qh + tid * 64);
-        if (P.early) fill();
+        }
         if (TRACE && tid == 0) tr[6] = clock64();
         uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
         // PAIR (G <= 4): -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
         uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
-        const bool frags_late = P.frags_late && !P.q_warp0;
         if (P.q_warp0) {
             // warp 0 turns q into the fragments while the others request the rest of their first fill;
             // then one block barrier (the residual steps read q_s, the quantized steps qf_s, qm_s and
@@ -502,10 +491,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             if (TRACE && tid == 32) tr[23] = clock64();
         } else {
             stage_q<NT>(q_s, f_s, u_s, qh, G, D, tid, 1);
-        }
-        // the quantized steps' q fragments, before the residual steps: the warps without residual steps
-        // then start on the quantized ones at once instead of waiting at a block barrier behind them
-        auto store_frags = [&]() {
+            if (TRACE && tid == 0) tr[7] = clock64();
+            // the quantized steps' q fragments, before the residual steps: the warps without residual
+            // steps then start on the quantized ones at once instead of waiting at a block barrier behind them
             if (qa < qe) { // block-uniform
                 if (warp == 0) {
                     if (pair) q_frags_store_pair<D>(qf_s, qm_s, q_s, f_s, G, lane);
@@ -514,16 +502,11 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
                 }
                 __syncthreads();
             }
-        };
-        if (!P.q_warp0) {
-            if (TRACE && tid == 0) tr[7] = clock64();
-            if (!frags_late) store_frags();
         }
         // residual step r belongs to the segment holding its first unit r W
         const int r_beg = (s0 + W - 1) / W, r_end = min((s1 + W - 1) / W, (int)p.nr);
-        if (!P.early && !frags_late && qa < qe) fill(); // q staged: the records' requests follow it
         if (TRACE && tid == 0) tr[1] = clock64();
-        // P.wait_early: the first phase (every block arrived at its start) waited here, where a block
+        // With the slots apart, the first phase (every block arrived at its start) is waited here, where a block
         // waits for its first records anyway, instead of at the merge: its acquire (the SM's L1
         // invalidation, CCTL.IVALL) then lies off the end of the kernel. Every thread passes here once (a
         // cluster block has one segment).
@@ -536,11 +519,9 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (r_beg < r_end)
             st = residual_steps<D, NW>(q_s, G, p.c.Kr + head * p.Rcap * D, p.c.Vr + head * p.Rcap * D, r_beg, r_end, p.R,
                                        p.scale, warp, lane);
-        if (frags_late) store_frags();
         int steps = 0; // this warp's 64-token steps in the segment (the trace)
         if (qa < qe) { // block-uniform
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
-            if (!P.early && frags_late) fill();
             // the rest of a short first fill, now that q is staged: the ring's S - 1 ahead before the
             // first step (not in the step loop: its code stays as it was)
 #pragma unroll 1
@@ -583,10 +564,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             float *parts_s = reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>)));
             __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
-            if (P.pairs)
-                cluster_merge<D, 2>(ms, parts_s, G, out, tid, P.merge_last, wait_early, P.relaxed_merger, TRACE ? tr : nullptr);
-            else
-                cluster_merge<D, 1>(ms, parts_s, G, out, tid, P.merge_last, wait_early, P.relaxed_merger, TRACE ? tr : nullptr);
+            cluster_merge<D>(ms, parts_s, G, out, tid, wait_early, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
@@ -647,153 +625,6 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
     return attn_workspace(l, cap, &off);
 }
 
-// v3's A/B switches (read once): KVB_INT2_V3_EARLY=0 requests a segment's first records only after q is
-// staged (before the residual steps); KVB_INT2_V3_GRID=stream keeps the plain stream-K grid
-// (blocks straddling heads) instead of the head-aligned one.
-// An A/B switch set to one value: KVB_INT2_V3_X=value.
-static bool env_is(const char *name, const char *value)
-{
-    const char *e = getenv(name);
-    return e && !strcmp(e, value);
-}
-// An on-by-default A/B switch: off only where the variable is set and starts with '0'.
-static bool env_on(const char *name)
-{
-    const char *e = getenv(name);
-    return !(e && e[0] == '0');
-}
-static bool v3_early()
-{
-    static const bool v = env_on("KVB_INT2_V3_EARLY");
-    return v;
-}
-// v3's weight of a residual step in the stream-K split (KVB_INT2_V3_RW=1..4, default 4; an A/B switch,
-// read once; 1 is the split as first built). A block doing a head's residual steps took ~14 us longer
-// to reach its first 64-token step at 8K (their loads are not pipelined), and finished last; weighing
-// each as 4 units gives that block fewer steps: on an H100, B=8 8K gs=16 48.1 -> 41.1 us, 32K gs=16
-// 112.9 -> 109.7 us (results/h100/s12-int2-rw-*). At most 4: a segment spans 4 units or more (grid <= N / 8 rounded up, or the
-// head-aligned grid with 8 or more per block), so one inside a head's residual part starts a residual
-// step and no segment is empty.
-static int v3_residual_weight()
-{
-    static int v = 0;
-    if (!v) {
-        const char *e = getenv("KVB_INT2_V3_RW");
-        const int n = e ? atoi(e) : 4;
-        v = n < 1 ? 1 : n > 4 ? 4 : n;
-    }
-    return v;
-}
-static bool v3_trace()
-{
-    static const bool v = getenv("KVB_INT2_V3_TRACE") && getenv("KVB_INT2_V3_TRACE")[0] == '1';
-    return v;
-}
-// v3's merge through a cluster per head where the head-aligned grid gives each head 2 to 8 blocks
-// (KVB_INT2_V3_CLUSTER=0: the global partials and arrival counter instead; an A/B switch, read once).
-static bool v3_cluster()
-{
-    static const bool v = env_on("KVB_INT2_V3_CLUSTER");
-    return v;
-}
-// v3 stores q's fragments after the residual steps, so that every warp waits for them at the block
-// barrier (KVB_INT2_V3_FRAGS=late; an A/B switch against the default, before them).
-static bool v3_frags_late()
-{
-    static const bool v = env_is("KVB_INT2_V3_FRAGS", "late");
-    return v;
-}
-// v3's first fill: KVB_INT2_V3_FILL=n records per warp requested at the segment's start (clamped to
-// 1..S-1), the rest of the ring's S - 1 once q is staged. Default: 1 where a segment holds at most 8
-// steps a warp (T = 8K at B = 8), S - 1 elsewhere. A smaller first fill leaves shorter memory queues
-// for the cold start's own requests (q, the kernel's code and parameters, all fetched from DRAM after
-// the L2 flush), which delay a short segment's first step. On an H100 (results/h100/s15-int2-start/),
-// 1 against 2 (S = 3 at gs >= 64): 8K gs=64 3.8% and gs=128 6.6% faster (r5); 32K gs=128 0.9% faster
-// in one call (r1) and 2.5% slower in another (r4), so a longer segment keeps S - 1.
-static int v3_fill0()
-{
-    static const int v = getenv("KVB_INT2_V3_FILL") ? atoi(getenv("KVB_INT2_V3_FILL")) : 0;
-    return v < 0 ? 0 : v;
-}
-// v3's old q path (QW0=0) prefetches q into L2 before a segment's first records (KVB_INT2_V3_QPF=0:
-// not; an A/B switch). On an H100, in one call, every case of the A/B 0.2-2.4% faster with it
-// (results/h100/s15-int2-start/).
-static bool v3_q_prefetch()
-{
-    static const bool v = env_on("KVB_INT2_V3_QPF");
-    return v;
-}
-// v3's q by warp 0 alone (q_rows_issue, q_rows_finish; KVB_INT2_V3_QW0=0: stage_q by the block, then
-// the fragments by warp 0 between two block barriers, the path a q not 16-byte aligned takes; an A/B
-// switch, read once). On an H100 (results/h100/s16-int2-q/), the first step at 8K gs=128 4.6 us after
-// the block's start instead of 6.9; against the old path in one bundle, 8K 2-6% and 32K gs=128 2-3%
-// faster (r2).
-static bool v3_q_warp0()
-{
-    static const bool v = env_on("KVB_INT2_V3_QW0");
-    return v;
-}
-// v3's first fill before the block's first barrier, each warp's records statically (P.instant;
-// KVB_INT2_V3_INSTANT=0: claimed from the shared counter after it; an A/B switch, read once). On an
-// H100 (results/h100/s17-int2-instant/r2), against INSTANT=0 in one bundle: 8K gs=16-64 1.8-4.1%
-// faster (gs=128: 7.5% and -0.5%), 32K 0.4-0.9%, B=1 128K (no clusters) level. q lands no sooner
-// (its one request queues with the records'), but the records are in flight ~0.7 us earlier.
-static bool v3_instant()
-{
-    static const bool v = env_on("KVB_INT2_V3_INSTANT");
-    return v;
-}
-// v3's cluster merge by the last rank (P.merge_last; KVB_INT2_V3_MERGER=0: by rank 0; an A/B switch,
-// read once). On an H100 (results/h100/s17-int2-instant/r7), against rank 0 in one bundle: 8K gs=16
-// 1.2% faster, every other case within 1% either way; the 8K gs=128 trace ends 0.24 us sooner.
-static bool v3_merge_last()
-{
-    static const bool v = env_on("KVB_INT2_V3_MERGER");
-    return v;
-}
-// A diagnostic (KVB_INT2_V3_WARM=1, clusters only): each launch is preceded by one of the same kernel over
-// the first head alone (one cluster; the same output rows), so that the kernel's code is in L2 when the
-// launch that counts starts. Not for timing (the warm launch is inside the timed span): for the trace.
-static bool v3_warm()
-{
-    static const bool v = getenv("KVB_INT2_V3_WARM") && getenv("KVB_INT2_V3_WARM")[0] == '1';
-    return v;
-}
-// v3's cluster partial slots past the rings (P.slots_apart; KVB_INT2_V3_SLOTS=ring: over the merger's
-// rings, as before; an A/B switch, read once). Where the launch's shared memory cannot take them
-// (C G (D + 2) floats more), the slots go over the rings.
-static bool v3_slots_apart()
-{
-    static const bool v = !env_is("KVB_INT2_V3_SLOTS", "ring");
-    return v;
-}
-// v3's cluster barrier's first phase (P.slots_apart) waited early, once q is staged (default), or at the
-// merge (KVB_INT2_V3_CWAIT=late, as before; an A/B switch, read once).
-static bool v3_wait_early()
-{
-    static const bool v = !env_is("KVB_INT2_V3_CWAIT", "late");
-    return v;
-}
-// v3's cluster merger arriving relaxed on the second phase (default), or with release as the others
-// (KVB_INT2_V3_MREL=release, as before; an A/B switch, read once).
-static bool v3_relaxed_merger()
-{
-    static const bool v = !env_is("KVB_INT2_V3_MREL", "release");
-    return v;
-}
-// v3's cluster combine and merge with two channels a thread (default), or one (KVB_INT2_V3_CPT=1, as
-// before; an A/B switch, read once).
-static bool v3_pairs()
-{
-    static const bool v = !env_is("KVB_INT2_V3_CPT", "1");
-    return v;
-}
-static bool v3_head_aligned()
-{
-    static const bool v = !env_is("KVB_INT2_V3_GRID", "stream");
-    return v;
-}
-
 extern "C" int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *nat, kvb_bf16 *o,
                                    const int2_layout *l, void *workspace, cudaStream_t stream)
 {
@@ -811,82 +642,61 @@ extern "C" int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const
     const AttnParams p = decode_params(q, c, o, l, workspace, cap, &grid);
     // head-aligned: a multiple of the heads, so that every block's part of the stream-K line lies in
     // one head (one segment: one q staging, one merge) instead of straddling two
-    if (v3_head_aligned() && grid == cap && p.heads <= cap) grid = (int)(p.heads * (cap / p.heads));
+    if (grid == cap && p.heads <= cap) grid = (int)(p.heads * (cap / p.heads));
     return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
         constexpr int D = decltype(dc)::value, GS = decltype(gc)::value;
-        {
-            v3::Params P;
-            P.a = p;
-            P.early = v3_early();
-            P.rw = v3_residual_weight();
-            P.frags_late = v3_frags_late();
-            P.fill0 = v3_fill0();
-            P.q_prefetch = v3_q_prefetch();
-            P.q_warp0 = v3_q_warp0() && (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
-            P.instant = v3_instant();
-            P.merge_last = v3_merge_last();
-            if (nat) {
-                P.n.Rec = nat->Rec, P.n.Km = reinterpret_cast<const __half *>(nat->Km);
+        v3::Params P;
+        P.a = p;
+        P.n.Rec = nat ? nat->Rec : nullptr, P.n.Km = nat ? reinterpret_cast<const __half *>(nat->Km) : nullptr;
+        P.q_warp0 = (uintptr_t)q % 16 == 0; // a bulk copy: 16-byte aligned
+        P.cluster = 0, P.slots_apart = 0;
+        void (*kernel)(v3::Params) = v3::attn_kernel<D, GS>;
+        const size_t smem = v3::smem_bytes<D, GS>();
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)grid);
+        cfg.blockDim = dim3(v3::NT);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
+        // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
+        const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
+        // (the kernel splits a head among its cluster in 32 bits: bph (nr RESIDUAL_WEIGHT + nq) < 2^31)
+        const int64_t per_head = p.nr * v3::RESIDUAL_WEIGHT + p.nq;
+        if (bph >= 2 && bph <= 8 && per_head >= bph && bph * per_head < ((int64_t)1 << 31)) {
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+            cfg.attrs = attr, cfg.numAttrs = 1;
+            // the partial slots past the rings where the block's shared memory takes them (the device's
+            // opt-in limit refuses the attribute otherwise: then over the rings)
+            const size_t apart = smem + sizeof(float) * (size_t)bph * p.G * (D + 2);
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)apart) == cudaSuccess)
+                cfg.dynamicSmemBytes = apart, P.slots_apart = 1;
+            else
+                (void)cudaGetLastError();
+            // resident clusters of this instance, size and shared memory on this device, asked once (not
+            // on every launch) for the first 16 such shapes of the process
+            struct Known { int dev, D, GS, bph; size_t smem; int n; };
+            static Known known[16];
+            static int n_known = 0;
+            int dev = 0, n = -1;
+            CUDA_TRY(cudaGetDevice(&dev));
+            for (int i = 0; i < n_known && n < 0; i++)
+                if (known[i].dev == dev && known[i].D == D && known[i].GS == GS && known[i].bph == (int)bph &&
+                    known[i].smem == cfg.dynamicSmemBytes)
+                    n = known[i].n;
+            if (n < 0) {
+                CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+                if (n_known < 16) known[n_known++] = Known{dev, D, GS, (int)bph, cfg.dynamicSmemBytes, n};
+            }
+            if ((int64_t)n * bph >= grid) {
+                P.cluster = (int)bph;
             } else {
-                P.n = v3::NativePtrs{};
+                cfg.attrs = nullptr, cfg.numAttrs = 0, cfg.dynamicSmemBytes = smem, P.slots_apart = 0;
             }
-            void (*kernel)(v3::Params) = v3_trace() ? v3::attn_kernel<D, GS, true> : v3::attn_kernel<D, GS>;
-            const size_t smem = v3::smem_bytes<D, GS>();
-            CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3((unsigned)grid);
-            cfg.blockDim = dim3(v3::NT);
-            cfg.dynamicSmemBytes = smem;
-            cfg.stream = stream;
-            cudaLaunchAttribute attr[1];
-            // a cluster per head: the head-aligned grid with 2 to 8 blocks per head (one segment each), if
-            // that many clusters can be resident at once (one wave, as the stream-K grid assumes)
-            const int64_t bph = grid % p.heads == 0 ? grid / p.heads : 0;
-            P.cluster = 0, P.slots_apart = 0, P.wait_early = 0, P.relaxed_merger = v3_relaxed_merger(), P.pairs = v3_pairs();
-            // (the kernel splits a head among its cluster in 32 bits: bph (nr rw + nq) < 2^31)
-            const int64_t per_head = p.nr * P.rw + p.nq;
-            if (v3_cluster() && v3_head_aligned() && bph >= 2 && bph <= 8 && per_head >= bph &&
-                bph * per_head < ((int64_t)1 << 31)) {
-                attr[0].id = cudaLaunchAttributeClusterDimension;
-                attr[0].val.clusterDim.x = (unsigned)bph, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-                cfg.attrs = attr, cfg.numAttrs = 1;
-                // the partial slots past the rings where the block's shared memory takes them (the device's
-                // opt-in limit refuses the attribute otherwise: then over the rings)
-                if (v3_slots_apart()) {
-                    const size_t apart = smem + sizeof(float) * (size_t)bph * p.G * (D + 2);
-                    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)apart) == cudaSuccess)
-                        cfg.dynamicSmemBytes = apart, P.slots_apart = 1, P.wait_early = v3_wait_early();
-                    else
-                        (void)cudaGetLastError();
-                }
-                // resident clusters of this instance, size and shared memory on this device, asked once (not
-                // on every launch) for the first 16 such shapes of the process
-                struct Known { int dev, trace, D, GS, bph; size_t smem; int n; };
-                static Known known[16];
-                static int n_known = 0;
-                int dev = 0, n = -1;
-                CUDA_TRY(cudaGetDevice(&dev));
-                for (int i = 0; i < n_known && n < 0; i++)
-                    if (known[i].dev == dev && known[i].trace == (int)v3_trace() && known[i].D == D && known[i].GS == GS &&
-                        known[i].bph == (int)bph && known[i].smem == cfg.dynamicSmemBytes)
-                        n = known[i].n;
-                if (n < 0) {
-                    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                    if (n_known < 16) known[n_known++] = Known{dev, (int)v3_trace(), D, GS, (int)bph, cfg.dynamicSmemBytes, n};
-                }
-                if ((int64_t)n * bph >= grid) {
-                    P.cluster = (int)bph;
-                } else {
-                    cfg.attrs = nullptr, cfg.numAttrs = 0, cfg.dynamicSmemBytes = smem, P.slots_apart = 0;
-                }
-            }
-            if (v3_warm() && P.cluster > 1) {
-                cudaLaunchConfig_t warm = cfg;
-                warm.gridDim = dim3((unsigned)P.cluster);
-                CUDA_TRY(cudaLaunchKernelEx(&warm, kernel, P));
-            }
-            CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, P));
-            return KVB_OK;
         }
+        CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, P));
+        return KVB_OK;
     });
 }
