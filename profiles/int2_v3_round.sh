@@ -45,7 +45,7 @@ for ph in "${phases[@]}"; do
             echo "bench T=$T: exit $? ($(tail -n 1 "$out/bench_T$T.log"))"
         done ;;
     stalls)
-        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel_v3'
+        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel'
         for cc in ${STALL_CACHE:-all none}; do
             for x in ${STALL_SHAPES:-8k_gs16:gs=16,T=8192 8k_gs128:gs=128,T=8192 128k_gs128:gs=128,T=131072}; do
                 n=${x%%:*} k=${x#*:}
@@ -57,7 +57,7 @@ for ph in "${phases[@]}"; do
         done ;;
     trace)
         tkv=${TRACE_BUNDLE:?trace: set TRACE_BUNDLE to a bundle made with make KVB_TRACE=1 bundle}/bin/kvbench
-        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel_v3'
+        base='int2_decode_attn B=8 Hq=32 Hkv=8 D=128 T=8192 R=64 dist=normal seed=1 impl=kernel'
         for g in 16 128; do
             "$tkv" profile --cases "$cases" "${base/T=8192/gs=$g T=8192}" >"$out/trace_gs$g.txt" 2>&1
             echo "trace gs=$g: exit $?"
@@ -65,7 +65,7 @@ for ph in "${phases[@]}"; do
         python3 "$here/int2_v3_trace.py" "$out"/trace_gs16.txt "$out"/trace_gs128.txt >"$out/trace_summary.md" 2>&1 ;;
     ncu)
         shape=${NCU_SHAPE:-int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1}
-        for v in kernel:v2 kernel_v3:v3; do
+        for v in v2:v2 kernel:v3; do
             timeout 200 ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
                 --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
                 --metrics smsp__inst_executed.sum "$kv" profile "$shape impl=${v%%:*}" >"$out/ncu_${v##*:}.txt" 2>&1

@@ -81,11 +81,6 @@ static const kvb_param attn_params[] = {
 
 enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFINITE };
 
-/* int2_decode_attn's implementations, in the order of its impl table (attn_impls): impl= is the index. */
-enum { IMPL_KERNEL, IMPL_KERNEL_V1, IMPL_DEQUANT_DENSE, IMPL_DENSE_BF16, IMPL_KERNEL_V3 };
-
-static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
-
 static int dist_of(const kvb_case *c)
 {
     static const char *names[] = {"normal", "peaked", "outlier", "spiky", "grid", "nonfinite"};
@@ -618,14 +613,95 @@ static void cost_av(const kvb_run *r, kvb_cost *c)
 
 /* ---- int2_decode_attn and its peers ---- */
 
+/* One launch of each implementation (the impl table's launch entries). */
+#if KVB_HAVE_CUDA
+static void *dev_of(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
+
+static int launch_attn(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    int2_native n = {dev_of(r, "Rec"), dev_of(r, "Km")};
+    return int2_decode_attn(dev_of(r, "q"), &c, &n, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
+}
+
+static int launch_attn_v2(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    return int2_decode_attn_v2(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
+}
+
+static int launch_attn_v1(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    return int2_decode_attn_v1(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
+}
+
+static int launch_dequant_dense(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    int2_cache c = cache_of(r, 1, 0);
+    kvb_tensor *len = kvb_run_find(r, "len");
+    void *Kd = dev_of(r, "Kd"), *Vd = dev_of(r, "Vd");
+    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
+    return rc ? rc
+              : decode_attn(dev_of(r, "q"), Kd, Vd, len->d, len->h, dev_of(r, "o"), &p->dense, dev_of(r, "dense_workspace"),
+                            r->stream);
+}
+
+static int launch_dense_bf16(kvb_run *r)
+{
+    int2_priv *p = r->priv;
+    kvb_tensor *len = kvb_run_find(r, "len");
+    return decode_attn(dev_of(r, "q"), dev_of(r, "K"), dev_of(r, "V"), len->d, len->h, dev_of(r, "o"), &p->dense,
+                       dev_of(r, "dense_workspace"), r->stream);
+}
+#else
+/* one function each (the impl table tells the implementations apart by their launch) */
+#define NO_DEVICE(fn)                                                                                              \
+    static int fn(kvb_run *r)                                                                                      \
+    {                                                                                                              \
+        (void)r;                                                                                                   \
+        return KVB_EDEVICE;                                                                                        \
+    }
+NO_DEVICE(launch_attn)
+NO_DEVICE(launch_attn_v2)
+NO_DEVICE(launch_attn_v1)
+NO_DEVICE(launch_dequant_dense)
+NO_DEVICE(launch_dense_bf16)
+#endif
+
+/* Implementations (impl=), the production kernel first (the default). None includes host work: each is
+ * timed behind a blocking kernel with CUDA events (dequant_dense's two launches are both on the stream).
+ * A version of the fused kernel is one row here, its kernel file and its cases. */
+static const kvb_impl attn_impls[] = {
+    {"kernel", launch_attn, 0,
+     "int2_decode_attn (v3): the kernel-native layout, warp-owned bulk-copy rings, no block barrier per step"},
+    {"v2", launch_attn_v2, 0, "int2_decode_attn_v2: codes as exact integers on the tensor cores, scales folded into q and p"},
+    {"v1", launch_attn_v1, 0, "int2_decode_attn_v1: the first version, codes dequantized to fp16 before each MMA"},
+    {"dequant_dense", launch_dequant_dense, 0, "peer: dequantize into bf16 K, V (int2_dequantize), then dense decode attention"},
+    {"dense_bf16", launch_dense_bf16, 0, "peer: dense decode attention over the same tokens unquantized (dense reference)"},
+};
+
+/* The launch of the case's impl= (by name, through the table). */
+static int (*attn_launch(const kvb_case *c))(kvb_run *)
+{
+    const char *name = kvb_case_enum(c, "impl");
+    for (int i = 0; i < NPARAMS(attn_impls); i++)
+        if (!strcmp(attn_impls[i].name, name)) return attn_impls[i].launch;
+    return attn_impls[0].launch;
+}
+
 static int setup_attn(kvb_run *r)
 {
     int2_priv *p = priv_new(r);
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
     const int64_t heads = (int64_t)l->B * l->Hkv, n_src = l->T + l->R;
-    const int impl = impl_index(r->c);
-    const int dense = impl == IMPL_DENSE_BF16, dequant = impl == IMPL_DEQUANT_DENSE;
+    int (*const launch)(kvb_run *) = attn_launch(r->c);
+    const int dense = launch == launch_dense_bf16, dequant = launch == launch_dequant_dense;
     const int dist = dist_of(r->c);
     int64_t sq[3] = {l->B, l->Hq, l->D}, skv[4] = {l->B, l->Hkv, n_src, l->D}, sl[1] = {l->B};
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
@@ -677,69 +753,11 @@ static int setup_attn(kvb_run *r)
             fill_residual(&c, l, Ksrc, Vsrc, n_src, r->seed);
             rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
         }
-        if (!rc && impl == IMPL_KERNEL_V3) rc = add_native_copy(r, l); /* the same cache, kernel-native */
+        if (!rc && launch == launch_attn) rc = add_native_copy(r, l); /* the same cache, kernel-native */
         free(Ksrc), free(Vsrc);
     }
     return rc;
 }
-
-/* One launch of each implementation (the impl table's launch entries). */
-#if KVB_HAVE_CUDA
-static void *dev_of(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
-
-static int launch_attn_v2(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_attn_v1(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn_v1(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_attn_v3(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    int2_native n = {dev_of(r, "Rec"), dev_of(r, "Km")};
-    return int2_decode_attn_v3(dev_of(r, "q"), &c, &n, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_dequant_dense(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    kvb_tensor *len = kvb_run_find(r, "len");
-    void *Kd = dev_of(r, "Kd"), *Vd = dev_of(r, "Vd");
-    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
-    return rc ? rc
-              : decode_attn(dev_of(r, "q"), Kd, Vd, len->d, len->h, dev_of(r, "o"), &p->dense, dev_of(r, "dense_workspace"),
-                            r->stream);
-}
-
-static int launch_dense_bf16(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    kvb_tensor *len = kvb_run_find(r, "len");
-    return decode_attn(dev_of(r, "q"), dev_of(r, "K"), dev_of(r, "V"), len->d, len->h, dev_of(r, "o"), &p->dense,
-                       dev_of(r, "dense_workspace"), r->stream);
-}
-#else
-static int no_device(kvb_run *r)
-{
-    (void)r;
-    return KVB_EDEVICE;
-}
-#define launch_attn_v2 no_device
-#define launch_attn_v1 no_device
-#define launch_attn_v3 no_device
-#define launch_dequant_dense no_device
-#define launch_dense_bf16 no_device
-#endif
 
 /* Bytes: the packed cache (2-bit codes, fp16 scale and zero) and the bf16 residual, q, o; for the
  * dense peer the bf16 K and V of the same tokens. Goal (spec int2.md): the fused kernel at >= 80% of
@@ -748,13 +766,14 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
 {
     const int2_priv *p = r->priv;
     const int2_layout *l = &p->l;
-    const int impl = impl_index(r->c);
+    int (*const launch)(kvb_run *) = attn_launch(r->c);
+    const int peer = launch == launch_dense_bf16 || launch == launch_dequant_dense;
     const double qo = 2.0 * 2.0 * l->B * l->Hq * l->D;
-    if (impl == IMPL_DENSE_BF16) c->bytes_dev = 2.0 * 2.0 * l->B * l->Hkv * (double)(l->T + l->R) * l->D + qo;
+    if (launch == launch_dense_bf16) c->bytes_dev = 2.0 * 2.0 * l->B * l->Hkv * (double)(l->T + l->R) * l->D + qo;
     else c->bytes_dev = int2_cache_bytes(l) + qo;
     c->flops = 4.0 * l->B * l->Hq * (double)(l->T + l->R) * l->D;
     c->ceiling = KVB_CEIL_READ;
-    if ((impl == IMPL_KERNEL || impl == IMPL_KERNEL_V1 || impl == IMPL_KERNEL_V3) && l->T >= 8192 && r->ceil && r->ceil->measured) {
+    if (!peer && l->T >= 8192 && r->ceil && r->ceil->measured) {
         c->goal_us = kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6 / 0.8;
         c->goal_text = "80% of the device read rate";
     }
@@ -977,20 +996,6 @@ const kvb_op op_int2_av = {
     .launch = launch_av,
     .cost = cost_av,
     .teardown = teardown_int2,
-};
-
-/* Implementations (impl=), indexed by the IMPL_* enum. None includes host work: each is timed behind a
- * blocking kernel with CUDA events (dequant_dense's two launches are both on the stream). */
-static const kvb_impl attn_impls[] = {
-    [IMPL_KERNEL] = {"kernel", launch_attn_v2, 0,
-                     "int2_decode_attn v2: codes as exact integers on the tensor cores, scales folded into q and p"},
-    [IMPL_KERNEL_V1] = {"kernel_v1", launch_attn_v1, 0, "the first version: codes dequantized to fp16 before each MMA"},
-    [IMPL_DEQUANT_DENSE] = {"dequant_dense", launch_dequant_dense, 0,
-                            "peer: dequantize into bf16 K, V (int2_dequantize), then dense decode attention"},
-    [IMPL_DENSE_BF16] = {"dense_bf16", launch_dense_bf16, 0,
-                         "peer: dense decode attention over the same tokens unquantized (dense reference)"},
-    [IMPL_KERNEL_V3] = {"kernel_v3", launch_attn_v3, 0,
-                        "v3: the kernel-native layout, warp-owned bulk-copy rings, no block barrier per step"},
 };
 
 const kvb_op op_int2_decode_attn = {

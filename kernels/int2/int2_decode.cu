@@ -625,10 +625,10 @@ extern "C" size_t int2_decode_attn_workspace_bytes(const int2_layout *l)
     return attn_workspace(l, cap, &off);
 }
 
-extern "C" int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *nat, kvb_bf16 *o,
-                                   const int2_layout *l, void *workspace, cudaStream_t stream)
+extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, const int2_native *nat, kvb_bf16 *o,
+                                const int2_layout *l, void *workspace, cudaStream_t stream)
 {
-    const char *who = "int2_decode_attn_v3";
+    const char *who = "int2_decode_attn";
     int rc = check_fused(l, who);
     if (rc) return rc;
     if (!c) return kvb_fail(KVB_EINVAL, "%s: the cache (for its residual Kr, Vr) is NULL", who);

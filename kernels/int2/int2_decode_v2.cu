@@ -662,10 +662,10 @@ int capacity(const int2_layout *l, int *cap)
 
 const int2_internal::DecodeVersion int2_internal::decode_v2 = {"v2", v2::capacity};
 
-extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
-                                void *workspace, cudaStream_t stream)
+extern "C" int int2_decode_attn_v2(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
+                                   void *workspace, cudaStream_t stream)
 {
-    const char *who = "int2_decode_attn";
+    const char *who = "int2_decode_attn_v2";
     int rc = check_fused(l, who);
     if (rc) return rc;
     if (l->T > 0 && ((rc = check_keys_present(c, who)) || (rc = check_values_present(c, who)))) return rc;
