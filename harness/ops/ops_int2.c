@@ -317,7 +317,7 @@ static int launch_quantize(kvb_run *r)
 #endif
 }
 
-/* Goal (issue 4): >= 70% of the device copy rate on bf16 in + codes and metadata out. */
+/* Goal (kernels/int2/NOTES.md): >= 70% of the device copy rate on bf16 in + codes and metadata out. */
 static void cost_quantize(const kvb_run *r, kvb_cost *c)
 {
     const int2_layout *l = &((const int2_priv *)r->priv)->l;
@@ -639,7 +639,7 @@ static int launch_quantize_native(kvb_run *r)
 #endif
 }
 
-/* bf16 keys and values in, the native words out; the spec's quantize/pack goal (int2.md: >= 70% of the
+/* bf16 keys and values in, the native words out; the family's quantize/pack goal (>= 70% of the
  * device bandwidth) holds for the quantizer the decode path uses, so it is stated here as for int2_quantize */
 static void cost_quantize_native(const kvb_run *r, kvb_cost *c)
 {

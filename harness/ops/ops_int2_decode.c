@@ -183,8 +183,9 @@ static int setup_attn(kvb_run *r)
 }
 
 /* Bytes: the packed cache (2-bit codes, fp16 scale and zero) and the bf16 residual, q, o; for the
- * dense peer the bf16 K and V of the same tokens. Goal (spec int2.md): the fused kernel at >= 80% of
- * the device read rate (the read-only ceiling) on its bytes, and >= 3x faster than dense_bf16 at the same shape (summary). */
+ * dense peer the bf16 K and V of the same tokens. Goal (kernels/int2/NOTES.md): every fused version at
+ * >= 80% of the device read rate (the read-only ceiling) on its bytes from T = 8K on, and >= 3x faster
+ * than dense_bf16 at the same shape (the summary's speedups). */
 static void cost_attn(const kvb_run *r, kvb_cost *c)
 {
     const int2_priv *p = r->priv;

@@ -1,4 +1,4 @@
-/* int2.h: CUDA API of the INT2 KV cache (spec: int2.md; reference and layouts: reference/int2.h).
+/* int2.h: CUDA API of the INT2 KV cache (kernels/int2/NOTES.md; reference and layouts: reference/int2.h).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches

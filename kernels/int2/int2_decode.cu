@@ -1,46 +1,23 @@
-// int2_decode.cu: int2_decode_attn v3, the production fused decode step over the kernel-native layout.
+// int2_decode.cu: int2_decode_attn (v3), the production fused decode step, over the kernel-native layout
+// (reference/int2.h: int2_native) with warp-owned bulk-copy pipelines. Design and budget:
+// kernels/int2/NOTES.md.
 //
-// ================================================================================================
-// int2_decode_attn v3: the kernel-native layout (reference/int2.h) and warp-owned bulk-copy pipelines.
+// Per 64-token warp step of one KV head (D=128, gs=16, G=4): 8 KB of records (key codes 2 KB, value
+// codes 2 KB, key scales/zeros 2 KB, value scales/zeros 2 KB). The codes are stored in fragment order:
+// per key k-step one LDS.64, 2 SHF and 16 LOP3 (one AND per A register: the 2-bit code at bits 2(2i + h)
+// of each half, or of the word shifted right by 8 where that position is above 8, an exact fp16
+// subnormal; see code_reg), per value k-step one LDS.128, 4 SHF and 32 LOP3; metadata group-major (no
+// transposition pass). A step is two contiguous runs (its Rec run: codes and value metadata; its
+// key-metadata rows, shared by two steps at gs=128), so two bulk copies per step. With G <= 4 the hi and
+// lo halves of q s_g share one MMA as the two halves of its 8 columns (PAIR): 76 MMAs per step.
 //
-// Budget (per 64-token warp step of one KV head, D=128, gs=16, G=4; counted from the code below):
-//   bytes: key codes 2 KB + value codes 2 KB + key scales/zeros 2 KB + value scales/zeros 2 KB = 8 KB;
-//     at 80% of ~4.5 TB/s over 132 SMs one SM retires a step every ~590 cycles: with 4 schedulers,
-//     ~2370 issue cycles of one scheduler per warp step.
-//   v2 spent ~1457 instructions per step (ncu), ~1050 by its count: 4 LDS.128 + 8 PRMT + 16 LOP3 per
-//     k-step to build fragments (codes in the interchange order), 16 cp.async per thread and a metadata
-//     transposition pass per tile, two block barriers per tile.
-//   v3 reads codes already in fragment order: per key k-step one LDS.64, 2 SHF and 16 LOP3 (one AND per A
-//     register: the 2-bit code at bits 2(2i + h) of each half, or of the word shifted right by 8 where
-//     that position is above 8, an exact fp16 subnormal; see code_reg); per value k-step one LDS.128,
-//     4 SHF and 32 LOP3; metadata group-major (no pass). Count: keys 8 x (2 LDS +
-//     16 LOP3 + 4 x (LDS + 4 HMUL/HFMA + 2 MMA) + LDS + MMA) ~ 400; scores and softmax ~100; values
-//     4 x (LDS + 32 LOP3 + 8 x (LDS + 2 HMUL2 + MMA) + LDS + MMA) ~ 270; state adds ~36; the copy: one
-//     lane issues the bulk copies, every lane waits on one mbarrier: ~10. About 820 per step (v2: ~1050).
-//   Measured (results/h200/int2-v3-8f26078, ncu, T=32K): 1381 per step with six copies per step. The
-//     SASS wraps each cp.async.bulk in an elect loop with uniform-register moves (~25 instructions per
-//     copy, paid by the whole warp), so the layout now packs a step into two runs: its Rec run (codes
-//     and value metadata) and its key-metadata rows (shared by two steps at gs=128, hence apart).
-//   Then (G <= 4) the hi and lo halves of q s_g share one MMA as the two halves of its 8 columns (see
-//     step's PAIR): 76 MMAs per step instead of 108; T=128K, gs=16 at 85% of the read rate
-//     (results/h200/int2-v3-acdccf3).
-//   Structure: each warp owns a ring of STAGES step records in shared memory and its own mbarriers; its
-//     lane 0 bulk-copies (cp.async.bulk, complete_tx on the stage's mbarrier) the two contiguous runs of
-//     a step STAGES - 1 steps ahead. No block barrier inside the token loop: warps drift freely, and a
-//     block barrier only brackets a segment (staging q, the merge). The residual (bf16) steps and the
-//     stream-K split are v2's, with two launch changes: the grid is a multiple of the heads (one segment
-//     per block), and a segment's first records are requested before q is staged; on an H100 in one run,
-//     32K gs=16 125.8 -> 114.2 us, gs=128 86.4 -> 76.4 us (results/h100/int2-v3-1dc67b9). In the split a
-//     residual step weighs 4 units (v3_residual_weight).
-//   Then one block of 12 warps per SM instead of 3 blocks of 4, its warps claiming the segment's steps
-//     one at a time from a shared counter, so that an SM's warps finish within a step of each other
-//     (with fixed shares, an SM's blocks ended up to ~12 us apart at 32K); where the head-aligned grid
-//     gives a head 2 to 8 blocks, they form a cluster and merge through distributed shared memory
-//     (cluster_merge) instead of global partials and an arrival counter; and deposit's zeros term from
-//     two shuffles per m-tile, not a loop over a group's channels (~2.6 us at gs=128); q's fragments are
-//     stored before the residual steps. On an H100, all B=8 cases 4-16% faster than before in one call;
-//     32K gs=128 at 79.8-81.0% of the read rate, 5.56x dense (results/h100/s14-int2-12warps).
-// ================================================================================================
+// Structure: one block of NW = 12 warps per SM; each warp owns a ring of S step records in shared memory
+// and its own mbarriers; its lane 0 claims the segment's next step from a shared counter and bulk-copies
+// (cp.async.bulk, complete_tx on the slot's mbarrier) its two runs S - 1 steps ahead. No block barrier
+// inside the token loop. The stream-K line of each head is its residual (bf16) steps, each weighing
+// RESIDUAL_WEIGHT units, then its 64-token steps; the grid is a multiple of the heads (one segment per
+// block); where that gives a head 2 to 8 blocks they form a cluster and merge through distributed shared
+// memory (cluster_merge), else through global partials and an arrival counter (finish_head).
 #include <cooperative_groups.h>
 
 #include "kernels/int2/int2_step.cuh"
@@ -214,8 +191,7 @@ __device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16
     }
     // the zeros' term of channel c is Z of its value group c / GS, held by lane 4 (c / GS) + t: the same
     // group for a whole m-tile (GS >= 16), so two shuffles per m-tile instead of a loop over a group's
-    // channels in lanes g < D / GS (GS iterations of two shared-memory updates: ~2.6 us at gs=128 in the
-    // trace, results/h100/s14-int2-12warps)
+    // channels in lanes g < D / GS (GS iterations of two shared-memory updates)
 #pragma unroll
     for (int mv = 0; mv < D / 16; mv++) {
         const int c = 16 * mv + 2 * g, gv = (16 * mv) / GS;
@@ -229,10 +205,9 @@ __device__ __forceinline__ void deposit(MergeSmem<D, NW> &ms, const State<D / 16
 }
 
 // One block of NW = 12 warps per SM (168 registers each). Its warps take the segment's 64-token steps
-// from a shared counter as they go, so that they finish together: with 3 blocks of 4 warps, each warp
-// with a fixed share, an SM's blocks ended up to ~12 us apart at 32K (results/h100/s12-int2-rw-87684ff,
-// trace), the SM running on 8 or 4 warps meanwhile. (4 blocks of 4 warps per SM need 128 registers:
-// 120 bytes of spills at D=128.)
+// from a shared counter as they go, so that they finish together (with fixed shares per warp, an SM's
+// blocks finished far apart, the SM running on fewer warps meanwhile). (4 blocks of 4 warps per SM need
+// 128 registers: spills at D=128.)
 constexpr int NW = 12, NT = 32 * NW;
 
 // Stages per warp: as many records as fit in 192 KB, 2 to 4: 1-3 steps (8-24 KB at gs=16... 5 KB at
@@ -475,7 +450,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             // warp 0 turns q into the fragments while the others request the rest of their first fill;
             // then one block barrier (the residual steps read q_s, the quantized steps qf_s, qm_s and
             // u_s). (With warp 0 arriving on a named barrier without waiting, compute-sanitizer's
-            // racecheck reported hazards between the merge's accesses: results/h100/s16-int2-q/.)
+            // racecheck reported hazards between the merge's accesses: kernels/int2/NOTES.md.)
             if (warp == 0) {
                 mbar_wait(&qbar, q_phase);
                 q_rows_finish<D>(qraw_s, q_s, f_s, u_s, qf_s, qm_s, G, pair, lane);

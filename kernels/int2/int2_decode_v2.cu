@@ -1,10 +1,10 @@
-// int2_decode_v2.cu: int2_decode_attn v2, the codes as exact small integers on the tensor cores.
+// int2_decode_v2.cu: int2_decode_attn_v2, the codes as exact small integers on the tensor cores, over the
+// interchange layout; kept as a same-run peer of the production v3 (int2_decode.cu). kernels/int2/NOTES.md
+// has the family's design and the measurements.
 //
-// int2_decode_attn v2 (the default; v1 below is kept as int2_decode_attn_v1 for one-run comparisons).
-//   v1 dequantized every code to an fp16 value before its MMA (SHF + LOP3 + HSUB2 + HFMA2 per pair of
-//   values): ncu counted ~2250 warp instructions per 64-token step, issue slots idle half the time, 38% of
-//   the copy rate at T=32K. v2 feeds the codes to the tensor cores as exact small integers and moves the
-//   scales and zeros out of the per-element work:
+//   v1 dequantizes every code to an fp16 value before its MMA (SHF + LOP3 + HSUB2 + HFMA2 per pair of
+//   values). v2 feeds the codes to the tensor cores as exact small integers and moves the scales and
+//   zeros out of the per-element work:
 //     keys:   s_t = sum_d q_d (c_dt s_dg + z_dg) = sum_d (q_d s_dg) c_dt + sum_d q_d z_dg
 //             B = q s_g per 16-token m-tile (one group; hi + lo fp16 halves: q s_g is exact as their sum, so
 //             the products are exact and only fp32 accumulation rounds), bias q . z_g by one more MMA.
@@ -24,11 +24,7 @@
 //     per tile (/4 warps): 16 cp.async, the metadata pass (~72), 2 barriers
 //   ~1050 instructions per step by this count, against ~2580 issue slots per step at 80% of the copy
 //   rate (one SM scheduler retires one step per ~2580 cycles when the SM moves a (token, KV head) every
-//   ~10 cycles). Measured (ncu, H200, T=32K, results/h200/int2/NOTES.md): 1457 per step (v1: 2247),
-//   the difference mostly register moves and address arithmetic around the MMAs and loads;
-//   at 2 blocks of 4 warps per SM the schedulers issue only 31% of cycles (stalls: shared-load
-//   dependencies, fixed latencies, tile copies, barriers): 40% of the copy rate at T=32K, 45% at 128K.
-//   Bound: issue latency, not DRAM (36% busy).
+//   ~10 cycles).
 //   Metadata layouts (the pass transposes them in place; details at Lay below): key scales/zeros
 //   [group][channel in k order], value scales/zeros [group][token in k order], so that each B fragment's
 //   scale pairs are one 8-byte load. 3 tile buffers (two tiles in flight), 2 blocks per SM (219
@@ -42,8 +38,7 @@ namespace {
 
 // ================================================================================================
 // int2_decode_attn v2: the codes enter the tensor cores as exact small integers; the scales and zeros
-// leave the inner loop (folded into q and p per quantization group). Design and napkin math: the
-// header of this file.
+// leave the inner loop (folded into q and p per quantization group).
 // ================================================================================================
 namespace v2 {
 
@@ -243,9 +238,8 @@ __device__ __forceinline__ void pass_write(const PassRegs<D, GS> &r, unsigned ch
 // is element 2g of a 16-element code word, row g+8 element 2g+1; one PRMT takes byte g/2 of two
 // words (the two k of a register), one LOP3 (code2) keeps one 2-bit code in each 16-bit half: the fp16
 // whose bits are c << sh, i.e. the exact integer c times 2^(sh-24) (a subnormal; sh = 4(g&1) for row g,
-// 4(g&1) + 2 for row g+8). rf[r] undoes the row scale (r = 0: row g, 1: row g+8). (Measured and
-// dropped: 1024 + c 2^sh with an HSUB2 to remove the 1024, the same results 3-4% slower; see
-// results/h200/int2/NOTES.md.)
+// 4(g&1) + 2 for row g+8). rf[r] undoes the row scale (r = 0: row g, 1: row g+8). (1024 + c 2^sh with an
+// HSUB2 to remove the 1024 gives the same results and was slower: kernels/int2/NOTES.md.)
 struct Consts {
     uint32_t sel, m0, m1;
     float rf[2];
@@ -277,8 +271,7 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     const int g = lane >> 2, t = lane & 3;
 
     // ---- S^T = codes^T . (q s_g) (hi and lo halves of q s_g), and the key zeros' bias q . z_g ----
-    // (Measured and dropped: the hi half alone, 4-5% faster but the spiky case at 93% of its tolerance
-    // instead of 25%; see results/h200/int2/NOTES.md.)
+    // (The hi half alone was faster but used most of the spiky case's tolerance: kernels/int2/NOTES.md.)
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -362,8 +355,8 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     }
     // The products of one step accumulate from zero on the tensor cores (4 k-steps) and are then added to
     // the running state with fp32 adds: the code sums sum_t p s c are all positive and cancel against the
-    // zeros' sums, and long tensor-core accumulation chains (truncating, measured: rel L2 0.0106 at
-    // T=128K with ~125 steps per warp) bias them.
+    // zeros' sums, and long tensor-core accumulation chains (truncating; at T=128K, ~125 steps per warp,
+    // they failed the rel L2 bound) bias them.
     float zs[4] = {0.f, 0.f, 0.f, 0.f}; // this step's Z (rows g < NGV) and row 8 (the sum of p)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -483,8 +476,8 @@ __device__ __noinline__ void finish(const MergeSmem<D> &ms, int G, int64_t head,
 }
 
 // Tile buffers: STAGES of them (two tiles in flight while one computes, at 2 blocks per SM), the merge
-// buffer aliasing them. (Measured and dropped: registers for 3 blocks per SM, which spills and leaves
-// shared memory for 2 buffers only, 4-6% slower; see results/h200/int2/NOTES.md.)
+// buffer aliasing them. (Registers for 3 blocks per SM spill and leave shared memory for 2 buffers only:
+// slower, kernels/int2/NOTES.md.)
 constexpr int STAGES = 3, MIN_BLOCKS = 2;
 
 template <int D, int GS>

@@ -1,25 +1,8 @@
 // int2_device.cuh: what the int2 kernel files share (kernels/int2/*.cu; not a public header): the
-// interchange cache as device pointers, the quantizer's rounding, q's staging, the decode parameters and
-// the host checks. Everything sits in an anonymous namespace: each file compiles its own copy of what it uses.
-//
-// int2.cu: the INT2 KV cache (int2.md): quantize/pack, append with the flush every 128 tokens,
-// dequantize, and the fused dequant-matmuls int2_qk, int2_av and int2_decode_attn.
-//
-// Napkin math, MiniKV on Llama-3-8B shapes (B=8, Hq=32, Hkv=8, D=128, gs=16), T=32K quantized tokens:
-//   codes 2 * 64 heads * 32768 * 128 / 4 B = 134.2 MB, fp16 scale+zero 2 * 64 * 32768 * 128/16 * 4 B =
-//   134.2 MB: 8 bytes per 16 values, 4 bits per element, 1/4 of bf16. With a bf16 residual of R tokens
-//   (<= 32 KB per head) a decode step reads ~270 MB: ~64 us at ~4.25 TB/s, the 80% goal <= ~80 us;
-//   dense bf16 over the same tokens reads 1.07 GB, >= ~253 us, so >= 3x is also a bandwidth question.
-//   T=128K: ~1.07 GB, floor ~253 us.
-//   Arithmetic per token and KV head: 256 values to dequantize (K and V) and 2 x 128 x G multiply-adds
-//   per head. At 80% of the bandwidth an SM sees a token of a KV head (128 bytes) every ~10 cycles:
-//   ~40 warp instructions of issue. Per-element fp32 dequant + FMA on CUDA cores (~5 ops per value per
-//   head) would need 3-4x that, so the products run on the tensor cores (fp16, fp32 accumulate).
-//   v1's plan: dequant at ~2 instructions per value (LOP3 places two 2-bit codes in the mantissas of an
-//   fp16 pair (1024 + c), HSUB2 removes the 1024, HFMA2 applies scale and zero), estimated ~22 warp
-//   instructions per token; ncu measured 2247 per 64-token warp step (~35 per token).
-//   Quantize (keys and values of T tokens): reads 2 B per element, writes 0.25 B of codes and 4/gs B of
-//   metadata: at T=32K, B=8: 1.07 GB read + 0.4 GB written, floor ~345 us; the 70% goal <= ~490 us.
+// interchange cache as device pointers, the quantizer's rounding, q's staging, the decode parameters, the
+// decode versions' descriptors and the host checks. Everything but the descriptors sits in an anonymous
+// namespace: each file compiles its own copy of what it uses. The family's contract, budget and design:
+// kernels/int2/NOTES.md.
 #ifndef KVB_KERNELS_INT2_DEVICE_CUH
 #define KVB_KERNELS_INT2_DEVICE_CUH
 

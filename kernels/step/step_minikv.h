@@ -1,5 +1,5 @@
-/* step_minikv.h: MiniKV's decode-time attention path as stages of a composition (compose.h; spec:
- * decode.md, the minikv row; int2.md): the INT2 cache of the kept tokens plus its bf16 residual.
+/* step_minikv.h: MiniKV's decode-time attention path as stages of a composition (compose.h; the INT2
+ * family: kernels/int2/NOTES.md): the INT2 cache of the kept tokens plus its bf16 residual.
  *
  *   int2_append        the new token's k, v into residual slot R; when the residual then holds 128
  *                      tokens they are quantized into cache tokens [T, T + 128) (the flush); with a
