@@ -15,6 +15,8 @@
 #   make sass       SASS of the kernels into build/sass/
 #   make fuzz       libFuzzer over the case parser and the options (FUZZ_SECONDS=600); make fuzz-smoke: a short run
 #   make clean
+#   make KVB_TRACE=1 [all|bundle]  the diagnostic build of int2_decode_attn v3 with its per-block trace, in build/trace/
+#                   (bundle: build/trace/bundle; profiles/int2_v3_round.sh trace reads it)
 # Variables: NVCC (path or empty to build without CUDA), GENCODE (target architectures),
 #            FILTER (case filter for check/bench), TIER.
 
@@ -23,7 +25,11 @@ CXX     ?= g++
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 
-BUILD   := build
+# KVB_TRACE=1: int2_decode_attn v3's per-block trace compiled in (-DKVB_INT2_TRACE=1), a build of its own
+# (build/trace/) so that its objects never mix with a production build's, which carries no trace code
+KVB_TRACE ?=
+BUILD   := $(if $(filter 1,$(KVB_TRACE)),build/trace,build)
+BUNDLE  := $(if $(filter 1,$(KVB_TRACE)),$(BUILD)/bundle,bundle)
 OBJ     := $(BUILD)/obj
 GIT_REV := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -43,6 +49,7 @@ CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -fPIC -Wall -Wextra -I.
 NVFLAGS  ?= -O3 -lineinfo
 NVFLAGS  += -std=c++17 $(GENCODE) -DKVB_HAVE_CUDA=1 -I. -Xcompiler -Wall,-fPIC
+NVFLAGS  += $(if $(filter 1,$(KVB_TRACE)),-DKVB_INT2_TRACE=1)
 LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
 # -llapacke: reference/shadowkv.c (the prefill SVD, LAPACKE_dgesdd). Only LAPACKE is named: the
 # BLAS/LAPACK under it (Debian's alternatives: OpenBLAS here) come in as liblapacke's own needs, and
@@ -166,7 +173,7 @@ run: deps
 
 # ---- bundle for the GPU machine ----
 bundle: all
-	@bash harness/scripts/make_bundle.sh bundle $(KVBENCH) $(TEST_BIN)
+	@bash harness/scripts/make_bundle.sh $(BUNDLE) $(KVBENCH) $(TEST_BIN)
 
 # ---- dependencies ----
 DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox

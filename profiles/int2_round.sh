@@ -6,7 +6,7 @@
 #   2. test_gpu_decode: every decode and int2 check-tier case validated twice on the same workspace, the
 #      API rejections and v2's copy-plan self-test -> tests.log
 #   3. the spiky-keys case on every version, for the record (v1 and dequant_dense are expected to fail), and
-#      the error margins of the bench shapes (T=32K, 128K) -> spiky.log
+#      the error margins of the bench shapes (T=32K, 128K) for kernel (v3), v2 and v1 -> spiky.log
 #   4. SASS instruction mix of the fused kernels, the opcode histogram of v2's (D=128, gs=16), Nsight Compute
 #      on one launch of v2 at T=32K with its stall reasons (NCU=0 skips) -> kernels.txt
 set -u
@@ -37,11 +37,11 @@ fi
 shape32="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1"
 shape128="int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal seed=1"
 spiky="int2_decode_attn B=2 Hq=32 Hkv=8 D=64 gs=16 T=2048 R=33 dist=spiky seed=1"
-"$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=kernel_v1" "$spiky impl=dequant_dense" \
+"$kv" check --cases "$b/cases" "$spiky impl=kernel" "$spiky impl=v2" "$spiky impl=v1" "$spiky impl=dequant_dense" \
     >"$out/spiky.log" 2>&1
 # the bench shapes' error margins (the bench only prints them on a failure)
-"$kv" check --cases "$b/cases" "$shape32 impl=kernel" "$shape32 impl=kernel_v1" "$shape128 impl=kernel" \
-    "$shape128 impl=kernel_v1" >>"$out/spiky.log" 2>&1
+"$kv" check --cases "$b/cases" "$shape32 impl=kernel" "$shape32 impl=v2" "$shape32 impl=v1" "$shape128 impl=kernel" \
+    "$shape128 impl=v2" "$shape128 impl=v1" >>"$out/spiky.log" 2>&1
 echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
 {
     echo "== SASS instruction mix per fused kernel (cuobjdump --dump-sass lib/libkvbench.so)"
@@ -57,20 +57,20 @@ echo "spiky: $(grep -E '^(PASS|FAIL)' "$out/spiky.log" | awk '{print $1, $NF}' |
         grep -E '^ +/\*[0-9a-f]+\*/' | sed -E 's/^ +\/\*[0-9a-f]+\*\/ +//; s/^@!?U?P[0-9T]+ +//' | awk '{print $1}' |
         sort | uniq -c | sort -rn | head -n 40
     if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
-        echo "== ncu: $shape32 impl=kernel"
+        echo "== ncu: $shape32 impl=v2"
         ncu --clock-control none --profile-from-start off \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
             --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
             --section InstructionStats --metrics smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_local_ld.sum \
-            "$kv" profile --cases "$b/cases" "$shape32 impl=kernel" 2>&1 | grep -vE '^==PROF==|^\s*$|^\s*-{8,}'
-        echo "== ncu stall reasons (warps per issue-active cycle): $shape32 impl=kernel"
+            "$kv" profile --cases "$b/cases" "$shape32 impl=v2" 2>&1 | grep -vE '^==PROF==|^\s*$|^\s*-{8,}'
+        echo "== ncu stall reasons (warps per issue-active cycle): $shape32 impl=v2"
         m=""
         for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected selected \
             dispatch_stall lg_throttle no_instruction membar tex_throttle branch_resolving drain sleeping misc; do
             m="$m${m:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
         done
         ncu --clock-control none --profile-from-start off --metrics "$m" \
-            "$kv" profile --cases "$b/cases" "$shape32 impl=kernel" 2>&1 | grep -E 'stalled|ERROR'
+            "$kv" profile --cases "$b/cases" "$shape32 impl=v2" 2>&1 | grep -E 'stalled|ERROR'
     fi
 } >"$out/kernels.txt" 2>&1
 echo "kernels.txt: $(wc -l <"$out/kernels.txt") lines"

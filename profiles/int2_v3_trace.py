@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """int2_v3_trace.py TRACE...: medians of the per-block clocks of int2_decode_attn v3's trace.
 
-A trace is `KVB_INT2_V3_TRACE=1 kvbench profile CASE` output: per launch one line per block,
+A trace is the output of `kvbench profile CASE` from the diagnostic build (`make KVB_TRACE=1`, which
+compiles the trace into v3's kernel; production builds carry none): per launch one line per block,
   TR3 kb smid head s0 s1 steps t0_ns end_ns c1 .. c20
 where c_i is the SM clock at point i minus the clock at the block's start (-1: not reached) and the
 two globaltimer stamps give the clock rate; and one more per block,
@@ -13,7 +14,7 @@ steps (s0 == 0: rank 0 of the head's cluster) or not. Times in us from the first
 import statistics as st
 import sys
 
-# point i of the kernel's trace (kernels/int2.cu, v3::attn_kernel), in program order
+# point i of the kernel's trace (kernels/int2/int2_decode.cu, v3::attn_kernel), in program order
 POINTS = [(13, "mbar init"), (14, "split"), (15, "segment"), (12, "barrier 0"), (6, "first fill"),
           (7, "q staged"), (16, "q frags (warp 0)"), (1, "q frags (barrier)"), (2, "first step"),
           (8, "after 1 step"), (9, "after 2 steps"), (3, "warp 0 done"), (4, "all warps done"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""emulate_int2_v2.py: a lane-level NumPy emulation of kernels/int2.cu's int2_decode_attn v2 for one KV
-head (tiles of 256 quantized tokens and the bf16 residual), written to check the kernel's index math
+"""emulate_int2_v2.py: a lane-level NumPy emulation of int2_decode_attn_v2 (kernels/int2/int2_decode_v2.cu)
+for one KV head (tiles of 256 quantized tokens and the bf16 residual), written to check the kernel's index math
 without a GPU: shared-memory layouts (cp.async placement, the in-place metadata transposition and its
 swizzles), the PRMT/LOP3 code extraction into fp16 subnormals (or 1024 + c), the MMA fragment layouts
 (attn_device.h), movmatrix, the hi/lo split of q s_g, the value zeros' MMA, the deposit. It mirrors the

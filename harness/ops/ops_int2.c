@@ -1,4 +1,6 @@
-/* ops_int2.c: the INT2 KV cache in the harness (spec: int2.md).
+/* ops_int2.c: the INT2 KV cache in the harness: quantize, append, the kernel-native layout and the two
+ * dequant-matmuls (int2_decode_attn: ops_int2_decode.c; shared helpers and the input distributions:
+ * ops_int2.h; the contract: kernels/int2/NOTES.md).
  *
  * Kernels:
  *   int2_quantize     keys and values of a T-token prompt into a fresh cache (Tcap = T); codes and fp16
@@ -10,62 +12,23 @@
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_qk_native, int2_av_native  the two over the kernel-native layout (Rec, Km converted by the
  *                     reference from the interchange cache), against the same references and tolerances
- *   int2_native       the cache in int2_decode_attn v3's kernel-native layout, written on the device from
+ *   int2_native       the cache in int2_decode_attn's kernel-native layout, written on the device from
  *                     the interchange cache (int2_to_native), bit-exact against ref_int2_to_native
  *   int2_quantize_native  keys and values of a T-token prompt quantized straight into the native layout
  *                     (int2_quantize_native; Tcap = T, a multiple of max(64, gs)), bit-exact against
  *                     ref_int2_quantize_keys/values then ref_int2_to_native
- *   int2_decode_attn  the fused decode step; impl=kernel (int2_decode_attn: v2 over the interchange
- *                     layout), kernel_v3 (v3 over the native layout, converted by the reference in
- *                     setup), kernel_v1 (the first version, for one-run comparisons), and the in-suite
- *                     peers: dequant_dense (dequantize into a bf16 buffer, then the suite's dense decode
- *                     attention) and dense_bf16 (dense decode attention over the same tokens unquantized,
- *                     validated against the dense reference). The summary's speedups compare these at
- *                     equal shapes.
- *
- * Inputs: K, V source tokens [B, Hkv, T (+R), D] bf16, seeded, by dist:
- *   normal    N(0, 1)
- *   peaked    N(0, 1), and q with std 3 (a concentrated softmax)
- *   outlier   keys: every 8th channel x8 and shifted by +4; values: every 16th token x6 (KIVI's observation:
- *             key outliers by channel)
- *   spiky     outlier, and one value in 512 x16 on top (groups with extreme ranges; scores up to ~60).
- *             For the quantizer (bit-exact), the dot products (tolerance relative to sum |a_k w_k|) and
- *             decode attention v2 (exact codes, q s_g as two fp16 halves: ~25% of the tolerance). Kernels
- *             that round the dequantized keys to 16 bits (kernel_v1, dequant_dense) exceed it there (see
- *             results/h200/int2/NOTES.md): their attention cases use outlier
- *   grid      multiples of 1/2 in [0, 3] (so groups spanning [0, 3] have scale 1 and exact ties at .5,
- *             rounded to even), every 7th key channel and value token constant (scale 0)
- *   nonfinite normal with one NaN key and one Inf value planted: the quantizer rejects it (bad input)
- * The attention cases quantize the first T source tokens with the reference quantizer; the next R stay
- * in the bf16 residual. Cache capacity Tcap = T rounded up to 256 (the fused kernels' tile); the
- * cache past T holds NaN metadata and all-ones codes, so that a read past T that is not masked fails.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference/decode.h"
-#include "reference/int2.h"
 #include "harness/core/ceilings.h"
-#include "harness/core/op.h"
 #include "harness/ops/ops.h"
+#include "harness/ops/ops_int2.h"
 #if KVB_HAVE_CUDA
-#include "kernels/decode/decode.h"
 #include "kernels/int2/int2.h"
 #endif
-
-#define NPARAMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-#define K_B {"B", KVB_P_INT, 8, 1, 1024, NULL, "batch"}
-#define K_HQ {"Hq", KVB_P_INT, 32, 1, 2048, NULL, "query heads (G = Hq/Hkv in [1, 8])"}
-#define K_HKV {"Hkv", KVB_P_INT, 8, 1, 256, NULL, "KV heads"}
-#define K_D {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (64 or 128)"}
-#define K_GS {"gs", KVB_P_INT, 16, 1, 1024, NULL, "quantization group size (16, 32, 64 or 128)"}
-#define K_T {"T", KVB_P_INT, 32768, 0, INT2_MAX_TCAP, NULL, "quantized tokens (a multiple of gs)"}
-#define K_R {"R", KVB_P_INT, 64, 0, 1024, NULL, "residual bf16 tokens (< 128 + gs)"}
-#define K_DIST {"dist", KVB_P_ENUM, 0, 0, 0, "normal|peaked|outlier|spiky|grid|nonfinite", "input distribution"}
-#define K_SEED {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"}
 
 static const kvb_param quantize_params[] = {K_B, K_HKV, K_D, K_GS, K_T, K_DIST, K_SEED};
 static const kvb_param append_params[] = {
@@ -74,19 +37,8 @@ static const kvb_param append_params[] = {
     K_DIST, K_SEED,
 };
 static const kvb_param matmul_params[] = {K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_DIST, K_SEED};
-static const kvb_param attn_params[] = {
-    K_B, K_HQ, K_HKV, K_D, K_GS, K_T, K_R, K_DIST, K_SEED,
-    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
-};
 
-enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFINITE };
-
-/* int2_decode_attn's implementations, in the order of its impl table (attn_impls): impl= is the index. */
-enum { IMPL_KERNEL, IMPL_KERNEL_V1, IMPL_DEQUANT_DENSE, IMPL_DENSE_BF16, IMPL_KERNEL_V3 };
-
-static int impl_index(const kvb_case *c) { return (int)kvb_case_get(c, "impl"); }
-
-static int dist_of(const kvb_case *c)
+int int2_op_dist(const kvb_case *c)
 {
     static const char *names[] = {"normal", "peaked", "outlier", "spiky", "grid", "nonfinite"};
     const char *d = kvb_case_enum(c, "dist");
@@ -104,8 +56,7 @@ static int has_key(const kvb_case *c, const char *name)
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* The layout a case describes (Tcap and Rcap as the op allocates them). */
-static int2_layout layout_of(const kvb_case *c)
+int2_layout int2_op_layout(const kvb_case *c)
 {
     int2_layout l;
     memset(&l, 0, sizeof l);
@@ -133,7 +84,7 @@ static int need_tokens(const int2_layout *l, const char *who)
 
 static int validate_quantize(const kvb_case *c)
 {
-    int2_layout l = layout_of(c);
+    int2_layout l = int2_op_layout(c);
     int rc = int2_layout_check(&l, c->op->name);
     return rc ? rc : need_tokens(&l, c->op->name);
 }
@@ -142,7 +93,7 @@ static int validate_quantize_native(const kvb_case *c)
 {
     int rc = validate_quantize(c);
     if (rc) return rc;
-    int2_layout l = layout_of(c);
+    int2_layout l = int2_op_layout(c);
     const int64_t ch = l.gs > 64 ? l.gs : 64;
     if (l.T % ch)
         return kvb_fail(KVB_EINVAL, "%s: T=%lld is not a multiple of max(64, gs) = %lld (whole native steps and key groups)",
@@ -152,27 +103,20 @@ static int validate_quantize_native(const kvb_case *c)
 
 static int validate_append(const kvb_case *c)
 {
-    int2_layout l = layout_of(c);
+    int2_layout l = int2_op_layout(c);
     return int2_append_check(&l, c->op->name);
 }
 
 static int validate_matmul(const kvb_case *c)
 {
-    int2_layout l = layout_of(c);
+    int2_layout l = int2_op_layout(c);
     int rc = int2_attn_check(&l, c->op->name);
     return rc ? rc : need_tokens(&l, c->op->name);
 }
 
-static int validate_attn(const kvb_case *c)
-{
-    int2_layout l = layout_of(c);
-    return int2_attn_check(&l, c->op->name);
-}
-
 /* ---- inputs ---- */
 
-/* x [heads, n, D], token-major. `key`: keys (channel outliers) or values (token outliers). */
-static void fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint64_t seed, const char *name, int key)
+void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint64_t seed, const char *name, int key)
 {
     const uint64_t st = kvb_stream_of(name);
     const int64_t total = heads * n * D;
@@ -196,33 +140,22 @@ static void fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint
     if (dist == DIST_NONFINITE && total > 7) x[key ? 5 : 7] = key ? (kvb_bf16)0x7FC0 : (kvb_bf16)0x7F80;
 }
 
-static void fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed)
+void int2_op_fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed)
 {
-    kvb_fill_bf16_normal(q->h, q->n, seed, kvb_stream_of("q"), 0, 0, dist_of(c) == DIST_PEAKED ? 3.0 : 1.0);
+    kvb_fill_bf16_normal(q->h, q->n, seed, kvb_stream_of("q"), 0, 0, int2_op_dist(c) == DIST_PEAKED ? 3.0 : 1.0);
 }
 
 /* ---- the cache as tensors ---- */
 
-typedef struct int2_priv {
-    int2_layout l;
-    uint8_t *mask;
-    double *mag; /* int2_qk / int2_av: the per-element magnitude of the tolerance */
-    int64_t T_after;
-    int R_after;
-    decode_layout dense; /* the peers' dense layout: L = T + R */
-    int32_t *dense_len;
-} int2_priv;
-
-static int2_priv *priv_new(kvb_run *r)
+int2_priv *int2_op_priv_new(kvb_run *r)
 {
     int2_priv *p = calloc(1, sizeof *p);
     r->priv = p;
-    p->l = layout_of(r->c);
+    p->l = int2_op_layout(r->c);
     return p;
 }
 
-/* Kq, Ks, Kz, Vq, Vs, Vz with the given role, and the residual Kr, Vr when with_res. */
-static void add_cache(kvb_run *r, const int2_layout *l, int role, int keys, int values, int with_res)
+void int2_op_add_cache(kvb_run *r, const int2_layout *l, int role, int keys, int values, int with_res)
 {
     int64_t s[4];
     if (keys) {
@@ -258,8 +191,7 @@ static void *ptr_of(kvb_run *r, const char *name, int device, int ref)
     return device ? t->d : ref && t->ref ? t->ref : t->h;
 }
 
-/* The cache's pointers: the host inputs, the reference copies (ref = 1), or the device buffers. */
-static int2_cache cache_of(kvb_run *r, int device, int ref)
+int2_cache int2_op_cache(kvb_run *r, int device, int ref)
 {
     int2_cache c;
     c.Kq = ptr_of(r, "Kq", device, ref), c.Ks = ptr_of(r, "Ks", device, ref), c.Kz = ptr_of(r, "Kz", device, ref);
@@ -289,8 +221,7 @@ static void poison_tail(int2_cache *c, const int2_layout *l)
     }
 }
 
-/* Quantize tokens [0, T) of the sources (stride n_src tokens) into the host cache c. */
-static int quantize_into(int2_cache *c, const int2_layout *l, const kvb_bf16 *Ksrc, const kvb_bf16 *Vsrc, int64_t n_src)
+int int2_op_quantize_into(int2_cache *c, const int2_layout *l, const kvb_bf16 *Ksrc, const kvb_bf16 *Vsrc, int64_t n_src)
 {
     int rc = KVB_OK;
     if (c->Kq && (rc = ref_int2_quantize_keys(Ksrc, n_src, l->T, 0, c->Kq, c->Ks, c->Kz, l))) return rc;
@@ -299,9 +230,8 @@ static int quantize_into(int2_cache *c, const int2_layout *l, const kvb_bf16 *Ks
     return KVB_OK;
 }
 
-/* Residual slots [0, R) <- source tokens [T, T + R); the rest of the buffer random. */
-static void fill_residual(int2_cache *c, const int2_layout *l, const kvb_bf16 *Ksrc, const kvb_bf16 *Vsrc,
-                          int64_t n_src, uint64_t seed)
+void int2_op_fill_residual(int2_cache *c, const int2_layout *l, const kvb_bf16 *Ksrc, const kvb_bf16 *Vsrc,
+                           int64_t n_src, uint64_t seed)
 {
     const int64_t heads = (int64_t)l->B * l->Hkv;
     kvb_fill_bf16_normal(c->Kr, heads * l->Rcap * l->D, seed, kvb_stream_of("Kr_spare"), 0, 0, 1);
@@ -313,9 +243,8 @@ static void fill_residual(int2_cache *c, const int2_layout *l, const kvb_bf16 *K
         }
 }
 
-/* Sampled attention slices: mask on (b, kv head), tensors' slice length, and the note. */
-static void sample_slices(kvb_run *r, int2_priv *p, double work_per_slice, const char **names, int n_names,
-                          const int64_t *slice_lens)
+void int2_op_sample_slices(kvb_run *r, int2_priv *p, double work_per_slice, const char **names, int n_names,
+                           const int64_t *slice_lens)
 {
     int64_t chosen, n = (int64_t)p->l.B * p->l.Hkv;
     p->mask = kvb_sample_slices(n, work_per_slice, KVB_REF_BUDGET, &chosen);
@@ -337,26 +266,26 @@ static void add_prompt(kvb_run *r, const int2_layout *l, kvb_tensor **K, kvb_ten
     int64_t s[4] = {l->B, l->Hkv, l->T, l->D};
     *K = kvb_run_tensor(r, "K", KVB_BF16, 4, s, KVB_IN);
     *V = kvb_run_tensor(r, "V", KVB_BF16, 4, s, KVB_IN);
-    const int dist = dist_of(r->c);
-    fill_kv((*K)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
-    fill_kv((*V)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
+    const int dist = int2_op_dist(r->c);
+    int2_op_fill_kv((*K)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "K", 1);
+    int2_op_fill_kv((*V)->h, (int64_t)l->B * l->Hkv, l->T, l->D, dist, r->seed, "V", 0);
 }
 
 static int setup_quantize(kvb_run *r)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     const int2_layout *l = &p->l;
     kvb_tensor *K, *V;
     add_prompt(r, l, &K, &V);
-    add_cache(r, l, KVB_OUT, 1, 1, 0);
+    int2_op_add_cache(r, l, KVB_OUT, 1, 1, 0);
     const char *names[6] = {"Kq", "Ks", "Kz", "Vq", "Vs", "Vz"};
     const int64_t lens[6] = {l->D * (l->T / 16), l->D * (l->T / l->gs), l->D * (l->T / l->gs), l->T * (l->D / 16),
                              l->T * (l->D / l->gs), l->T * (l->D / l->gs)};
-    sample_slices(r, p, 2.0 * (double)l->T * l->D * 4, names, 6, lens);
+    int2_op_sample_slices(r, p, 2.0 * (double)l->T * l->D * 4, names, 6, lens);
     /* the reference on each chosen (b, h) slice: a one-head layout over that slice's arrays */
     int2_layout one = *l;
     one.B = one.Hkv = 1;
-    int2_cache c = cache_of(r, 0, 1);
+    int2_cache c = int2_op_cache(r, 0, 1);
     for (int64_t h = 0; h < (int64_t)l->B * l->Hkv; h++) {
         if (p->mask && !p->mask[h]) continue;
         const kvb_bf16 *ks = (const kvb_bf16 *)K->h + h * l->T * l->D, *vs = (const kvb_bf16 *)V->h + h * l->T * l->D;
@@ -379,7 +308,7 @@ static int launch_quantize(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
     const int2_layout *l = &((int2_priv *)r->priv)->l;
-    int2_cache c = cache_of(r, 1, 0);
+    int2_cache c = int2_op_cache(r, 1, 0);
     int rc = int2_quantize_keys(kvb_run_find(r, "K")->d, l->T, l->T, 0, &c, l, r->stream);
     return rc ? rc : int2_quantize_values(kvb_run_find(r, "V")->d, l->T, l->T, 0, &c, l, r->stream);
 #else
@@ -388,7 +317,7 @@ static int launch_quantize(kvb_run *r)
 #endif
 }
 
-/* Goal (issue 4): >= 70% of the device copy rate on bf16 in + codes and metadata out. */
+/* Goal (kernels/int2/NOTES.md): >= 70% of the device copy rate on bf16 in + codes and metadata out. */
 static void cost_quantize(const kvb_run *r, kvb_cost *c)
 {
     const int2_layout *l = &((const int2_priv *)r->priv)->l;
@@ -405,30 +334,30 @@ static void cost_quantize(const kvb_run *r, kvb_cost *c)
 
 static int setup_append(kvb_run *r)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     const int2_layout *l = &p->l;
     const int64_t heads = (int64_t)l->B * l->Hkv, n_src = l->T + l->R;
-    const int dist = dist_of(r->c);
-    add_cache(r, l, KVB_INOUT, 1, 1, 1);
+    const int dist = int2_op_dist(r->c);
+    int2_op_add_cache(r, l, KVB_INOUT, 1, 1, 1);
     int64_t s[3] = {l->B, l->Hkv, l->D};
     kvb_tensor *kn = kvb_run_tensor(r, "knew", KVB_BF16, 3, s, KVB_IN);
     kvb_tensor *vn = kvb_run_tensor(r, "vnew", KVB_BF16, 3, s, KVB_IN);
     kvb_bf16 *Ksrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * (n_src + 1) * l->D));
     kvb_bf16 *Vsrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * (n_src + 1) * l->D));
-    fill_kv(Ksrc, heads, n_src + 1, l->D, dist, r->seed, "K", 1);
-    fill_kv(Vsrc, heads, n_src + 1, l->D, dist, r->seed, "V", 0);
+    int2_op_fill_kv(Ksrc, heads, n_src + 1, l->D, dist, r->seed, "K", 1);
+    int2_op_fill_kv(Vsrc, heads, n_src + 1, l->D, dist, r->seed, "V", 0);
     for (int64_t h = 0; h < heads; h++) { /* the new token: source token T + R */
         memcpy((kvb_bf16 *)kn->h + h * l->D, Ksrc + (h * (n_src + 1) + n_src) * l->D, sizeof(kvb_bf16) * (size_t)l->D);
         memcpy((kvb_bf16 *)vn->h + h * l->D, Vsrc + (h * (n_src + 1) + n_src) * l->D, sizeof(kvb_bf16) * (size_t)l->D);
     }
-    int2_cache c = cache_of(r, 0, 0);
-    int rc = quantize_into(&c, l, Ksrc, Vsrc, n_src + 1);
-    if (!rc) fill_residual(&c, l, Ksrc, Vsrc, n_src + 1, r->seed);
+    int2_cache c = int2_op_cache(r, 0, 0);
+    int rc = int2_op_quantize_into(&c, l, Ksrc, Vsrc, n_src + 1);
+    if (!rc) int2_op_fill_residual(&c, l, Ksrc, Vsrc, n_src + 1, r->seed);
     free(Ksrc), free(Vsrc);
     if (rc) return rc;
     for (int i = 0; i < r->nt; i++) /* reference = the state before the step, then the step */
         if (r->t[i].role == KVB_INOUT) memcpy(r->t[i].ref, r->t[i].h, (size_t)r->t[i].n * kvb_dtype_size(r->t[i].dtype));
-    int2_cache cr = cache_of(r, 0, 1);
+    int2_cache cr = int2_op_cache(r, 0, 1);
     if ((rc = ref_int2_append(&cr, kn->h, vn->h, l, &p->T_after, &p->R_after))) return rc;
     snprintf(r->note, sizeof r->note, "T %lld -> %lld, R %d -> %d%s", (long long)l->T, (long long)p->T_after, l->R,
              p->R_after, p->T_after != l->T ? " (flush: 128 tokens quantized and appended)" : "");
@@ -438,7 +367,7 @@ static int setup_append(kvb_run *r)
 static int launch_append(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
-    int2_cache c = cache_of(r, 1, 0);
+    int2_cache c = int2_op_cache(r, 1, 0);
     return int2_append(&c, kvb_run_find(r, "knew")->d, kvb_run_find(r, "vnew")->d, &((int2_priv *)r->priv)->l, r->stream);
 #else
     (void)r;
@@ -461,15 +390,14 @@ static void cost_append(const kvb_run *r, kvb_cost *c)
 
 /* ---- int2_qk, int2_av (and over the native layout) ---- */
 
-/* The cache's kernel-native copy (inputs Rec, Km) by the reference converter (bit-exact, tested). */
-static int add_native_copy(kvb_run *r, const int2_layout *l)
+int int2_op_add_native_copy(kvb_run *r, const int2_layout *l)
 {
     int64_t s1[1] = {int2_native_rec_elems(l)};
     int2_native n;
     n.Rec = kvb_run_tensor(r, "Rec", KVB_U32, 1, s1, KVB_IN)->h;
     s1[0] = int2_native_km_elems(l);
     n.Km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_IN)->h;
-    int2_cache c = cache_of(r, 0, 0); /* the tensor table may have moved */
+    int2_cache c = int2_op_cache(r, 0, 0); /* the tensor table may have moved */
     return ref_int2_to_native(&c, &n, l);
 }
 
@@ -478,11 +406,11 @@ static int setup_cache_only(kvb_run *r, int2_priv *p, int keys, int values)
 {
     const int2_layout *l = &p->l;
     const int64_t heads = (int64_t)l->B * l->Hkv;
-    add_cache(r, l, KVB_IN, keys, values, 0);
+    int2_op_add_cache(r, l, KVB_IN, keys, values, 0);
     kvb_bf16 *src = malloc(sizeof(kvb_bf16) * (size_t)(heads * l->T * l->D));
-    fill_kv(src, heads, l->T, l->D, dist_of(r->c), r->seed, keys ? "K" : "V", keys);
-    int2_cache c = cache_of(r, 0, 0);
-    int rc = quantize_into(&c, l, src, src, l->T);
+    int2_op_fill_kv(src, heads, l->T, l->D, int2_op_dist(r->c), r->seed, keys ? "K" : "V", keys);
+    int2_cache c = int2_op_cache(r, 0, 0);
+    int rc = int2_op_quantize_into(&c, l, src, src, l->T);
     free(src);
     return rc;
 }
@@ -490,7 +418,7 @@ static int setup_cache_only(kvb_run *r, int2_priv *p, int keys, int values)
 /* native: the converter needs both halves of the cache (the keys' source fills both) */
 static int setup_qk_of(kvb_run *r, int native)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
     int rc = setup_cache_only(r, p, 1, native);
@@ -498,14 +426,14 @@ static int setup_qk_of(kvb_run *r, int native)
     int64_t sq[3] = {l->B, l->Hq, l->D}, ss[3] = {l->B, l->Hq, l->T};
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
     kvb_tensor *sc = kvb_run_tensor(r, "scores", KVB_FP32, 3, ss, KVB_OUT);
-    fill_q(q, r->c, r->seed);
+    int2_op_fill_q(q, r->c, r->seed);
     p->mag = calloc((size_t)sc->n, sizeof(double));
     sc->tol_mag = p->mag;
     const char *names[1] = {"scores"};
     const int64_t lens[1] = {(int64_t)G * l->T};
-    sample_slices(r, p, (double)G * l->T * l->D * 4, names, 1, lens);
-    if (native && (rc = add_native_copy(r, l))) return rc;
-    int2_cache c = cache_of(r, 0, 0);
+    int2_op_sample_slices(r, p, (double)G * l->T * l->D * 4, names, 1, lens);
+    if (native && (rc = int2_op_add_native_copy(r, l))) return rc;
+    int2_cache c = int2_op_cache(r, 0, 0);
     q = kvb_run_find(r, "q"), sc = kvb_run_find(r, "scores"); /* the tensor table may have moved */
     return ref_int2_qk(q->h, &c, sc->ref, p->mag, l, p->mask);
 }
@@ -515,7 +443,7 @@ static int setup_qk_native(kvb_run *r) { return setup_qk_of(r, 1); }
 static int launch_qk(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
-    int2_cache c = cache_of(r, 1, 0);
+    int2_cache c = int2_op_cache(r, 1, 0);
     return int2_qk(kvb_run_find(r, "q")->d, &c, kvb_run_find(r, "scores")->d, &((int2_priv *)r->priv)->l, r->stream);
 #else
     (void)r;
@@ -546,7 +474,7 @@ static void cost_qk(const kvb_run *r, kvb_cost *c)
 
 static int setup_av_of(kvb_run *r, int native)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     const int2_layout *l = &p->l;
     const int G = l->Hq / l->Hkv;
     int rc = setup_cache_only(r, p, native, 1);
@@ -555,7 +483,7 @@ static int setup_av_of(kvb_run *r, int native)
     kvb_tensor *pt = kvb_run_tensor(r, "p", KVB_FP32, 3, sp, KVB_IN);
     kvb_tensor *out = kvb_run_tensor(r, "out", KVB_FP32, 3, so, KVB_OUT);
     /* p: a softmax over T of seeded logits (std 1, or 3 for dist=peaked) per query head */
-    kvb_fill_f32_normal(pt->h, pt->n, r->seed, kvb_stream_of("logits"), 0, 0, dist_of(r->c) == DIST_PEAKED ? 3.0 : 1.0);
+    kvb_fill_f32_normal(pt->h, pt->n, r->seed, kvb_stream_of("logits"), 0, 0, int2_op_dist(r->c) == DIST_PEAKED ? 3.0 : 1.0);
     const int64_t rows = (int64_t)l->B * l->Hq;
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < rows; row++) {
@@ -569,14 +497,14 @@ static int setup_av_of(kvb_run *r, int native)
     out->tol_mag = p->mag;
     const char *names[1] = {"out"};
     const int64_t lens[1] = {(int64_t)G * l->D};
-    sample_slices(r, p, (double)G * l->T * l->D * 4, names, 1, lens);
+    int2_op_sample_slices(r, p, (double)G * l->T * l->D * 4, names, 1, lens);
     int64_t ws[1] = {1};
 #if KVB_HAVE_CUDA
     if (kvb_gpu_available()) ws[0] = (int64_t)int2_av_workspace_bytes(l);
 #endif
     kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    if (native && (rc = add_native_copy(r, l))) return rc;
-    int2_cache c = cache_of(r, 0, 0);
+    if (native && (rc = int2_op_add_native_copy(r, l))) return rc;
+    int2_cache c = int2_op_cache(r, 0, 0);
     pt = kvb_run_find(r, "p"), out = kvb_run_find(r, "out"); /* the tensor table may have moved */
     return ref_int2_av(pt->h, &c, out->ref, p->mag, l, p->mask);
 }
@@ -586,7 +514,7 @@ static int setup_av_native(kvb_run *r) { return setup_av_of(r, 1); }
 static int launch_av(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
-    int2_cache c = cache_of(r, 1, 0);
+    int2_cache c = int2_op_cache(r, 1, 0);
     return int2_av(kvb_run_find(r, "p")->d, &c, kvb_run_find(r, "out")->d, &((int2_priv *)r->priv)->l,
                    kvb_run_find(r, "workspace")->d, r->stream);
 #else
@@ -616,151 +544,7 @@ static void cost_av(const kvb_run *r, kvb_cost *c)
     c->ceiling = KVB_CEIL_READ;
 }
 
-/* ---- int2_decode_attn and its peers ---- */
-
-static int setup_attn(kvb_run *r)
-{
-    int2_priv *p = priv_new(r);
-    const int2_layout *l = &p->l;
-    const int G = l->Hq / l->Hkv;
-    const int64_t heads = (int64_t)l->B * l->Hkv, n_src = l->T + l->R;
-    const int impl = impl_index(r->c);
-    const int dense = impl == IMPL_DENSE_BF16, dequant = impl == IMPL_DEQUANT_DENSE;
-    const int dist = dist_of(r->c);
-    int64_t sq[3] = {l->B, l->Hq, l->D}, skv[4] = {l->B, l->Hkv, n_src, l->D}, sl[1] = {l->B};
-    kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
-    fill_q(q, r->c, r->seed);
-    p->dense = (decode_layout){l->B, l->Hq, l->Hkv, l->D, n_src};
-    kvb_bf16 *Ksrc, *Vsrc;
-    kvb_tensor *Kt = NULL, *Vt = NULL;
-    if (dense) { /* the sources are the inputs */
-        Kt = kvb_run_tensor(r, "K", KVB_BF16, 4, skv, KVB_IN);
-        Vt = kvb_run_tensor(r, "V", KVB_BF16, 4, skv, KVB_IN);
-        Ksrc = Kt->h, Vsrc = Vt->h;
-    } else {
-        Ksrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * n_src * l->D));
-        Vsrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * n_src * l->D));
-    }
-    fill_kv(Ksrc, heads, n_src, l->D, dist, r->seed, "K", 1);
-    fill_kv(Vsrc, heads, n_src, l->D, dist, r->seed, "V", 0);
-    if (dense || dequant) {
-        kvb_tensor *len = kvb_run_tensor(r, "len", KVB_I32, 1, sl, KVB_IN);
-        for (int b = 0; b < l->B; b++) ((int32_t *)len->h)[b] = (int32_t)n_src;
-        p->dense_len = len->h;
-    }
-    int64_t ws[1] = {1}, dws[1] = {1};
-#if KVB_HAVE_CUDA
-    if (kvb_gpu_available()) {
-        if (!dense) ws[0] = (int64_t)int2_decode_attn_workspace_bytes(l);
-        if (dense || dequant) dws[0] = (int64_t)decode_attn_workspace_bytes(&p->dense);
-    }
-#endif
-    if (!dense) kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    if (dense || dequant) kvb_run_tensor(r, "dense_workspace", KVB_U8, 1, dws, KVB_SCRATCH);
-    if (dequant) {
-        kvb_run_tensor(r, "Kd", KVB_BF16, 4, skv, KVB_SCRATCH);
-        kvb_run_tensor(r, "Vd", KVB_BF16, 4, skv, KVB_SCRATCH);
-    }
-    kvb_tensor *o = kvb_run_tensor(r, "o", KVB_BF16, 3, sq, KVB_OUT);
-    if (Kt && Kt->n > (1 << 26)) Kt->flags |= KVB_T_NO_DUMP, Vt->flags |= KVB_T_NO_DUMP;
-    const char *names[1] = {"o"};
-    const int64_t lens[1] = {(int64_t)G * l->D};
-    sample_slices(r, p, 2.0 * G * (double)n_src * l->D, names, 1, lens);
-    int rc;
-    if (dense) {
-        rc = ref_decode_attn(q->h, Ksrc, Vsrc, p->dense_len, o->ref, &p->dense, p->mask);
-    } else {
-        add_cache(r, l, KVB_IN, 1, 1, 1);
-        int2_cache c = cache_of(r, 0, 0);
-        rc = quantize_into(&c, l, Ksrc, Vsrc, n_src);
-        if (!rc) {
-            fill_residual(&c, l, Ksrc, Vsrc, n_src, r->seed);
-            rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
-        }
-        if (!rc && impl == IMPL_KERNEL_V3) rc = add_native_copy(r, l); /* the same cache, kernel-native */
-        free(Ksrc), free(Vsrc);
-    }
-    return rc;
-}
-
-/* One launch of each implementation (the impl table's launch entries). */
-#if KVB_HAVE_CUDA
-static void *dev_of(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
-
-static int launch_attn_v2(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_attn_v1(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    return int2_decode_attn_v1(dev_of(r, "q"), &c, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_attn_v3(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    int2_native n = {dev_of(r, "Rec"), dev_of(r, "Km")};
-    return int2_decode_attn_v3(dev_of(r, "q"), &c, &n, dev_of(r, "o"), &p->l, dev_of(r, "workspace"), r->stream);
-}
-
-static int launch_dequant_dense(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    int2_cache c = cache_of(r, 1, 0);
-    kvb_tensor *len = kvb_run_find(r, "len");
-    void *Kd = dev_of(r, "Kd"), *Vd = dev_of(r, "Vd");
-    int rc = int2_dequantize(&c, Kd, Vd, p->dense.L, &p->l, r->stream);
-    return rc ? rc
-              : decode_attn(dev_of(r, "q"), Kd, Vd, len->d, len->h, dev_of(r, "o"), &p->dense, dev_of(r, "dense_workspace"),
-                            r->stream);
-}
-
-static int launch_dense_bf16(kvb_run *r)
-{
-    int2_priv *p = r->priv;
-    kvb_tensor *len = kvb_run_find(r, "len");
-    return decode_attn(dev_of(r, "q"), dev_of(r, "K"), dev_of(r, "V"), len->d, len->h, dev_of(r, "o"), &p->dense,
-                       dev_of(r, "dense_workspace"), r->stream);
-}
-#else
-static int no_device(kvb_run *r)
-{
-    (void)r;
-    return KVB_EDEVICE;
-}
-#define launch_attn_v2 no_device
-#define launch_attn_v1 no_device
-#define launch_attn_v3 no_device
-#define launch_dequant_dense no_device
-#define launch_dense_bf16 no_device
-#endif
-
-/* Bytes: the packed cache (2-bit codes, fp16 scale and zero) and the bf16 residual, q, o; for the
- * dense peer the bf16 K and V of the same tokens. Goal (spec int2.md): the fused kernel at >= 80% of
- * the device read rate (the read-only ceiling) on its bytes, and >= 3x faster than dense_bf16 at the same shape (summary). */
-static void cost_attn(const kvb_run *r, kvb_cost *c)
-{
-    const int2_priv *p = r->priv;
-    const int2_layout *l = &p->l;
-    const int impl = impl_index(r->c);
-    const double qo = 2.0 * 2.0 * l->B * l->Hq * l->D;
-    if (impl == IMPL_DENSE_BF16) c->bytes_dev = 2.0 * 2.0 * l->B * l->Hkv * (double)(l->T + l->R) * l->D + qo;
-    else c->bytes_dev = int2_cache_bytes(l) + qo;
-    c->flops = 4.0 * l->B * l->Hq * (double)(l->T + l->R) * l->D;
-    c->ceiling = KVB_CEIL_READ;
-    if ((impl == IMPL_KERNEL || impl == IMPL_KERNEL_V1 || impl == IMPL_KERNEL_V3) && l->T >= 8192 && r->ceil && r->ceil->measured) {
-        c->goal_us = kvb_read_contiguous_seconds((size_t)c->bytes_dev) * 1e6 / 0.8;
-        c->goal_text = "80% of the device read rate";
-    }
-}
-
-static void teardown_int2(kvb_run *r)
+void int2_op_teardown(kvb_run *r)
 {
     int2_priv *p = r->priv;
     if (!p) return;
@@ -774,7 +558,7 @@ static void teardown_int2(kvb_run *r)
 
 static int setup_native(kvb_run *r)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     int rc = setup_cache_only(r, p, 1, 1); /* keys and values, tokens past T poisoned (copied as they are) */
     if (rc) return rc;
     const int2_layout *l = &p->l;
@@ -784,7 +568,7 @@ static int setup_native(kvb_run *r)
     kvb_tensor *km = kvb_run_tensor(r, "Km", KVB_FP16, 1, s1, KVB_OUT);
     km->cmp = KVB_CMP_EXACT; /* fp16 metadata, NaN poison included: bit for bit */
     int2_native n = {rec->ref, km->ref};
-    int2_cache c = cache_of(r, 0, 0);
+    int2_cache c = int2_op_cache(r, 0, 0);
     return ref_int2_to_native(&c, &n, l);
 }
 
@@ -792,7 +576,7 @@ static int launch_native(kvb_run *r)
 {
 #if KVB_HAVE_CUDA
     const int2_layout *l = &((int2_priv *)r->priv)->l;
-    int2_cache c = cache_of(r, 1, 0);
+    int2_cache c = int2_op_cache(r, 1, 0);
     int2_native n = {kvb_run_find(r, "Rec")->d, kvb_run_find(r, "Km")->d};
     return int2_to_native(&c, &n, l, 0, l->Tcap, r->stream);
 #else
@@ -813,7 +597,7 @@ static void cost_native(const kvb_run *r, kvb_cost *c)
 
 static int setup_quantize_native(kvb_run *r)
 {
-    int2_priv *p = priv_new(r);
+    int2_priv *p = int2_op_priv_new(r);
     const int2_layout *l = &p->l;
     kvb_tensor *K, *V;
     add_prompt(r, l, &K, &V);
@@ -834,7 +618,7 @@ static int setup_quantize_native(kvb_run *r)
     int rc = (!c.Kq || !c.Ks || !c.Kz || !c.Vq || !c.Vs || !c.Vz)
                  ? kvb_fail(KVB_ENOMEM, "int2_quantize_native: host reference cache (T=%lld)", (long long)l->T)
                  : KVB_OK;
-    if (!rc) rc = quantize_into(&c, l, K->h, V->h, l->T);
+    if (!rc) rc = int2_op_quantize_into(&c, l, K->h, V->h, l->T);
     if (!rc) {
         int2_native n = {rec->ref, km->ref};
         rc = ref_int2_to_native(&c, &n, l);
@@ -855,7 +639,7 @@ static int launch_quantize_native(kvb_run *r)
 #endif
 }
 
-/* bf16 keys and values in, the native words out; the spec's quantize/pack goal (int2.md: >= 70% of the
+/* bf16 keys and values in, the native words out; the family's quantize/pack goal (>= 70% of the
  * device bandwidth) holds for the quantizer the decode path uses, so it is stated here as for int2_quantize */
 static void cost_quantize_native(const kvb_run *r, kvb_cost *c)
 {
@@ -881,7 +665,7 @@ const kvb_op op_int2_quantize = {
     .setup = setup_quantize,
     .launch = launch_quantize,
     .cost = cost_quantize,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_native = {
@@ -894,7 +678,7 @@ const kvb_op op_int2_native = {
     .setup = setup_native,
     .launch = launch_native,
     .cost = cost_native,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_quantize_native = {
@@ -907,7 +691,7 @@ const kvb_op op_int2_quantize_native = {
     .setup = setup_quantize_native,
     .launch = launch_quantize_native,
     .cost = cost_quantize_native,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_append = {
@@ -920,7 +704,7 @@ const kvb_op op_int2_append = {
     .setup = setup_append,
     .launch = launch_append,
     .cost = cost_append,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_qk = {
@@ -934,7 +718,7 @@ const kvb_op op_int2_qk = {
     .setup = setup_qk,
     .launch = launch_qk,
     .cost = cost_qk,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_qk_native = {
@@ -948,7 +732,7 @@ const kvb_op op_int2_qk_native = {
     .setup = setup_qk_native,
     .launch = launch_qk_native,
     .cost = cost_qk,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_av_native = {
@@ -962,7 +746,7 @@ const kvb_op op_int2_av_native = {
     .setup = setup_av_native,
     .launch = launch_av_native,
     .cost = cost_av,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
 const kvb_op op_int2_av = {
@@ -976,33 +760,6 @@ const kvb_op op_int2_av = {
     .setup = setup_av,
     .launch = launch_av,
     .cost = cost_av,
-    .teardown = teardown_int2,
+    .teardown = int2_op_teardown,
 };
 
-/* Implementations (impl=), indexed by the IMPL_* enum. None includes host work: each is timed behind a
- * blocking kernel with CUDA events (dequant_dense's two launches are both on the stream). */
-static const kvb_impl attn_impls[] = {
-    [IMPL_KERNEL] = {"kernel", launch_attn_v2, 0,
-                     "int2_decode_attn v2: codes as exact integers on the tensor cores, scales folded into q and p"},
-    [IMPL_KERNEL_V1] = {"kernel_v1", launch_attn_v1, 0, "the first version: codes dequantized to fp16 before each MMA"},
-    [IMPL_DEQUANT_DENSE] = {"dequant_dense", launch_dequant_dense, 0,
-                            "peer: dequantize into bf16 K, V (int2_dequantize), then dense decode attention"},
-    [IMPL_DENSE_BF16] = {"dense_bf16", launch_dense_bf16, 0,
-                         "peer: dense decode attention over the same tokens unquantized (dense reference)"},
-    [IMPL_KERNEL_V3] = {"kernel_v3", launch_attn_v3, 0,
-                        "v3: the kernel-native layout, warp-owned bulk-copy rings, no block barrier per step"},
-};
-
-const kvb_op op_int2_decode_attn = {
-    .name = "int2_decode_attn",
-    .family = "int2",
-    .summary = "fused INT2 decode attention (quantized tokens + bf16 residual), with peers",
-    .params = attn_params,
-    .n_params = NPARAMS(attn_params),
-    .tol = {1e-2, 2e-2, 1e-2},
-    .validate = validate_attn,
-    .setup = setup_attn,
-    KVB_IMPLS(attn_impls),
-    .cost = cost_attn,
-    .teardown = teardown_int2,
-};

@@ -1,12 +1,13 @@
-/* decode_step_minikv.c: decode_step method=minikv (decode_step.h; the path: kernels/step_minikv.h). At the
- * end of prefill MiniKV keeps the heavy hitters and the recent window, floor(ctx / 4) tokens each (its
- * setting heavy = recent = 0.25, selective_attn.md; the mean layer of its pyramid), and stores them in
- * 2 bits (int2.md, gs = 16). With the gen tokens decoded since, the cache holds n = N + gen tokens: the
- * first T = n - n mod 128 quantized, the last n mod 128 in the bf16 residual (a flush every 128). The kept tokens are seeded normal activations (which prompt tokens
- * were kept does not change the step's work); the device's cache is quantized from them by the suite's
- * int2_quantize kernels, the host's by their references, and the comparison holds the one to the other.
+/* decode_step_minikv.c: decode_step method=minikv (decode_step.h; the path: kernels/step/step_minikv.h). At
+ * the end of prefill MiniKV keeps the heavy hitters and the recent window, floor(ctx / 4) tokens each (its
+ * setting heavy = recent = 0.25; the mean layer of its pyramid), and stores them in 2 bits
+ * (kernels/int2/NOTES.md, gs = 16). With the gen tokens decoded since, the cache holds n = N + gen tokens:
+ * the first T = n - n mod 128 quantized, the last n mod 128 in the bf16 residual (a flush every 128). The
+ * kept tokens are seeded normal activations (which prompt tokens were kept does not change the step's
+ * work); the device's cache is quantized from them by the suite's int2_quantize kernels, the host's by
+ * their references, and the comparison holds the one to the other.
  * The step: int2_append_native (a flush when the residual reaches 128, into both the interchange and
- * the native cache), int2_decode_attn v3 over the native cache.
+ * the native cache), int2_decode_attn (v3) over the native cache.
  *
  * Invariant: with fewer than 128 tokens cached the cache is all residual, and the path must equal dense
  * attention over those bf16 rows (within one bf16 rounding: the two references sum in different orders).

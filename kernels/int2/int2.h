@@ -1,4 +1,4 @@
-/* int2.h: CUDA API of the INT2 KV cache (spec: int2.md; reference and layouts: reference/int2.h).
+/* int2.h: CUDA API of the INT2 KV cache (kernels/int2/NOTES.md; reference and layouts: reference/int2.h).
  *
  * Every function validates its parameters before launching anything and returns KVB_OK, or
  * KVB_EINVAL with kvb_last_error() naming the parameter, its value and the allowed range. Launches
@@ -56,22 +56,24 @@ int int2_av(const float *p, const int2_cache *c, float *out, const int2_layout *
 
 /* The fused decode step: o [B, Hq, D] bf16 = softmax([q . dequant(K) ; q . Kr] / sqrt(D)) . [dequant(V) ; Vr].
  * One read of the packed cache and the residual per KV head, split along tokens with a log-sum-exp
- * merge. Workspace: int2_decode_attn_workspace_bytes(l) (enough for every version below), zeroed once
- * and reusable. int2_decode_attn runs the best measured version (v2: the 2-bit codes enter the tensor
- * cores as exact small integers, the scales folded into q and p per quantization group);
- * int2_decode_attn_v1 keeps the first version (codes dequantized to fp16 values before the MMA) for
- * one-run comparisons. */
+ * merge. Workspace: int2_decode_attn_workspace_bytes(l), enough for every version below, zeroed once
+ * and reusable. The versions' designs: kernels/int2/NOTES.md.
+ *
+ * int2_decode_attn (v3, the production version) reads the quantized tokens from the kernel-native layout
+ * n (reference/int2.h: int2_native; written by int2_quantize_native, int2_append_native or
+ * int2_to_native) and only the residual (Kr, Vr) from c: each warp bulk-copies its own 64-token step
+ * records into a ring of shared memory (cp.async.bulk + mbarrier), no block barrier in the token loop.
+ * n may be NULL when T = 0. T < 64 (2^31 - 64). */
 size_t int2_decode_attn_workspace_bytes(const int2_layout *l);
-int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
-                     cudaStream_t stream);
+int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, const int2_native *n, kvb_bf16 *o, const int2_layout *l,
+                     void *workspace, cudaStream_t stream);
+/* The earlier versions over the interchange cache c, kept as same-run peers: v2 feeds the 2-bit codes to
+ * the tensor cores as exact small integers, the scales and zeros folded into q and p per quantization
+ * group; v1 dequantizes every code to an fp16 value before its MMA. */
+int int2_decode_attn_v2(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
+                        cudaStream_t stream);
 int int2_decode_attn_v1(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l, void *workspace,
                         cudaStream_t stream);
-/* v3: the same step over the kernel-native layout (reference/int2.h: int2_native, written from the
- * interchange cache by ref_int2_to_native), each warp bulk-copying its own 64-token steps into a ring
- * of shared-memory records (cp.async.bulk + mbarrier), no block barrier in the token loop. c supplies
- * the residual (Kr, Vr) only; n the quantized tokens. Same workspace. */
-int int2_decode_attn_v3(const kvb_bf16 *q, const int2_cache *c, const int2_native *n, kvb_bf16 *o,
-                        const int2_layout *l, void *workspace, cudaStream_t stream);
 /* The native layout of tokens [t0, t1) (whole 64-token steps: every step the range touches) written from
  * the interchange cache c on the device, bit for bit as ref_int2_to_native: after a quantize (t0 = 0,
  * t1 = T) or an append's flush (t0 = T, t1 = T + 128). Needs Tcap a multiple of 64 and 0 <= t0 <= t1 <=
@@ -91,7 +93,7 @@ int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_t src_len, 
 int int2_qk_native(const kvb_bf16 *q, const int2_native *n, float *scores, const int2_layout *l, cudaStream_t stream);
 int int2_av_native(const float *p, const int2_native *n, float *out, const int2_layout *l, void *workspace,
                    cudaStream_t stream);
-/* Host self-test of int2_decode_attn v2's per-thread copy plans against its shared-memory layout
+/* Host self-test of int2_decode_attn_v2's per-thread copy plans against its shared-memory layout
  * formulas (no device needed): the number of violations, 0 when every copy and store lands once where
  * the layout puts it. */
 long int2_v2_plan_selftest(void);

@@ -44,8 +44,8 @@ static int stage_append(void *ctx, cudaStream_t s)
 static int stage_attend(void *ctx, cudaStream_t s)
 {
     const minikv_path *p = ctx;
-    if (p->n.Rec) return int2_decode_attn_v3(p->q, &p->c, &p->n, p->o, &p->after, p->ws, s);
-    return int2_decode_attn(p->q, &p->c, p->o, &p->after, p->ws, s);
+    if (p->n.Rec) return int2_decode_attn(p->q, &p->c, &p->n, p->o, &p->after, p->ws, s);
+    return int2_decode_attn_v2(p->q, &p->c, p->o, &p->after, p->ws, s);
 }
 
 int minikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,

@@ -1,11 +1,12 @@
-/* step_minikv.h: MiniKV's decode-time attention path as stages of a composition (compose.h; spec:
- * decode.md, the minikv row; int2.md): the INT2 cache of the kept tokens plus its bf16 residual.
+/* step_minikv.h: MiniKV's decode-time attention path as stages of a composition (compose.h; the INT2
+ * family: kernels/int2/NOTES.md): the INT2 cache of the kept tokens plus its bf16 residual.
  *
  *   int2_append        the new token's k, v into residual slot R; when the residual then holds 128
  *                      tokens they are quantized into cache tokens [T, T + 128) (the flush); with a
  *                      native cache, int2_append_native, whose flush also quantizes them into it
- *   int2_decode_attn   attention over the T' quantized and R' residual tokens after the append: v3
- *                      over the native cache when the path has one, else v2 over the interchange cache
+ *   int2_decode_attn   attention over the T' quantized and R' residual tokens after the append:
+ *                      int2_decode_attn (v3) over the native cache when the path has one, else
+ *                      int2_decode_attn_v2 over the interchange cache
  *
  * Planned once on the host: the layout after the append (T', R') is fixed at plan time, every check of
  * both stages runs there. Reference: ref_int2_append, ref_int2_decode_attn (reference/int2.h).
