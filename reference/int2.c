@@ -1,7 +1,7 @@
-/* int2.c: plain C references for int2.md. Read them against the spec: the quantizer computes in fp32
- * exactly where the spec says so (min, max, (mx - mn) / 3, (x - zero) / scale, rint) and rounds the
- * metadata to fp16; everything downstream (dequant, products, softmax) is in double from the stored
- * codes and fp16 metadata, rounded once at the end. */
+/* int2.c: plain C references of the INT2 KV cache (kernels/int2/NOTES.md; the formulas in int2.h).
+ * The quantizer computes in fp32 exactly where the formulas say so (min, max, (mx - mn) / 3,
+ * (x - zero) / scale, rint) and rounds the metadata to fp16; everything downstream (dequant,
+ * products, softmax) is in double from the stored codes and fp16 metadata, rounded once at the end. */
 #include "reference/int2.h"
 
 #include <stdlib.h>

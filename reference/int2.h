@@ -1,4 +1,4 @@
-/* int2.h: the INT2 KV cache of MiniKV/KIVI (spec: int2.md): quantize and pack, the bf16 residual
+/* int2.h: the INT2 KV cache of MiniKV/KIVI (kernels/int2/NOTES.md): quantize and pack, the bf16 residual
  * buffer with its flush every 128 tokens, and the fused dequant-matmuls of decode.
  *
  * Group of gs values (gs in {16, 32, 64, 128}) along the quantized axis:
@@ -88,8 +88,8 @@ static inline double int2_dequant(unsigned code, kvb_fp16 scale, kvb_fp16 zero)
     return (double)code * (double)kvb_fp16_to_float(scale) + (double)kvb_fp16_to_float(zero);
 }
 
-/* Quantize one group of n values (fp32 from bf16) as int2.md says: codes[i] in 0..3, the fp16 scale
- * and zero. */
+/* Quantize one group of n values (fp32 from bf16) by the formulas above: codes[i] in 0..3, the
+ * fp16 scale and zero. */
 void int2_quantize_group(const float *x, int n, uint8_t *codes, kvb_fp16 *scale, kvb_fp16 *zero);
 
 /* Quantize tokens [0, n) of K [B, Hkv, src_len, D] into cache tokens [t0, t0 + n) of Kq, Ks, Kz
@@ -136,7 +136,7 @@ int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, co
 int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                          const uint8_t *slices);
 
-/* ---- the kernel-native layout of int2_decode_attn v3 (int2.md: a layout of the decode kernel's own,
+/* ---- the kernel-native layout of int2_decode_attn v3 (a layout of the decode kernel's own,
  * with a bit-exact converter in both directions) ----
  * The same codes and metadata, ordered so that each 64-token step of one (b, kv head) is two
  * contiguous runs the kernel bulk-copies into shared memory (its record and its key-metadata rows), and

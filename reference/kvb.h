@@ -3,8 +3,8 @@
  * - status codes and one thread-local error message, so that a rejected parameter says which
  *   parameter, its value and the allowed range, wherever it was caught;
  * - storage-dtype conversions: bf16 and fp16 are stored as uint16_t bit patterns and converted
- *   with round-to-nearest-even (spec README, "Numerics"). Conversions from double round once,
- *   directly to the target format (no double -> float -> bf16 double rounding).
+ *   with round-to-nearest-even. Conversions from double round once, directly to the target
+ *   format (no double -> float -> bf16 double rounding).
  *
  * Plain C11; also compiles as C++ (nvcc) so kernels/ can share the declarations.
  */

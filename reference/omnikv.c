@@ -82,7 +82,7 @@ enum { N_FILTERS = (int)(sizeof FILTER_LAYERS / sizeof FILTER_LAYERS[0]) };
 static int layers_check(int layers, const char *who)
 {
     if (layers != OMNIKV_LAYERS)
-        return kvb_fail(KVB_EINVAL, "%s: layers=%d out of range [%d, %d]: the spec gives OmniKV's layer roles for %d "
+        return kvb_fail(KVB_EINVAL, "%s: layers=%d out of range [%d, %d]: OmniKV's layer roles are defined for %d "
                         "layers", who, layers, OMNIKV_LAYERS, OMNIKV_LAYERS, OMNIKV_LAYERS);
     return KVB_OK;
 }

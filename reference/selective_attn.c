@@ -1,5 +1,5 @@
-/* selective_attn.c: the plain C reference of selective_attn.md, in double. Written to be read
- * against the spec.
+/* selective_attn.c: the plain C reference of selective attention (the formulas in selective_attn.h;
+ * kernels/selective_attn/NOTES.md), in double. Written to be read against those formulas.
  *
  * Per (b, KV head) and each of its G query heads, row by row: the scores of the visible keys, their
  * maximum, LSE = m + log(sum exp(s - m)), P = exp(s - m) / sum, O = sum P v, and P added into the

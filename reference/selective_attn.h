@@ -1,4 +1,4 @@
-/* selective_attn.h: prefill attention that also returns column sums (spec: selective_attn.md).
+/* selective_attn.h: prefill attention that also returns column sums (kernels/selective_attn/NOTES.md).
  *
  *   s[i,j]    = q_i . k_j / sqrt(D)                  j <= i when causal
  *   LSE[i]    = log sum_j exp(s[i,j])                fp32
@@ -12,8 +12,8 @@
  * contribute to the column sums are computed, and LSE is [B, Hq, L - w0] (row w0 + r at r).
  * Query head h reads KV head h / G.
  *
- * The parameter checks live here, in the C reference, because they are the spec; the CUDA API in
- * kernels/selective_attn.h runs the same checks before it launches anything.
+ * The parameter checks live here, in the C reference, because they define the op; the CUDA API in
+ * kernels/selective_attn/selective_attn.h runs the same checks before it launches anything.
  */
 #ifndef REF_SELECTIVE_ATTN_H
 #define REF_SELECTIVE_ATTN_H

@@ -1,4 +1,4 @@
-/* case.h: cases as data. A case is one line `kernel key=value ...` (spec README, "Cases").
+/* case.h: cases as data. A case is one line `kernel key=value ...` (README.md, "Cases").
  *
  * Each kernel declares its keys (kvb_param) in order; that order is the canonical order of the case
  * id. The id holds every key of the kernel with its value (defaults filled in), so two spellings of

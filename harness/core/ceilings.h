@@ -1,6 +1,6 @@
 /* ceilings.h: this device's copy and read bandwidths and matrix rate, measured in the same run as the cases
- * so that every result can be stated as a fraction of a ceiling (spec README, "Baselines and
- * ceilings"). Bandwidths count bytes read plus bytes written for device copies, and bytes moved for
+ * so that every result can be stated as a fraction of a ceiling (README.md, Method, "Ceilings").
+ * Bandwidths count bytes read plus bytes written for device copies, and bytes moved for
  * host-device copies.
  */
 #ifndef KVB_CEILINGS_H

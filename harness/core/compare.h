@@ -1,13 +1,13 @@
-/* compare.h: the comparison rules of the spec (README, "Comparing CUDA output with the reference").
+/* compare.h: the comparison rules (README.md, Method; each family's tolerances in kernels/<family>/NOTES.md).
  *
  * Every comparison reports: max abs error, the largest fraction of the tolerance used at one
  * element ("% of tolerance used"), relative L2 error, the count of non-finite outputs, and the
  * first mismatches with their indices.
  *   exact    data movement: bit-exact; % of tolerance is 0 or 100
  *   float    |out - ref| <= atol + rtol*|ref| per element, and rel L2 <= l2; NaN/Inf where the
- *            reference is finite fails. Where a spec states the bound relative to another
- *            magnitude (int2.md: 1e-3 * sum |a_k w_k| + 1e-5 for a dot product), the tensor carries
- *            that magnitude per element and rtol multiplies it instead of |ref|
+ *            reference is finite fails. Where a family states the bound relative to another
+ *            magnitude (kernels/int2/NOTES.md: 1e-3 * sum |a_k w_k| + 1e-5 for a dot product),
+ *            the tensor carries that magnitude per element and rtol multiplies it instead of |ref|
  *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
  *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of
  *            the reference top-k sum; the list must be strictly ascending (rows a sampled
