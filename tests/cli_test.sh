@@ -138,7 +138,7 @@ else
 fi
 printf 'index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 tier=smoke\n' >"$tmp/tol.cases"
 expect "list shows a case's tolerance overrides" 0 '^smoke +index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5$' -- list --cases "$tmp/tol.cases"
-# decode and int2 families (issue 4): each bad input named with its value and range, nothing runs
+# decode and int2 families: each bad input named with its value and range, nothing runs
 expect "gs not in the supported set" 2 'int2_quantize: gs=24 is not one of \{16, 32, 64, 128\}' -- check --cases "$cases" "int2_quantize gs=24"
 expect "T not a multiple of gs" 2 'int2_decode_attn: T=1000 is not a multiple of gs=16' -- check --cases "$cases" "int2_decode_attn T=1000 gs=16"
 expect "D not a multiple of gs" 2 'int2_qk: D=64 is not a multiple of gs=128' -- check --cases "$cases" "int2_qk D=64 gs=128"

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring.cu's index math, written
-to check it without a GPU: the block plan (plan_blocks, WIDE / NARROW tiles), each thread's row slot and
-16-byte piece per step, its cp.async ring (a stage is read only after the copy of that step landed in it
-and before the next copy overwrites it), the channel choice by the top-k rule and its ascending
-compaction, the row slots' sum per tile, the per-block softmax partials and their merge in pass 2, Quest's
-q+ hi + q- lo, and page_meta_build's piece / group / transposition layout and page_meta_append. It mirrors
-the CUDA code statement by statement (fp32 where the kernel is fp32) and compares with a float64
-evaluation of the spec's formulas. Not a model of timing, races or the hardware's memory ordering.
+"""emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring/page_scoring.cu's index
+math, written to check it without a GPU: the block plan (plan_blocks, WIDE / NARROW tiles), each thread's row
+slot and 16-byte piece per step, its cp.async ring (a stage is read only after the copy of that step landed in
+it and before the next copy overwrites it), the channel choice by the top-k rule and its ascending compaction,
+the row slots' sum per tile, the per-block softmax partials and their merge in pass 2, Quest's q+ hi + q- lo,
+and page_meta_build's piece / group / transposition layout and page_meta_append. It mirrors the CUDA code
+statement by statement (fp32 where the kernel is fp32) and compares with a float64 evaluation of the formulas
+of kernels/page_scoring/NOTES.md. Not a model of timing, races or the hardware's memory ordering.
 
     python3 tests/emulate_page_scoring.py      # a set of shapes; prints the largest error per shape
 """
@@ -184,7 +184,7 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
 
 
 def hybrid_formula(q, kmin, kmax, B, Hkv, G, D, L, P, r):
-    """the spec, in float64 (ties: np.lexsort by (-a, c))"""
+    """hybrid_score as kernels/page_scoring/NOTES.md defines it, in float64 (ties: np.lexsort by (-a, c))"""
     n = (L + P - 1) // P
     nj = np.array([min(P, L - j * P) for j in range(n)], dtype=np.float64)
     u = np.zeros((B * Hkv, n))

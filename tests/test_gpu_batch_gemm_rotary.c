@@ -53,7 +53,7 @@ static void test_api_rejects_before_launch(void **state)
     g.D = 96;
     assert_int_equal(call(&g, S, R, S, ROPE_LLAMA), KVB_EINVAL);
     assert_error_mentions("D=96 out of range {64, 128} for the kernel");
-    g.D = 130; /* glm pairs: the spec's refusal comes before the kernel's */
+    g.D = 130; /* glm pairs: the op's refusal (D a multiple of 4) comes before the kernel's */
     g.c = 16, g.NB = 80;
     assert_int_equal(call(&g, S, R, S, ROPE_GLM), KVB_EINVAL);
     assert_error_mentions("D=130 is not a multiple of 4");

@@ -102,7 +102,7 @@ static void test_bf16_specials(void **state)
     /* one rounding from double: x just above a bf16 tie, but float(x) lands exactly on the tie */
     double x = 1.0 + 0x1p-8 + 0x1p-40;
     assert_int_equal(kvb_double_to_bf16(x), 0x3F81);
-    assert_int_equal(kvb_float_to_bf16((float)x), 0x3F80); /* the double rounding the spec forbids */
+    assert_int_equal(kvb_float_to_bf16((float)x), 0x3F80); /* the double rounding the numerics rule forbids (reference/kvb.h) */
 }
 
 static void test_fp16_all_patterns_and_compiler(void **state)

@@ -1,7 +1,7 @@
-/* test_ref_batch_gemm_rotary.c: the reference of batch_gemm_rotary (reference/batch_gemm_rotary.c)
- * against the spec's formula written another way (x * cos + rotate(x) * sin), on tiny inputs for both
- * RoPE kinds; hit slots and rows outside the sparse region untouched; the sampled variant; the table;
- * every rejection. */
+/* test_ref_batch_gemm_rotary.c: the reference of batch_gemm_rotary (reference/batch_gemm_rotary.c) against
+ * the formula of kernels/batch_gemm_rotary/NOTES.md written another way (x * cos + rotate(x) * sin), on tiny
+ * inputs for both RoPE kinds; hit slots and rows outside the sparse region untouched; the sampled variant;
+ * the table; every rejection. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -109,7 +109,7 @@ static void test_block_cache_rows(void **st)
     free(K), free(V), free(K0), free(x), free(y), free(cs), free(wbuf);
 }
 
-/* decode_step's bad input (issue 11): each refused when the case is read, before anything is allocated,
+/* decode_step's bad input: each refused when the case is read, before anything is allocated,
  * naming the key, its value and the range (and, for a batch too large, the largest that fits) */
 static void test_decode_step_refusals(void **state)
 {

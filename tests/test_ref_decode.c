@@ -1,5 +1,5 @@
-/* test_ref_decode.c: the dense decode attention reference (decode.md) on hand-checked cases, its
- * checks of bad input, and the sampled-reference helper. */
+/* test_ref_decode.c: the dense decode attention reference (kernels/decode/NOTES.md) on hand-checked cases,
+ * its checks of bad input, and the sampled-reference helper. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
-/* test_ref_gather_copy.c: the C references of gather_copy.md, on hand-checked cases and on the
- * properties the spec states, plus the property checker itself (it must catch violations). */
+/* test_ref_gather_copy.c: the C references of gather_copy (kernels/gather_copy/NOTES.md), on hand-checked
+ * cases and on the properties that note states, plus the property checker itself (it must catch
+ * violations). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -145,8 +146,8 @@ static void test_gather_copy_by_hand(void **state)
 }
 
 /* The kernels rely on this: with hits sorted by old slot (offsets[i] >= i), moving hits in place in
- * ascending order reads every source before it is overwritten, so it equals the spec's
- * "Vbuf_before" semantics. Checked here on many random steps. */
+ * ascending order reads every source before it is overwritten, so it equals the "Vbuf_before" semantics of
+ * kernels/gather_copy/NOTES.md. Checked here on many random steps. */
 static void test_in_place_ascending_equals_spec(void **state)
 {
     (void)state;

@@ -1,5 +1,5 @@
-/* test_ref_int2.c: the INT2 references (int2.md) on hand-checked groups, the packing, the flush, the
- * dequant-matmuls against direct sums, and every kind of bad input. */
+/* test_ref_int2.c: the INT2 references (kernels/int2/NOTES.md) on hand-checked groups, the packing, the
+ * flush, the dequant-matmuls against direct sums, and every kind of bad input. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

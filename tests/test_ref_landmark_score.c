@@ -1,8 +1,8 @@
 /* test_ref_landmark_score.c: the reference landmark scoring (reference/landmark_score.c) on hand-made
- * inputs whose answer follows from the spec by hand (softmax per query head deciding against the raw
- * dot products, an exact tie between two heads of a group, M = 1, M = Lm), on seeded inputs against the
- * spec's formula written out here once more (m to 1e-12 relative, and the selection a top-M of m), on a
- * slice mask, and its refusals. */
+ * inputs whose answer follows by hand from the formulas of kernels/landmark_score/NOTES.md (softmax per
+ * query head deciding against the raw dot products, an exact tie between two heads of a group, M = 1,
+ * M = Lm), on seeded inputs against those formulas written out here once more (m to 1e-12 relative, and
+ * the selection a top-M of m), on a slice mask, and its refusals. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static void two_head_inputs(const double *a, const double *b, int Lm, kvb_bf16 *
 
 /* Head 0 spreads its mass over four nearly equal large logits (each s near 1/4); head 1 has one
  * moderate logit far above its others (s near 0.87). The largest raw dot product is head 0's at
- * landmark 2; the largest softmax score is head 1's at landmark 3, which the spec selects. */
+ * landmark 2; the largest softmax score is head 1's at landmark 3, which the formulas select. */
 static void test_softmax_per_head_decides(void **state)
 {
     (void)state;

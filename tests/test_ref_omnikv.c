@@ -8,7 +8,8 @@
  *   - ties go to the lower index; tokens past len[b] are never selected and score -inf;
  *   - random inputs at every G in [1, 8] and D = 64, 128 against the brute force;
  *   - every refusal names the parameter, its value and the range;
- *   - the layer roles of a 32-layer model, written out from the spec, and their counts (5, 3, 24). */
+ *   - the layer roles of a 32-layer model, written out from kernels/omnikv/NOTES.md, and their counts
+ *     (5, 3, 24). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,8 +271,8 @@ static void test_refusals(void **state)
     assert_error_mentions("who: Hkv=300 out of range [1, 256]");
 }
 
-/* OmniKV's layer roles, written out from the spec (decode.md: for 32 layers, filters {2, 8, 18}; layers
- * 0-1 and the layer after each filter dense; the rest sparse): D = dense, F = filter, S = sparse */
+/* OmniKV's layer roles, written out from kernels/omnikv/NOTES.md (for 32 layers, filters {2, 8, 18};
+ * layers 0-1 and the layer after each filter dense; the rest sparse): D = dense, F = filter, S = sparse */
 static void test_layer_roles(void **state)
 {
     (void)state;
@@ -280,14 +281,14 @@ static void test_layer_roles(void **state)
     for (int l = 0; l < 32; l++) {
         const int role = omnikv_layer_role(l, 32);
         const int expect = want[l] == 'D' ? OMNIKV_ROLE_DENSE : want[l] == 'F' ? OMNIKV_ROLE_FILTER : OMNIKV_ROLE_SPARSE;
-        if (role != expect) fail_msg("layer %d: role %d, the spec says %c", l, role, want[l]);
+        if (role != expect) fail_msg("layer %d: role %d, expected %c", l, role, want[l]);
     }
     int dense = -1, filter = -1, sparse = -1;
     assert_int_equal(omnikv_role_counts(32, &dense, &filter, &sparse), KVB_OK);
     assert_int_equal(dense, 5);
     assert_int_equal(filter, 3);
     assert_int_equal(sparse, 24);
-    /* refusals: the spec gives the roles for 32 layers only */
+    /* refusals: the roles are defined for 32 layers only */
     assert_int_equal(omnikv_layer_role(0, 2), -1);
     assert_error_mentions("omnikv_layer_role: layers=2 out of range [32, 32]");
     assert_int_equal(omnikv_layer_role(32, 32), -1);

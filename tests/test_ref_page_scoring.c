@@ -1,6 +1,7 @@
 /* test_ref_page_scoring.c: the page-scoring references (reference/page_scoring.c) against hand-worked
- * examples and properties that follow from the spec independently of how the code computes them:
- *   - RocketKV's budget knobs against the spec's table;
+ * examples and properties that follow from kernels/page_scoring/NOTES.md independently of how the code
+ * computes them:
+ *   - RocketKV's budget knobs against the values that note lists;
  *   - build: extrema of hand-made pages (partial last page, +inf/-inf past it, -0/+0 kept in token order);
  *     append(build(t tokens), key t) == build(t + 1 tokens) across page boundaries; a page start
  *     overwrites whatever the entry held;
@@ -54,7 +55,7 @@ static void test_budget_table(void **state)
 {
     (void)state;
     rocketkv_knobs k;
-    /* the spec: Lmax = 32K, M = 50 */
+    /* the values of kernels/page_scoring/NOTES.md at Lmax = 32K; M = 50 */
     assert_int_equal(rocketkv_budget(256, 32768, 128, 50, &k), KVB_OK);
     assert_int_equal(k.C, 1618), assert_int_equal(k.P, 3), assert_int_equal(k.r, 61);
     assert_int_equal(k.k, 128), assert_int_equal(k.prompt, 1618 - 50);

@@ -1,6 +1,7 @@
 /* test_ref_select.c: the reference top-k (reference/select.c) against a brute force written from the
- * spec's definition (index i is selected when fewer than k indices beat it: a larger score, or an
- * equal score at a lower index), on random, tie-heavy and special inputs; the order key; rejections. */
+ * definition in kernels/select/NOTES.md (index i is selected when fewer than k indices beat it: a larger
+ * score, or an equal score at a lower index), on random, tie-heavy and special inputs; the order key;
+ * rejections. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

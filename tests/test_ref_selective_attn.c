@@ -1,7 +1,8 @@
-/* test_ref_selective_attn.c: the C references of selective_attn.md: hand-checked small cases, the
- * row-sum invariant, agreement with a naive materialized computation (the L x L matrix in double),
- * determinism under sampling and thread counts, every parameter check; and the selections (top-k with
- * ties, heavy hitters with the pyramid schedule, SnapKV++ pooling and keep, gather). */
+/* test_ref_selective_attn.c: the C references of selective_attn (kernels/selective_attn/NOTES.md):
+ * hand-checked small cases, the row-sum invariant, agreement with a naive materialized computation
+ * (the L x L matrix in double), determinism under sampling and thread counts, every parameter check;
+ * and the selections (top-k with ties, heavy hitters with the pyramid schedule, SnapKV++ pooling and
+ * keep, gather). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

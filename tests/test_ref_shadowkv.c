@@ -1,7 +1,7 @@
-/* test_ref_shadowkv.c: the C reference of ShadowKV's prefill (shadowkv.md, steps 1-5): the SVD
- * factors against Eckart-Young on matrices with known singular values, landmarks and outliers on
- * inputs worked by hand (ties, zero vectors, S not a multiple of c), the buffer and host layouts,
- * and every rejection naming its parameter. */
+/* test_ref_shadowkv.c: the C reference of ShadowKV's prefill (kernels/shadowkv/NOTES.md, steps 1-5): the
+ * SVD factors against Eckart-Young on matrices with known singular values, landmarks and outliers on inputs
+ * worked by hand (ties, zero vectors, S not a multiple of c), the buffer and host layouts, and every
+ * rejection naming its parameter. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
