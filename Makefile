@@ -197,7 +197,7 @@ sass: $(KERNEL_OBJ)
 	@for o in $(KERNEL_SRC:%.cu=$(OBJ)/%.o); do PATH="$$PATH:$(NVDISASM_DIR)" $(CUOBJDUMP) --dump-sass $$o > $(BUILD)/sass/$$(basename $$o .o).sass || exit 1; done
 	@echo "SASS in $(BUILD)/sass/"
 
-# ---- fuzzing (issue 14): libFuzzer targets over the case parser, the ops' shape checks and the options ----
+# ---- fuzzing: libFuzzer targets over the case parser, the ops' shape checks and the options ----
 #   make fuzz [FUZZ_SECONDS=600]  every target for FUZZ_SECONDS, in parallel; new inputs go to build/fuzz/corpus/,
 #                                 crashes to build/fuzz/artifacts/ (not the repo); usage in tests/fuzz/RUN.md
 #   make fuzz-smoke               every target from tests/fuzz/corpus/<target>/, a bounded run each; ends with

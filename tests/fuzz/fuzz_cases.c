@@ -1,4 +1,4 @@
-/* fuzz_cases.c: libFuzzer target for the case parser and the ops' shape checks (issue 14).
+/* fuzz_cases.c: libFuzzer target for the case parser and the ops' shape checks.
  *
  * The input is parsed as one case line (a FILTER on the command line) and as the text of a case
  * file. Each case that parses has been through its op's validate step (kvb_case_parse calls it); it

@@ -1,4 +1,4 @@
-/* fuzz_cli.c: libFuzzer target for kvbench's options and case selection (issue 14).
+/* fuzz_cli.c: libFuzzer target for kvbench's options and case selection.
  *
  * The input is argv after "kvbench", one argument a line (an argument may hold spaces, as a quoted
  * case line does). kvb_parse_options parses it; for the commands that select cases, kvb_select_cases
