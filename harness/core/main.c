@@ -11,7 +11,7 @@
  *
  * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
  * or a substring of case ids.
- * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases).
+ * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default ./cases), --host-mem-limit GB.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +46,9 @@ static void usage(FILE *f)
             "                                            of BASE on purpose, BASE's other cases are left out\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
             "        or a substring of case ids\n"
-            "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n");
+            "options: --tier smoke|check|bench|sanitize|all   --cases FILE_OR_DIR (default ./cases)\n"
+            "         --host-mem-limit GB   host memory a case may take (default: what the machine has free);\n"
+            "                               a case estimated above it fails before anything is allocated\n");
 }
 
 static int cmd_ceilings(const kvb_options *o)
