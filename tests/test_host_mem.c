@@ -135,7 +135,7 @@ static void test_limit_option(void **state)
     kvb_run r;
     kvb_set_host_mem_limit(0.0001 * 1073741824.0);
     assert_int_equal(guarded_setup(&r, &c), KVB_ENOMEM);
-    assert_error_mentions("decode_attn B=1", "refused before set-up", "the limit set by --host-mem-limit");
+    assert_error_mentions("decode_attn B=1", "refused before set-up", "set by --host-mem-limit");
     kvb_run_teardown(&r);
     kvb_set_host_mem_limit(0);
     assert_int_equal(guarded_setup(&r, &c), KVB_OK);

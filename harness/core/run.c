@@ -477,17 +477,17 @@ int kvb_host_mem_check(const kvb_case *c)
     const size_t need = c->op->host_bytes(c);
     const double held = (double)kvb_host_pool_held();
     double limit;
-    char where[160];
+    char where[200];
     if (g_host_limit > 0) {
         limit = g_host_limit;
-        snprintf(where, sizeof where, "the limit set by --host-mem-limit");
+        snprintf(where, sizeof where, "set by --host-mem-limit");
     } else {
         const double avail = kvb_host_mem_available();
         if (avail <= 0) return KVB_OK; /* nothing known to compare with */
         /* the part of the pool the case reuses is held already; a pool that grows is released first */
         limit = avail + (pool_need < held ? (double)pool_need : held);
-        snprintf(where, sizeof where, "what this machine has free now (MemAvailable, or the cgroup's headroom%s)",
-                 held > 0 ? ", plus the host pool it reuses" : "");
+        snprintf(where, sizeof where, "this machine has free now (MemAvailable, or the memory cgroup's headroom%s); "
+                 "kvbench --host-mem-limit GB sets another limit", held > 0 ? ", plus the host pool the case reuses" : "");
     }
     /* a pool that grows takes the run's largest need at once when that leaves the case its own memory */
     if (g_pool_planned > pool_need && (double)need - (double)pool_need + (double)g_pool_planned <= limit)
@@ -498,7 +498,7 @@ int kvb_host_mem_check(const kvb_case *c)
     human_bytes(limit, b, sizeof b);
     return kvb_fail(KVB_ENOMEM,
                     "%s: refused before set-up: it needs about %s of host memory%s (inputs, references, outputs, "
-                    "scratch, host pool), more than the %s of %s; kvbench --host-mem-limit GB sets the limit",
+                    "scratch, host pool), more than the %s %s",
                     c->id, a, need == SIZE_MAX ? " or more" : "", b, where);
 }
 
