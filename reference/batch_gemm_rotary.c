@@ -84,7 +84,7 @@ int ref_batch_gemm_rotary_sampled(const kvb_bf16 *U, const kvb_bf16 *SV, const i
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
     for (int64_t bh = 0; bh < n_bh; bh++) {
         if (mask && !mask[bh]) continue;
-        double *x = malloc(sizeof(double) * (size_t)D);
+        double *x = kvb_xalloc((size_t)D, sizeof(double), "batch_gemm_rotary row scratch");
         if (!x) {
             failed = 1;
             continue;
@@ -117,8 +117,9 @@ int ref_batch_gemm_rotary_sampled(const kvb_bf16 *U, const kvb_bf16 *SV, const i
                 for (int d = D / 2; d < D; d++) out[d] = kvb_double_to_bf16(x[d]);
             }
         }
-        free(x);
+        kvb_xfree(x);
     }
-    if (failed) return kvb_fail(KVB_ENOMEM, "batch_gemm_rotary: %zu bytes", sizeof(double) * (size_t)D);
+    if (failed)
+        return kvb_fail(KVB_ENOMEM, "batch_gemm_rotary: out of host memory: %zu bytes of row scratch", sizeof(double) * (size_t)D);
     return KVB_OK;
 }

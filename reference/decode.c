@@ -57,11 +57,12 @@ int ref_kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, 
 
 /* o rows of the G query heads of one KV head: softmax over the n tokens rows[0..n) (rows == NULL:
  * tokens 0..n-1) of s_t = q . K_t / sqrt(D), weighted sum of V_t; double throughout, bf16 once. */
-static void attend_rows(const kvb_bf16 *q, const kvb_bf16 *Kh, const kvb_bf16 *Vh, const int64_t *rows, int64_t n,
-                        int G, int D, kvb_bf16 *o)
+static int attend_rows(const kvb_bf16 *q, const kvb_bf16 *Kh, const kvb_bf16 *Vh, const int64_t *rows, int64_t n,
+                       int G, int D, kvb_bf16 *o)
 {
     const double scale = 1.0 / sqrt((double)D);
-    double *s = malloc(sizeof(double) * (size_t)n), qd[128], acc[128];
+    double *s = kvb_xalloc((size_t)n, sizeof(double), "decode reference scores"), qd[128], acc[128];
+    if (!s) return KVB_ENOMEM;
     for (int g = 0; g < G; g++) {
         const kvb_bf16 *qh = q + (int64_t)g * D;
         for (int i = 0; i < D; i++) qd[i] = kvb_bf16_to_double(qh[i]);
@@ -84,7 +85,8 @@ static void attend_rows(const kvb_bf16 *q, const kvb_bf16 *Kh, const kvb_bf16 *V
         kvb_bf16 *oh = o + (int64_t)g * D;
         for (int i = 0; i < D; i++) oh[i] = kvb_double_to_bf16(acc[i] / l);
     }
-    free(s);
+    kvb_xfree(s);
+    return KVB_OK;
 }
 
 int ref_decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
@@ -95,14 +97,16 @@ int ref_decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, con
     if ((rc = decode_lengths_check(d, len, "ref_decode_attn"))) return rc;
     const int G = d->Hq / d->Hkv, D = d->D;
     const int n_slices = d->B * d->Hkv;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int sl = 0; sl < n_slices; sl++) {
         if (slices && !slices[sl]) continue;
         const int b = sl / d->Hkv, kvh = sl % d->Hkv;
         const int64_t kv_off = ((int64_t)b * d->Hkv + kvh) * d->L * D, qo_off = ((int64_t)b * d->Hq + kvh * G) * D;
-        attend_rows(q + qo_off, K + kv_off, V + kv_off, NULL, len[b], G, D, o + qo_off);
+        const int st = attend_rows(q + qo_off, K + kv_off, V + kv_off, NULL, len[b], G, D, o + qo_off);
+        if (st) kvb_par_keep(&err, st);
     }
-    return KVB_OK;
+    return kvb_par_return(&err);
 }
 
 /* ---- sparse decode attention ---- */
@@ -168,17 +172,23 @@ static int ref_sparse(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, c
     const decode_layout *d = &s->kv;
     const int G = d->Hq / d->Hkv, D = d->D, P = pages ? s->P : 1;
     const int n_slices = d->B * d->Hkv;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int sl = 0; sl < n_slices; sl++) {
         if (slices && !slices[sl]) continue;
         const int b = sl / d->Hkv, kvh = sl % d->Hkv;
-        int64_t *rows = malloc(sizeof(int64_t) * (size_t)cnt[b] * (size_t)P);
+        int64_t *rows = kvb_xalloc((size_t)cnt[b] * (size_t)P, sizeof(int64_t), "sparse reference rows");
+        if (!rows) {
+            kvb_par_keep(&err, KVB_ENOMEM);
+            continue;
+        }
         const int64_t n = list_rows(list + (int64_t)sl * s->n, cnt[b], P, pages, len[b], rows);
         const int64_t kv_off = (int64_t)sl * d->L * D, qo_off = ((int64_t)b * d->Hq + kvh * G) * D;
-        attend_rows(q + qo_off, K + kv_off, V + kv_off, rows, n, G, D, o + qo_off);
-        free(rows);
+        const int st = attend_rows(q + qo_off, K + kv_off, V + kv_off, rows, n, G, D, o + qo_off);
+        if (st) kvb_par_keep(&err, st);
+        kvb_xfree(rows);
     }
-    return KVB_OK;
+    return kvb_par_return(&err);
 }
 
 int ref_sparse_attn_idx(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, const int32_t *idx,

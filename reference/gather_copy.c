@@ -76,11 +76,12 @@ int ref_index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *offsets
     KVB_CHECK_RANGE("ref_index_scan", "B", B, 1, 1024);
     KVB_CHECK_RANGE("ref_index_scan", "Hkv", Hkv, 1, 256);
     KVB_CHECK_RANGE("ref_index_scan", "M", M, 1, GATHER_MAX_M);
-    int32_t *hit_slot = malloc(sizeof(int32_t) * M), *hit_id = malloc(sizeof(int32_t) * M);
-    int32_t *miss = malloc(sizeof(int32_t) * M);
-    if (!hit_slot || !hit_id || !miss) {
-        free(hit_slot), free(hit_id), free(miss);
-        return kvb_fail(KVB_ENOMEM, "ref_index_scan: out of memory");
+    int32_t *hit_slot = kvb_xalloc((size_t)M, sizeof(int32_t), "ref_index_scan hits");
+    int32_t *hit_id = hit_slot ? kvb_xalloc((size_t)M, sizeof(int32_t), "ref_index_scan hits") : NULL;
+    int32_t *miss = hit_id ? kvb_xalloc((size_t)M, sizeof(int32_t), "ref_index_scan misses") : NULL;
+    if (!miss) {
+        kvb_xfree(hit_slot), kvb_xfree(hit_id);
+        return KVB_ENOMEM;
     }
     int rc = KVB_OK;
     for (int64_t bh = 0; bh < (int64_t)B * Hkv && rc == KVB_OK; bh++) {
@@ -123,7 +124,7 @@ int ref_index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *offsets
             old[cnt + i] = miss[i];
         }
     }
-    free(hit_slot), free(hit_id), free(miss);
+    kvb_xfree(hit_slot), kvb_xfree(hit_id), kvb_xfree(miss);
     return rc;
 }
 
@@ -144,13 +145,13 @@ static int compact(const kvb_bf16 *Vh, kvb_bf16 *buf, const int32_t *offsets, co
 {
     if (gather_layout_check(g, who)) return KVB_EINVAL;
     size_t chunk = (size_t)gather_chunk_bytes(g);
-    kvb_bf16 *before = malloc(chunk * g->M);
-    if (!before) return kvb_fail(KVB_ENOMEM, "%s: out of memory", who);
+    kvb_bf16 *before = kvb_xalloc(chunk, (size_t)g->M, who);
+    if (!before) return KVB_ENOMEM;
     for (int64_t bh = 0; bh < (int64_t)g->B * g->Hkv; bh++) {
         const int32_t *off = offsets + bh * g->M;
         int cnt = cnts[bh];
         if (cnt < 0 || cnt > g->M) {
-            free(before);
+            kvb_xfree(before);
             return kvb_fail(KVB_EINVAL, "%s: cnts[%lld]=%d out of range [0, M=%d]", who, (long long)bh,
                             cnt, g->M);
         }
@@ -159,7 +160,7 @@ static int compact(const kvb_bf16 *Vh, kvb_bf16 *buf, const int32_t *offsets, co
             int64_t lim = i < cnt ? g->M : g->host_chunks;
             if (i >= cnt && !with_misses) break;
             if (off[i] < 0 || off[i] >= lim) {
-                free(before);
+                kvb_xfree(before);
                 return kvb_fail(KVB_EINVAL, "%s: offsets[%lld][%d]=%d out of range [0, %lld) (%s)", who,
                                 (long long)bh, i, off[i], (long long)lim,
                                 i < cnt ? "hit: an old slot" : "miss: a host chunk id");
@@ -169,7 +170,7 @@ static int compact(const kvb_bf16 *Vh, kvb_bf16 *buf, const int32_t *offsets, co
             memcpy(slot_ptr(buf, g, bh, i), src, chunk);
         }
     }
-    free(before);
+    kvb_xfree(before);
     return KVB_OK;
 }
 

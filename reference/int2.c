@@ -313,13 +313,18 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
     const int64_t n = l->T + l->R;
     const double scale = 1.0 / sqrt((double)D);
     const int n_slices = l->B * l->Hkv;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int sl = 0; sl < n_slices; sl++) {
         if (slices && !slices[sl]) continue;
         int b = sl / l->Hkv;
         const kvb_bf16 *Kr = c->Kr + (int64_t)sl * l->Rcap * D, *Vr = c->Vr + (int64_t)sl * l->Rcap * D;
         /* the G heads share the dequantized keys: one pass per (b, kv head) */
-        double *s = malloc(sizeof(double) * (size_t)n * G), qd[INT2_MAX_G][128], acc[128];
+        double *s = kvb_xalloc((size_t)n * G, sizeof(double), "ref_int2_decode_attn scores"), qd[INT2_MAX_G][128], acc[128];
+        if (!s) {
+            kvb_par_keep(&err, KVB_ENOMEM);
+            continue;
+        }
         for (int g = 0; g < G; g++)
             for (int d = 0; d < D; d++) qd[g][d] = kvb_bf16_to_double(q[((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D + d]);
         for (int64_t t = 0; t < n; t++) { /* s = [q . dequant(K)[:, t] ; q . Kr[t]] / sqrt(D) */
@@ -344,9 +349,9 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
             kvb_bf16 *oh = o + ((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D;
             for (int d = 0; d < D; d++) oh[d] = kvb_double_to_bf16(acc[d] / sum);
         }
-        free(s);
+        kvb_xfree(s);
     }
-    return KVB_OK;
+    return kvb_par_return(&err);
 }
 
 /* ---- the kernel-native layout (int2.h) ---- */

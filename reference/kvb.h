@@ -12,6 +12,7 @@
 #define KVB_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -48,6 +49,36 @@ const char *kvb_last_error(void); /* "" when nothing failed since kvb_clear_erro
                             (long long)(v), (long long)(lo), (long long)(hi));                       \
     } while (0)
 void kvb_clear_error(void);
+
+/* ---- host memory ---------------------------------------------------------------------------- */
+
+/* The suite's one checked host allocation: n x size bytes, zeroed; NULL after
+ * kvb_fail(KVB_ENOMEM, "out of host memory: N bytes (G GiB) for <what>") when the memory cannot be
+ * had (n x size overflowing included). Release with kvb_xfree (free() releases it too, but the
+ * counts below then keep it). Every block is counted: kvb_host_bytes_live/peak. */
+void *kvb_xalloc(size_t n, size_t size, const char *what);
+void kvb_xfree(void *p);
+size_t kvb_host_bytes_live(void); /* bytes held through kvb_xalloc now */
+size_t kvb_host_bytes_peak(void); /* the most held at once since kvb_host_bytes_peak_reset() */
+void kvb_host_bytes_peak_reset(void);
+/* Fault injection (tests/alloc_fault.sh): the n-th kvb_xalloc from this call on fails as if the memory
+ * were not there, once (n <= 0: none). kvb_xalloc_count(): calls since the last kvb_xalloc_fail_at. */
+void kvb_xalloc_fail_at(long n);
+long kvb_xalloc_count(void);
+int kvb_xalloc_fault_fired(void); /* the injected failure happened */
+/* Called with every kvb_xalloc (its number since kvb_xalloc_fail_at, size and what; from any thread), or
+ * NULL: the allocation sites a fault-injection run goes through. */
+void kvb_xalloc_trace(void (*fn)(void *ctx, long n, size_t bytes, const char *what), void *ctx);
+
+/* An error inside an OpenMP parallel region: kvb_fail's message belongs to the failing thread, so
+ * the region keeps the first one (kvb_par_keep, from the failing thread, after its kvb_fail) and the
+ * thread that returns raises it again (kvb_par_return: KVB_OK when nothing failed). */
+typedef struct kvb_par_error {
+    int code;
+    char msg[512];
+} kvb_par_error;
+void kvb_par_keep(kvb_par_error *e, int code);
+int kvb_par_return(const kvb_par_error *e);
 
 /* ---- bf16 / fp16 ---------------------------------------------------------------------------- */
 

@@ -38,11 +38,10 @@ int lms_landmark_idx_check(const int32_t *landmark_idx, int64_t rows, int Lm, in
     return KVB_OK;
 }
 
-/* m[l] for one (b, kv head) slice: q holds its G query rows, lm its Lm landmarks. x: scratch [Lm]. */
-static void slice_scores(const kvb_bf16 *q, const kvb_bf16 *lm, int G, int D, int Lm, double *x, float *m)
+/* m[l] for one (b, kv head) slice: q holds its G query rows, lm its Lm landmarks. x, best: scratch [Lm]. */
+static void slice_scores(const kvb_bf16 *q, const kvb_bf16 *lm, int G, int D, int Lm, double *x, double *best, float *m)
 {
     const double scale = 1.0 / sqrt((double)D);
-    double *best = malloc(sizeof(double) * (size_t)Lm);
     for (int l = 0; l < Lm; l++) best[l] = 0; /* every s >= 0 */
     for (int g = 0; g < G; g++) {
         const kvb_bf16 *qh = q + (int64_t)g * D;
@@ -63,7 +62,6 @@ static void slice_scores(const kvb_bf16 *q, const kvb_bf16 *lm, int G, int D, in
         }
     }
     for (int l = 0; l < Lm; l++) m[l] = (float)best[l];
-    free(best);
 }
 
 int ref_landmark_score(const kvb_bf16 *q, const kvb_bf16 *landmarks, const int32_t *landmark_idx, const lms_shape *s,
@@ -79,24 +77,26 @@ int ref_landmark_score(const kvb_bf16 *q, const kvb_bf16 *landmarks, const int32
     const int64_t rows = (int64_t)s->B * s->Hkv;
     if ((rc = lms_landmark_idx_check(landmark_idx, rows, s->Lm, n_chunks, "ref_landmark_score"))) return rc;
     const int G = s->Hq / s->Hkv, D = s->D, Lm = s->Lm, M = s->M;
-    int failed = KVB_OK;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int64_t r = 0; r < rows; r++) {
         if (slices && !slices[r]) continue;
-        double *x = malloc(sizeof(double) * (size_t)Lm);
-        int32_t *sel = malloc(sizeof(int32_t) * (size_t)M);
-        if (!x || !sel) {
-            failed = kvb_fail(KVB_ENOMEM, "ref_landmark_score: scratch for slice %lld", (long long)r);
-            free(x), free(sel);
+        double *x = kvb_xalloc(2 * (size_t)Lm, sizeof(double), "ref_landmark_score slice scratch");
+        int32_t *sel = x ? kvb_xalloc((size_t)M, sizeof(int32_t), "ref_landmark_score slice selection") : NULL;
+        if (!sel) {
+            kvb_par_keep(&err, KVB_ENOMEM);
+            kvb_xfree(x);
             continue;
         }
         /* row r = (b, hk): its query heads are h = hk*G .. hk*G + G-1 of batch b, q row b*Hq + h = r*G + g */
         float *mr = m + r * Lm;
-        slice_scores(q + r * G * D, landmarks + r * Lm * D, G, D, Lm, x, mr);
+        slice_scores(q + r * G * D, landmarks + r * Lm * D, G, D, Lm, x, x + Lm, mr);
         /* chunks = landmark_idx[topk(m, M)]: ascending landmark positions map to ascending chunk ids */
-        if (ref_topk(mr, 1, Lm, Lm, M, sel, M) != KVB_OK) failed = KVB_EINVAL;
-        for (int i = 0; i < M; i++) chunks[r * M + i] = landmark_idx[r * Lm + sel[i]];
-        free(x), free(sel);
+        const int st = ref_topk(mr, 1, Lm, Lm, M, sel, M);
+        if (st) kvb_par_keep(&err, st);
+        else
+            for (int i = 0; i < M; i++) chunks[r * M + i] = landmark_idx[r * Lm + sel[i]];
+        kvb_xfree(x), kvb_xfree(sel);
     }
-    return failed;
+    return kvb_par_return(&err);
 }

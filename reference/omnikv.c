@@ -43,8 +43,8 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
     if (rc || (rc = omnikv_select_check(s, len, k, "ref_omnikv_select"))) return rc;
     const int G = s->Hq / s->Hkv, D = s->D;
     const double sqrt_d = sqrt((double)D);
-    double *qd = malloc(sizeof(double) * (size_t)s->Hq * D); /* one sequence's q rows as doubles */
-    if (!qd) return kvb_fail(KVB_ENOMEM, "ref_omnikv_select: out of memory for %d query rows", s->Hq);
+    double *qd = kvb_xalloc((size_t)s->Hq * D, sizeof(double), "ref_omnikv_select query rows"); /* one sequence's q rows as doubles */
+    if (!qd) return KVB_ENOMEM;
     for (int b = 0; b < s->B; b++) {
         if (rows && !rows[b]) continue;
         float *sc = scores + (int64_t)b * s->L;
@@ -69,7 +69,7 @@ int ref_omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t *len, 
         }
         if ((rc = ref_topk(sc, 1, s->L, s->L, k, idx + (int64_t)b * k, k))) break;
     }
-    free(qd);
+    kvb_xfree(qd);
     return rc;
 }
 

@@ -114,18 +114,19 @@ int ref_hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *km
     if (rc || (rc = hybrid_params_check(s, r, k, "ref_hybrid_score"))) return rc;
     const int D = s->D, G = s->Hq / s->Hkv, n = page_count(s->L, s->P);
     const int64_t heads = (int64_t)s->B * s->Hkv;
-    int rc_all = KVB_OK;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int64_t bh = 0; bh < heads; bh++) {
         const kvb_bf16 *qg = q + bh * G * D; /* the G query heads of KV head bh, consecutive */
-        float *a = malloc(sizeof(float) * (size_t)D);
-        int32_t *I = malloc(sizeof(int32_t) * (size_t)r);
-        double *tau = malloc(sizeof(double) * (size_t)G), *z = malloc(sizeof(double) * (size_t)G * n);
-        double *lse = malloc(sizeof(double) * (size_t)G);
-        const kvb_bf16 **E = malloc(sizeof(*E) * (size_t)r);
+        const char *what = "ref_hybrid_score head scratch";
+        float *a = kvb_xalloc((size_t)D, sizeof(float), what);
+        int32_t *I = kvb_xalloc((size_t)r, sizeof(int32_t), what);
+        double *tau = kvb_xalloc((size_t)G, sizeof(double), what), *z = kvb_xalloc((size_t)G * n, sizeof(double), what);
+        double *lse = kvb_xalloc((size_t)G, sizeof(double), what);
+        const kvb_bf16 **E = kvb_xalloc((size_t)r, sizeof(*E), what);
         if (!a || !I || !tau || !z || !lse || !E) {
-            rc_all = kvb_fail(KVB_ENOMEM, "ref_hybrid_score: out of memory for KV head %lld", (long long)bh);
-            free(a), free(I), free(tau), free(z), free(lse), free((void *)E);
+            kvb_par_keep(&err, KVB_ENOMEM);
+            kvb_xfree(a), kvb_xfree(I), kvb_xfree(tau), kvb_xfree(z), kvb_xfree(lse), kvb_xfree((void *)E);
             continue;
         }
         /* a[c] = sum_h |q[h][c]|; I = topk(a, r) */
@@ -134,7 +135,12 @@ int ref_hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *km
             for (int h = 0; h < G; h++) sum += fabs(kvb_bf16_to_double(qg[h * D + c]));
             a[c] = (float)sum;
         }
-        ref_topk(a, 1, D, D, r, I, r);
+        const int st = ref_topk(a, 1, D, D, r, I, r);
+        if (st) {
+            kvb_par_keep(&err, st);
+            kvb_xfree(a), kvb_xfree(I), kvb_xfree(tau), kvb_xfree(z), kvb_xfree(lse), kvb_xfree((void *)E);
+            continue;
+        }
         if (channels)
             for (int i = 0; i < r; i++) channels[bh * r + i] = I[i];
         /* sg[c] = sum_h q[h][c]; E[c] = sg > 0 ? kmax[c] : kmin[c] */
@@ -169,9 +175,9 @@ int ref_hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *km
             for (int h = 0; h < G; h++) sum += exp(z[(int64_t)h * n + j] - lse[h]);
             u[bh * n + j] = (float)sum;
         }
-        free(a), free(I), free(tau), free(z), free(lse), free((void *)E);
+        kvb_xfree(a), kvb_xfree(I), kvb_xfree(tau), kvb_xfree(z), kvb_xfree(lse), kvb_xfree((void *)E);
     }
-    if (rc_all || !pages) return rc_all;
+    if ((rc = kvb_par_return(&err)) || !pages) return rc;
     /* pages = topk(u, ceil(k/P)), ascending */
     const int n_sel = hybrid_selected_pages(k, s->P);
     return ref_topk(u, (int)heads, n, n, n_sel, pages, n_sel);

@@ -40,12 +40,12 @@ int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *i
     if (ld < n) return kvb_fail(KVB_EINVAL, "topk: ld=%lld out of range [n = %d, ...)", (long long)ld, n);
     if (k < 0 || k > n) return kvb_fail(KVB_EINVAL, "topk: k=%d out of range [0, n = %d]", k, n);
     if (ldo < k) return kvb_fail(KVB_EINVAL, "topk: ldo=%lld out of range [k = %d, ...)", (long long)ldo, k);
-    int rc = KVB_OK;
+    kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int r = 0; r < rows; r++) {
-        keyed *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        keyed *v = kvb_xalloc((size_t)(n ? n : 1), sizeof *v, "topk row scratch");
         if (!v) {
-            rc = kvb_fail(KVB_ENOMEM, "topk: %zu bytes for row %d", (size_t)n * sizeof *v, r);
+            kvb_par_keep(&err, KVB_ENOMEM);
             continue;
         }
         for (int i = 0; i < n; i++) v[i] = (keyed){topk_order_key(scores[(int64_t)r * ld + i]), i};
@@ -53,9 +53,9 @@ int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *i
         int32_t *out = idx + (int64_t)r * ldo;
         for (int j = 0; j < k; j++) out[j] = v[j].i;
         qsort(out, (size_t)k, sizeof *out, ascending);
-        free(v);
+        kvb_xfree(v);
     }
-    return rc;
+    return kvb_par_return(&err);
 }
 
 int ref_maxpool(const float *x, int rows, int L, int ks, float *y)

@@ -10,6 +10,9 @@
 #include "reference/selective_attn.h"
 
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 int sattn_check(const sattn_params *p, const char *who)
 {
@@ -131,13 +134,21 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
     int bound[N_PARTS + 1];
     part_bounds(r0, L, p->causal, bound);
 
-    float *k = malloc(sizeof(float) * (size_t)LD), *v = malloc(sizeof(float) * (size_t)LD);
-    float *q = malloc(sizeof(float) * (size_t)LD);
-    double *part = malloc(sizeof(double) * (size_t)N_PARTS * L);   /* column partials of each part */
-    double *group = malloc(sizeof(double) * (size_t)L);
-    if (!k || !v || !q || !part || !group) {
-        free(k), free(v), free(q), free(part), free(group);
-        return kvb_fail(KVB_ENOMEM, "ref_selective_attn: out of memory (L=%d, D=%d)", L, D);
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    const char *what = "ref_selective_attn scratch";
+    float *k = kvb_xalloc((size_t)LD, sizeof(float), what), *v = kvb_xalloc((size_t)LD, sizeof(float), what);
+    float *q = kvb_xalloc((size_t)LD, sizeof(float), what);
+    double *part = kvb_xalloc((size_t)N_PARTS * L, sizeof(double), what); /* column partials of each part */
+    double *group = kvb_xalloc((size_t)L, sizeof(double), what);
+    const size_t per_thread = (size_t)RB * L + (size_t)RB * D; /* a thread's block scores and outputs */
+    double *rows = kvb_xalloc((size_t)threads * per_thread, sizeof(double), what);
+    if (!k || !v || !q || !part || !group || !rows) {
+        kvb_xfree(k), kvb_xfree(v), kvb_xfree(q), kvb_xfree(part), kvb_xfree(group), kvb_xfree(rows);
+        return KVB_ENOMEM;
     }
     for (int64_t bk = 0; bk < (int64_t)p->B * p->Hkv; bk++) {
         if (kv_mask && !kv_mask[bk]) continue;
@@ -147,9 +158,13 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
         for (int g = 0; g < G; g++) {
             const int64_t bh = bk * G + g; /* (b * Hkv + hk) * G + g = b * Hq + h */
             to_float(Q + bh * LD, LD, q);
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
             {
-                double *s = malloc(sizeof(double) * (size_t)RB * L), *o = malloc(sizeof(double) * (size_t)RB * D);
+#ifdef _OPENMP
+                double *s = rows + (size_t)omp_get_thread_num() * per_thread, *o = s + (size_t)RB * L;
+#else
+                double *s = rows, *o = s + (size_t)RB * L;
+#endif
 #pragma omp for schedule(dynamic, 1)
                 for (int pi = 0; pi < N_PARTS; pi++) {
                     double *cs = part + (int64_t)pi * L;
@@ -175,7 +190,6 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
                         }
                     }
                 }
-                free(s), free(o);
             }
             for (int j = 0; j < L; j++) {
                 double c = 0;
@@ -187,6 +201,6 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
         if (p->group_sum)
             for (int j = 0; j < L; j++) colsum_kv[bk * L + j] = (float)group[j];
     }
-    free(k), free(v), free(q), free(part), free(group);
+    kvb_xfree(k), kvb_xfree(v), kvb_xfree(q), kvb_xfree(part), kvb_xfree(group), kvb_xfree(rows);
     return KVB_OK;
 }

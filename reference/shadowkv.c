@@ -59,17 +59,19 @@ int ref_shadowkv_lowrank(const float *Kpre, int S, int Hkv, int D, int r, float 
     if (check_rank(who, r, S, N)) return KVB_EINVAL;
     if (check_finite_f32(who, "Kpre", Kpre, S, N)) return KVB_EINVAL;
 
-    double *a = malloc(sizeof(double) * (size_t)S * N), *s = malloc(sizeof(double) * (size_t)k);
-    double *u = malloc(sizeof(double) * (size_t)S * k), *vt = malloc(sizeof(double) * (size_t)k * N);
-    if (!a || !s || !u || !vt) {
-        free(a), free(s), free(u), free(vt);
-        return kvb_fail(KVB_ENOMEM, "%s: out of memory (S=%d, Hkv*D=%d)", who, S, N);
+    double *a = kvb_xalloc((size_t)S * N, sizeof(double), "ref_shadowkv_lowrank input copy");
+    double *s = a ? kvb_xalloc((size_t)k, sizeof(double), "ref_shadowkv_lowrank singular values") : NULL;
+    double *u = s ? kvb_xalloc((size_t)S * k, sizeof(double), "ref_shadowkv_lowrank left vectors") : NULL;
+    double *vt = u ? kvb_xalloc((size_t)k * N, sizeof(double), "ref_shadowkv_lowrank right vectors") : NULL;
+    if (!vt) {
+        kvb_xfree(a), kvb_xfree(s), kvb_xfree(u);
+        return KVB_ENOMEM;
     }
     for (int64_t i = 0; i < (int64_t)S * N; i++) a[i] = Kpre[i];
     /* row-major: a [S, N] (lda N), u [S, k] (ldu k), vt [k, N] (ldvt N); a is overwritten */
     lapack_int info = LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', S, N, a, N, s, u, k, vt, N);
     if (info != 0) {
-        free(a), free(s), free(u), free(vt);
+        kvb_xfree(a), kvb_xfree(s), kvb_xfree(u), kvb_xfree(vt);
         return kvb_fail(KVB_EINVAL, "%s: LAPACKE_dgesdd failed (info=%d: %s) on S=%d, Hkv*D=%d", who, (int)info,
                         info < 0 ? "an argument was invalid" : "the divide-and-conquer iteration did not converge",
                         S, N);
@@ -83,7 +85,7 @@ int ref_shadowkv_lowrank(const float *Kpre, int S, int Hkv, int D, int r, float 
             for (int d = 0; d < D; d++)
                 SV[((int64_t)h * r + j) * D + d] = (float)(s[j] * vt[(int64_t)j * N + h * D + d]);
     if (s_out) memcpy(s_out, s, sizeof(double) * (size_t)k);
-    free(a), free(s), free(u), free(vt);
+    kvb_xfree(a), kvb_xfree(s), kvb_xfree(u), kvb_xfree(vt);
     return KVB_OK;
 }
 
@@ -109,8 +111,8 @@ int ref_shadowkv_lowrank_error(const float *Kpre, int S, int Hkv, int D, int r, 
 #else
     int threads = 1;
 #endif
-    double *rows = malloc(sizeof(double) * (size_t)threads * N); /* one reconstructed row per thread */
-    if (!rows) return kvb_fail(KVB_ENOMEM, "%s: out of memory (Hkv*D=%d, %d threads)", who, N, threads);
+    double *rows = kvb_xalloc((size_t)threads * N, sizeof(double), "ref_shadowkv_lowrank_error rows"); /* one a thread */
+    if (!rows) return KVB_ENOMEM;
     double sum = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : sum)
     {
@@ -135,7 +137,7 @@ int ref_shadowkv_lowrank_error(const float *Kpre, int S, int Hkv, int D, int r, 
             }
         }
     }
-    free(rows);
+    kvb_xfree(rows);
     *err = sqrt(sum);
     return KVB_OK;
 }
@@ -226,12 +228,13 @@ int ref_shadowkv_chunks(const kvb_bf16 *K, int Hkv, int S, int D, int c, int loc
                                     d, (unsigned)v);
             }
 
-    double *mean = malloc(sizeof(double) * (size_t)n_chunks * D), *key = malloc(sizeof(double) * (size_t)D);
-    chunk_score *score = malloc(sizeof(chunk_score) * (size_t)n_chunks);
-    unsigned char *is_outlier = malloc((size_t)n_chunks);
-    if (!mean || !key || !score || !is_outlier) {
-        free(mean), free(key), free(score), free(is_outlier);
-        return kvb_fail(KVB_ENOMEM, "%s: out of memory (n_chunks=%d, D=%d)", who, n_chunks, D);
+    double *mean = kvb_xalloc((size_t)n_chunks * D, sizeof(double), "ref_shadowkv_chunks means");
+    double *key = mean ? kvb_xalloc((size_t)D, sizeof(double), "ref_shadowkv_chunks key") : NULL;
+    chunk_score *score = key ? kvb_xalloc((size_t)n_chunks, sizeof(chunk_score), "ref_shadowkv_chunks scores") : NULL;
+    unsigned char *is_outlier = score ? kvb_xalloc((size_t)n_chunks, 1, "ref_shadowkv_chunks outlier flags") : NULL;
+    if (!is_outlier) {
+        kvb_xfree(mean), kvb_xfree(key), kvb_xfree(score);
+        return KVB_ENOMEM;
     }
     for (int h = 0; h < Hkv; h++) {
         const kvb_bf16 *Kh = K + (int64_t)h * S * D;
@@ -270,7 +273,7 @@ int ref_shadowkv_chunks(const kvb_bf16 *K, int Hkv, int S, int D, int c, int loc
             l++;
         }
     }
-    free(mean), free(key), free(score), free(is_outlier);
+    kvb_xfree(mean), kvb_xfree(key), kvb_xfree(score), kvb_xfree(is_outlier);
     return KVB_OK;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test program in BIN (default build/bin), the CLI tests and the fuzz smoke run, and sums their results into
-# one closing line: "N passed, N failed, N skipped". Exits non-zero when anything failed.
+# Runs every test program in BIN (default build/bin), the CLI tests, the fuzz smoke run and the host-memory checks
+# under AddressSanitizer (leaks, allocation failures), and sums their results into one closing line:
+# "N passed, N failed, N skipped". Exits non-zero when anything failed.
 set -u
 bin=${1:-build/bin}
 export KVB_CASES=${KVB_CASES:-cases}
@@ -85,6 +86,41 @@ if [ -f "$root/Makefile" ] && [ -d "$root/tests/fuzz" ]; then
 else
     echo "fuzz: no sources here (a bundle), 1 skipped"
     skipped=$((skipped + 1))
+fi
+
+# host memory under AddressSanitizer, on the CPU path (a build of its own in build/san): LeakSanitizer over
+# check of the smoke and sanitize tiers, one verdict a case (make leak-check); then a bounded allocation-failure
+# injection, each allocation site of the first smoke case of each kernel failed in turn, one verdict in all
+# (make alloc-fault-smoke; make alloc-fault runs the whole sanitize tier). Skipped, and said so, without gcc's
+# AddressSanitizer; a bundle has no sources to build them from.
+if [ -f "$root/Makefile" ]; then
+    out=$(env -u MAKEFLAGS -u MFLAGS make -C "$root" --no-print-directory leak-check 2>&1)
+    printf '%s\n' "$out"
+    line=$(grep -E '^leak: ' <<<"$out" | tail -n 1)
+    if grep -qE '^leak: [0-9]+ passed, [0-9]+ failed' <<<"$line"; then
+        read -r p f < <(grep -oE '[0-9]+' <<<"$line" | tr '\n' ' ')
+        passed=$((passed + p)) failed=$((failed + f))
+    elif grep -q '^leak: skipped' <<<"$line"; then
+        skipped=$((skipped + 1))
+    else
+        echo "leak check did not report"
+        failed=$((failed + 1))
+    fi
+    out=$(env -u MAKEFLAGS -u MFLAGS make -C "$root" --no-print-directory alloc-fault-smoke 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    line=$(grep -E '^alloc-fault: ' <<<"$out" | tail -n 1)
+    if grep -q '^alloc-fault: skipped' <<<"$line"; then
+        skipped=$((skipped + 1))
+    elif grep -qE '^alloc-fault: [0-9]+ injections' <<<"$line" && [ "$rc" -eq 0 ]; then
+        passed=$((passed + 1))
+    else
+        [ -n "$line" ] || echo "alloc-fault did not report"
+        failed=$((failed + 1))
+    fi
+else
+    echo "leak, alloc-fault: no sources here (a bundle), 2 skipped"
+    skipped=$((skipped + 2))
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -71,7 +71,7 @@ static void test_unsampled_slices_screened(void **state)
     for (int64_t s = 0; s < o->n / o->slice_len && skipped < 0; s++)
         if (!o->slice_mask[s]) skipped = s;
     assert_true(skipped > 0);
-    o->out = malloc((size_t)o->n * 2);
+    o->out = kvb_run_alloc(&r, (size_t)o->n * 2, "o");
     memcpy(o->out, o->ref, (size_t)o->n * 2); /* unsampled slices of ref hold zeros: finite */
     kvb_verdict v;
     kvb_run_compare(&r, &v);
@@ -96,7 +96,7 @@ static void test_colsum_invariant_every_slice(void **state)
     for (int i = 0; i < r.nt; i++) /* device outputs = the reference, where it was computed */
         if (r.t[i].role == KVB_OUT) {
             size_t bytes = (size_t)r.t[i].n * kvb_dtype_size(r.t[i].dtype);
-            r.t[i].out = malloc(bytes);
+            r.t[i].out = kvb_run_alloc(&r, bytes, r.t[i].name);
             memcpy(r.t[i].out, r.t[i].ref, bytes);
         }
     assert_non_null(cs->slice_mask);

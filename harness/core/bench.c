@@ -127,8 +127,9 @@ static int prepare_case(bench_ctx *b)
     }
     /* The validation must be able to fail: outputs of zeros checked against the same reference
      * (every bench case, no second reference computed) */
-    if (!kvb_run_zeros_caught(&b->run))
-        return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
+    const int zeros = kvb_run_zeros_caught(&b->run);
+    if (zeros < 0) return bench_fail(b, "the zeros check failed", kvb_last_error());
+    if (!zeros) return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
     jmp_buf jb;
     if (setjmp(*kvb_guard_enter(&jb))) {
         kvb_guard_leave();
@@ -413,7 +414,11 @@ static const char *g_nvml_missing; /* NULL when NVML answers: the reason otherwi
 
 static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil, const char *gpu, const kvb_peers *peers)
 {
-    kvb_bench_result *res = calloc((size_t)n, sizeof *res);
+    kvb_bench_result *res = kvb_xalloc((size_t)n, sizeof *res, "the summary's rows");
+    if (!res) {
+        fprintf(f, "no summary: %s\n", kvb_last_error());
+        return;
+    }
     for (int i = 0; i < n; i++) resolve_impl_goal(&b[i]); /* also against impls listed after the case */
     for (int i = 0; i < n; i++)
         res[i] = (kvb_bench_result){b[i].c, b[i].cost, b[i].ceiling_s, b[i].st.median, b[i].st.min, b[i].st.max,
@@ -442,7 +447,7 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
                 ceil->read_GBps, ceil->bf16_mma_TFLOPs, ceil->launch_floor_us);
     if (peers && peers->n) fprintf(f, "\nExternal peers from %s, timed on this GPU in this round.\n", peers->source);
     kvb_bench_clock_summary(f, res, n, g_nvml_missing, kvb_nvml_power_limit_w());
-    free(res);
+    kvb_xfree(res);
 }
 
 static void context_num(const char *key, const char *fmt, double v)
@@ -518,8 +523,17 @@ int kvb_cmd_bench(const kvb_options *o)
     if (bench_repeat() > 1) context_num("bench_repeat_launch", "%.0f", bench_repeat()); /* a slowed self-test */
     if (peers.n) kvb_gbench_context("peers", peers.source);
 
-    kvb_reserve_host_pool(&cases);
-    bench_ctx *b = calloc((size_t)cases.n, sizeof *b);
+    kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
+    kvb_host_pool_plan(&cases);
+    bench_ctx *b = kvb_xalloc((size_t)cases.n, sizeof *b, "the benchmarks' state");
+    if (!b) {
+        fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+        if (o->json) kvb_outfile_discard(&jout);
+        if (o->summary) kvb_outfile_discard(&sout);
+        kvb_peers_free(&peers);
+        kvb_cases_free(&cases);
+        return 2;
+    }
     for (int i = 0; i < cases.n; i++) {
         b[i].c = &cases.v[i];
         b[i].ceil = &ceil;
@@ -579,7 +593,7 @@ int kvb_cmd_bench(const kvb_options *o)
                 o->summary ? o->summary : "", o->json && o->summary ? " hold them" : o->json || o->summary ? " holds them" : "");
         status = kvb_interrupt_exit_code();
     }
-    free(b);
+    kvb_xfree(b);
     kvb_nvml_close();
     kvb_peers_free(&peers);
     kvb_host_pool_release();

@@ -98,7 +98,8 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     gemm_ctx g = {0};
     g.n = c->gemm_n = 8192;
     size_t elems = (size_t)g.n * g.n;
-    kvb_bf16 *hb = malloc(elems * 2);
+    kvb_bf16 *hb = kvb_xalloc(elems, 2, "the matrix-rate ceiling's input");
+    if (!hb) kvb_guard_fail();
     kvb_fill_bf16_uniform(hb, (int64_t)elems, 1, kvb_stream_of("gemm"), 0, -1.0, 1.0);
     g.a = kvb_dmalloc(elems * 2);
     g.b = kvb_dmalloc(elems * 2);
@@ -106,7 +107,7 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     kvb_h2d(g.a, hb, elems * 2, s);
     kvb_h2d(g.b, hb, elems * 2, s);
     kvb_sync(s);
-    free(hb);
+    kvb_xfree(hb);
     CUBLAS_CHECK(cublasCreate(&g.h));
     CUBLAS_CHECK(cublasSetStream(g.h, s));
     gemm_work(&g); /* warm-up: heuristics, kernel load */

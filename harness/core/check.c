@@ -42,7 +42,8 @@ int kvb_cmd_check(const kvb_options *o)
         kvb_json_arr(&j, "cases");
     }
     kvb_gpu_available(); /* says once, up front, when GPU work is skipped */
-    kvb_reserve_host_pool(&cases);
+    kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
+    kvb_host_pool_plan(&cases);
     int passed = 0, failed = 0, skipped = 0, not_dumped = 0, done = 0;
     for (int i = 0; i < cases.n && !kvb_interrupted(); i++, done++) {
         const kvb_case *c = &cases.v[i];
@@ -169,7 +170,8 @@ int kvb_cmd_profile(const kvb_options *o)
     }
     kvb_run r;
     kvb_outcome out;
-    kvb_reserve_host_pool(&cases);
+    kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
+    kvb_host_pool_plan(&cases);
     if (kvb_case_prepare(&r, c, NULL, &out) != KVB_PASS) {
         printf("FAIL  %s: %s%s%s\n", c->id, out.why, *out.msg ? ": " : "", out.msg);
         kvb_print_verdict(&r, &out.v);

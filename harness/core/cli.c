@@ -1,4 +1,4 @@
-/* cli.c: what the subcommands share from the command line: options, case selection and the host pool. */
+/* cli.c: what the subcommands share from the command line: options and case selection. */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -61,6 +61,14 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
                 fprintf(stderr, "kvbench: --tier %s is not one of smoke|check|bench|sanitize|all\n", next);
                 return 2;
             }
+        } else if (!strcmp(a, "--host-mem-limit") && next) {
+            char *end;
+            const double gb = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !(gb > 0 && gb <= 1048576)) {
+                fprintf(stderr, "kvbench: --host-mem-limit %s out of range (0, 1048576] GiB\n", argv[i]);
+                return 2;
+            }
+            o->host_mem_limit_gb = gb;
         } else if (!strcmp(a, "--determinism")) o->determinism = 1;
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
@@ -290,19 +298,4 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
         }
     kvb_cases_free(&all);
     return 0;
-}
-
-/* the pinned host pool is allocated once, at the largest size any selected case needs */
-void kvb_reserve_host_pool(const kvb_case_list *cases)
-{
-    size_t most = 0;
-    for (int i = 0; i < cases->n; i++)
-        if (cases->v[i].op->host_pool_bytes) {
-            size_t b = cases->v[i].op->host_pool_bytes(&cases->v[i]);
-            if (b > most) most = b;
-        }
-    if (most) {
-        size_t valid;
-        kvb_host_pool(most, "", 0, &valid);
-    }
 }

@@ -2,7 +2,7 @@
  * sets up and validates a case (check, bench and profile all go through kvb_case_prepare).
  *
  *   main.c     usage, list, ceilings, dispatch
- *   cli.c      options, case selection, the host pool
+ *   cli.c      options, case selection
  *   prepare.c  kvb_case_prepare: the one setup-and-validate path
  *   check.c    check and profile
  *   bench.c    bench (Google Benchmark through gbench_shim.h), peers, the summary with its clocks
@@ -28,6 +28,7 @@ typedef struct kvb_options {
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
+    double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
     const char *filters[64];
     int n_filters;
     char *gb_argv[64];
@@ -54,7 +55,6 @@ int kvb_check_paths(const kvb_options *o);
  * given, and said so on stderr. */
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out);
 int kvb_is_case_line(const char *arg);
-void kvb_reserve_host_pool(const kvb_case_list *cases);
 
 /* ---- the one setup-and-validate path ---- */
 typedef enum { KVB_PASS, KVB_FAIL, KVB_SKIP } kvb_status;
@@ -78,7 +78,8 @@ kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *c
  * to it. */
 kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o);
 /* The same on a live, validated run (bench, before timing), with no second reference: 1 when outputs
- * of zeros would fail this case's validation. */
+ * of zeros would fail this case's validation; -1 when its host memory could not be had (kvb_last_error()).
+ * Guarded itself: call it outside a case guard. */
 int kvb_run_zeros_caught(kvb_run *r);
 /* Validate again (bench: after timing), guarded. */
 kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o);

@@ -113,12 +113,6 @@ void kvb_compare_float_mag(const void *out, const void *ref, kvb_dtype t, int64_
     compare_float(out, ref, t, n, tol, mag, slice_len, mask, r);
 }
 
-static int cmp_desc_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
 /* Strictly ascending and within [0, n); the first offending position is noted. */
 static int ascending_in_range(const int32_t *o, const int32_t *f, int64_t row, int64_t n, int64_t k,
                               kvb_cmp_result *r)
@@ -136,7 +130,6 @@ void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx
                                   int64_t slice_rows, const uint8_t *mask, kvb_cmp_result *r)
 {
     reset(r, KVB_CMP_INDEXSET);
-    double *sel = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
     for (int64_t row = 0; row < rows; row++) {
         const int32_t *o = out_idx + row * k, *f = ref_idx + row * k;
         if (!slice_on(mask, slice_rows, row)) { /* no reference here: screened */
@@ -147,15 +140,14 @@ void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx
         r->n_checked += k;
         if (!ascending_in_range(o, f, row, n, k, r)) continue;
         if (memcmp(o, f, sizeof(int32_t) * (size_t)k) == 0) continue; /* equal sets */
-        /* tie-tolerant: k-th reference score and sums */
+        /* tie-tolerant: k-th reference score (the smallest of the k chosen) and sums */
         int ok = 1;
-        double ref_sum = 0, out_sum = 0;
+        double ref_sum = 0, out_sum = 0, kth = INFINITY;
         for (int64_t i = 0; i < k; i++) {
-            sel[i] = kvb_load_as_double(scores, score_type, row * n + f[i]);
-            ref_sum += sel[i];
+            const double v = kvb_load_as_double(scores, score_type, row * n + f[i]);
+            ref_sum += v;
+            if (v < kth) kth = v;
         }
-        qsort(sel, (size_t)k, sizeof(double), cmp_desc_double);
-        double kth = sel[k - 1];
         for (int64_t i = 0; i < k; i++) {
             double s = kvb_load_as_double(scores, score_type, row * n + o[i]);
             out_sum += s;
@@ -167,7 +159,6 @@ void kvb_compare_indexset_sampled(const int32_t *out_idx, const int32_t *ref_idx
         if (tol > 0 && d / tol > r->tol_used) r->tol_used = d / tol;
         if (!ok) note_bad(r, row, out_sum, ref_sum);
     }
-    free(sel);
     r->pass = r->n_bad == 0;
 }
 

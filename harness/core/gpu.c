@@ -178,6 +178,17 @@ void kvb_pinned_free(void *p)
     if (p) KVB_CUDA(cudaFreeHost(p));
 }
 
+void *kvb_pinned_try_alloc(size_t bytes)
+{
+    void *p = NULL;
+    const cudaError_t err = cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    kvb_fail(KVB_ENOMEM, "out of pinned host memory: %zu bytes (%.2f GiB) for the host pool (%s)", bytes,
+             bytes / 1073741824.0, cudaGetErrorName(err));
+    return NULL;
+}
+
 cudaStream_t kvb_stream_create(void)
 {
     cudaStream_t s;
@@ -206,7 +217,8 @@ struct kvb_timer {
 
 kvb_timer *kvb_timer_create(void)
 {
-    kvb_timer *t = calloc(1, sizeof *t);
+    kvb_timer *t = kvb_xalloc(1, sizeof *t, "a CUDA event timer");
+    if (!t) kvb_guard_fail();
     KVB_CUDA(cudaEventCreate(&t->start));
     KVB_CUDA(cudaEventCreate(&t->stop));
     return t;
@@ -217,7 +229,7 @@ void kvb_timer_destroy(kvb_timer *t)
     if (!t) return;
     KVB_CUDA(cudaEventDestroy(t->start));
     KVB_CUDA(cudaEventDestroy(t->stop));
-    free(t);
+    kvb_xfree(t);
 }
 
 void kvb_timer_start(kvb_timer *t, cudaStream_t s) { KVB_CUDA(cudaEventRecord(t->start, s)); }
@@ -274,6 +286,7 @@ int kvb_cuda_runtime_version(void) { return 0; }
 void *kvb_dmalloc(size_t b) { (void)b; no_cuda("kvb_dmalloc"); return NULL; }
 void kvb_dfree(void *p) { (void)p; }
 void *kvb_pinned_alloc(size_t b) { (void)b; no_cuda("kvb_pinned_alloc"); return NULL; }
+void *kvb_pinned_try_alloc(size_t b) { (void)b; no_cuda("kvb_pinned_try_alloc"); return NULL; }
 void kvb_pinned_free(void *p) { (void)p; }
 cudaStream_t kvb_stream_create(void) { no_cuda("kvb_stream_create"); return NULL; }
 void kvb_stream_destroy(cudaStream_t s) { (void)s; }

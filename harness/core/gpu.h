@@ -65,6 +65,9 @@ int kvb_gpu_info(kvb_device_info *info);
 void *kvb_dmalloc(size_t bytes);
 void kvb_dfree(void *p);
 void *kvb_pinned_alloc(size_t bytes); /* mapped, portable pinned host memory */
+/* The same, NULL after kvb_fail(KVB_ENOMEM, ...) naming the size when it cannot be had (no case guard
+ * jump): for a caller with a fallback (the host pool). */
+void *kvb_pinned_try_alloc(size_t bytes);
 void kvb_pinned_free(void *p);
 
 cudaStream_t kvb_stream_create(void);

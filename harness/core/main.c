@@ -13,8 +13,8 @@
  *
  * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
  * or a substring of case ids.
- * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default: kvb_cases_path, cli.h).
- * Exit statuses: exitcode.h.
+ * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default: kvb_cases_path, cli.h),
+ * --host-mem-limit GB. Exit statuses: exitcode.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +59,8 @@ static void usage(FILE *f)
             "options: --tier smoke|check|bench|sanitize|all\n"
             "         --cases FILE_OR_DIR   default: $KVB_CASES, else the cases/ of this binary's tree\n"
             "                               (<bin>/../cases, <bin>/../../cases), else ./cases\n"
+            "         --host-mem-limit GB   host memory a case may take (default: what the machine has free);\n"
+            "                               a case estimated above it fails before anything is allocated\n"
             "result files (--json, --summary) are written whole or not at all (a temporary renamed over them),\n"
             "and never over an input of the same command\n"
             "exit status: 0    everything ran and passed (compare: the gate passes)\n"

@@ -58,7 +58,6 @@ typedef struct kvb_tensor {
      * gather_group, n, width], its host copy) at the indices the run wrote into gather_idx [rows, k] */
     char gather_src[32], gather_idx[32];
     int64_t gather_group;
-    int host_owned;            /* h was allocated by the harness (freed with the run) */
 } kvb_tensor;
 
 /* Bytes and FLOPs of one launch, and what bounds it. */
@@ -119,6 +118,9 @@ typedef struct kvb_run {
     int stage_timing, n_stages;
     char stage_name[16][48];
     double stage_ms[16];
+    /* host memory the run owns (tensors' h, ref, out and kvb_run_alloc's blocks): freed at teardown */
+    void **allocs;
+    int n_allocs, cap_allocs;
 } kvb_run;
 
 /* One implementation of an op: the suite's kernel or a baseline. An op's table of these gives the
@@ -143,6 +145,12 @@ typedef struct kvb_op {
     kvb_tol tol;                  /* default tolerances for floating outputs */
     int (*validate)(const kvb_case *c);               /* cross-key checks, via kvb_fail */
     size_t (*host_pool_bytes)(const kvb_case *c);     /* pinned host pool this case needs (or NULL) */
+    /* Host memory the case takes at its peak, from its keys alone (nothing allocated): inputs, references,
+     * the downloaded outputs and a second copy of them (the zeros check, --determinism), the op's own
+     * buffers and the references' scratch, the host pool. The run refuses a case whose estimate exceeds
+     * the machine's free memory before setting it up (kvb_host_mem_check). Computed in double, so that
+     * no product of keys wraps (kvb_host_bytes_sat). */
+    size_t (*host_bytes)(const kvb_case *c);
     int (*setup)(kvb_run *r);                         /* host inputs, tensors, reference outputs */
     int (*ref_check)(kvb_run *r);                     /* invariants of the reference result (or NULL) */
     int (*gpu_setup)(kvb_run *r);                     /* op-private device state (or NULL) */
@@ -174,13 +182,17 @@ const kvb_op *kvb_op_at(int i);
 kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, const int64_t *shape,
                            int role);
 kvb_tensor *kvb_run_find(kvb_run *r, const char *name);
-/* Host memory for an op's own buffers: a failure fails the case by name and size (no NULL returned). */
+/* Host memory for an op's own buffers, zeroed and owned by the run: freed at kvb_run_teardown, or
+ * earlier by kvb_run_free (never free()). A failure fails the case by name and size through the case
+ * guard (no NULL returned): never call it inside an OpenMP parallel region. */
 void *kvb_run_alloc(kvb_run *r, size_t bytes, const char *what);
+void kvb_run_free(kvb_run *r, void *p);
 int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil);
 int kvb_run_gpu_setup(kvb_run *r);  /* allocate, upload, op gpu_setup */
 /* After a validation: launch again from the same inputs and compare every output bitwise with the
  * first launch's. Returns the number of differing elements (0: deterministic), naming the first
- * tensor that differs in `name`; -1 when the launch failed (kvb_last_error()). */
+ * tensor that differs in `name`; -1 when the launch or a host allocation failed (kvb_last_error()).
+ * Guarded itself: call it outside a case guard. */
 int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n);
 int kvb_run_reset(kvb_run *r);      /* restore INOUT, poison OUT (async on r->stream) */
 int kvb_run_launch(kvb_run *r);     /* op launch + launch-error check */
@@ -208,9 +220,34 @@ int kvb_run_stage_times(kvb_run *r, struct kvb_step *st);
 /* A pinned host buffer reused across cases (the host-resident KV of the gather cases is gigabytes).
  * Contents are a pure function of (tag, seed, byte offset), so a later case with the same tag and
  * seed finds its first *valid bytes already filled and fills only the rest, then calls
- * kvb_host_pool_set_valid(). Without a device it is ordinary host memory. */
+ * kvb_host_pool_set_valid(). Without a device it is ordinary host memory.
+ * It grows inside the case that needs it (a failure fails that case by name and size, and the run goes
+ * on): to the largest need of the run's cases (kvb_host_pool_plan, before the case loop; nothing is
+ * allocated there) when that leaves the case its own memory, else to the case's own need. */
 void *kvb_host_pool(size_t bytes, const char *tag, uint64_t seed, size_t *valid);
 void kvb_host_pool_set_valid(size_t bytes);
 void kvb_host_pool_release(void);
+void kvb_host_pool_plan(const kvb_case_list *cases);
+size_t kvb_host_pool_held(void); /* bytes the pool holds now */
+
+/* ---- host memory per case (run.c) ----
+ * Before a case is set up, kvb_run_setup compares the op's estimate (kvb_op.host_bytes) with the host
+ * memory the case may take: by default what the machine has free (MemAvailable of /proc/meminfo, or the
+ * cgroup's headroom when that is smaller) plus what the pool already holds and the case reuses; or a
+ * limit set with kvb_set_host_mem_limit (kvbench --host-mem-limit GB). A case above it fails, by name,
+ * with the estimate and the limit, before anything is allocated. */
+int kvb_host_mem_check(const kvb_case *c);
+void kvb_set_host_mem_limit(double bytes); /* <= 0: the machine's free memory */
+double kvb_host_mem_available(void);      /* bytes free now (MemAvailable, cgroup headroom); 0 if unknown */
+/* The estimate of case c (its op's host_bytes; 0 when the op has none), SIZE_MAX when it saturates. */
+size_t kvb_case_host_bytes(const kvb_case *c);
+/* A double byte count as size_t, SIZE_MAX at or above 2^64 (and for NaN): host_bytes' last step. */
+size_t kvb_host_bytes_sat(double bytes);
+/* host_bytes' count of a tensor's host copies by its role: an IN tensor is held once (h); an OUT three
+ * times (its reference, the download, the second copy of the zeros check or --determinism); an INOUT
+ * four (its initial contents too). A SCRATCH tensor has no host copy. */
+#define KVB_HOLD_IN 1.0
+#define KVB_HOLD_OUT 3.0
+#define KVB_HOLD_INOUT 4.0
 
 #endif

@@ -28,7 +28,11 @@ int kvb_peers_load(const char *path, kvb_peers *p)
     const kvb_jval *ctx = kvb_jget(&root, "context");
     snprintf(p->source, sizeof p->source, "%s (%s, %s)", path, kvb_jstr(ctx, "torch") ? kvb_jstr(ctx, "torch") : "?",
              kvb_jstr(ctx, "gpu") ? kvb_jstr(ctx, "gpu") : "?");
-    p->v = calloc((size_t)(arr->n ? arr->n : 1), sizeof *p->v);
+    p->v = kvb_xalloc((size_t)(arr->n ? arr->n : 1), sizeof *p->v, "the peers' entries");
+    if (!p->v) {
+        kvb_json_free(&root);
+        return KVB_ENOMEM;
+    }
     for (int i = 0; i < arr->n; i++) {
         const kvb_jval *e = &arr->items[i];
         const kvb_jval *m = kvb_jget(e, "match");
@@ -59,7 +63,7 @@ int kvb_peers_load(const char *path, kvb_peers *p)
 
 void kvb_peers_free(kvb_peers *p)
 {
-    free(p->v);
+    kvb_xfree(p->v);
     memset(p, 0, sizeof *p);
 }
 

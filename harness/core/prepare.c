@@ -86,19 +86,26 @@ static int zeros_fail(kvb_run *r, kvb_verdict *v)
 int kvb_run_zeros_caught(kvb_run *r)
 {
     void *saved[KVB_MAX_TENSORS] = {0};
+    for (int i = 0; i < r->nt; i++) saved[i] = r->t[i].out; /* restored however this ends */
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) { /* a host allocation failed (kvb_last_error() names it) */
+        kvb_guard_leave();
+        for (int i = 0; i < r->nt; i++) r->t[i].out = saved[i];
+        return -1;
+    }
     for (int i = 0; i < r->nt; i++) {
         kvb_tensor *t = &r->t[i];
         if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
         size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
-        saved[i] = t->out;
         t->out = kvb_run_alloc(r, bytes, t->name);
         memset(t->out, 0, bytes);
     }
     kvb_verdict v;
     int caught = zeros_fail(r, &v);
+    kvb_guard_leave();
     for (int i = 0; i < r->nt; i++)
         if (r->t[i].role == KVB_OUT || r->t[i].role == KVB_INOUT) {
-            free(r->t[i].out);
+            kvb_run_free(r, r->t[i].out);
             r->t[i].out = saved[i];
         }
     return caught;

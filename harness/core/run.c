@@ -1,4 +1,6 @@
-/* run.c: tensors of a case and the generic device lifecycle (see op.h). */
+/* run.c: tensors of a case, the host memory it owns and may take, the generic device lifecycle and the
+ * host pool (see op.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,24 +10,46 @@
 #include "kernels/step/compose.h"
 #endif
 
-static const char *g_case_id = ""; /* the case being set up, for allocation failures */
+static void fault_injection_arm(void);
 
-/* A host allocation that fails fails its case by name (through the case guard, gpu.h), not the run. */
-static void *xmalloc(size_t n, const char *what)
+/* A host allocation that fails fails its case by name and size (through the case guard, gpu.h), not the
+ * run: kvb_xalloc's message with the case's id in front. */
+static void fail_case(const char *case_id)
 {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        kvb_fail(KVB_ENOMEM, "%s: out of host memory allocating %zu bytes (%.2f GiB) for %s", g_case_id, n,
-                 n / 1073741824.0, what);
-        kvb_guard_fail();
-    }
-    return p;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", kvb_last_error());
+    kvb_fail(KVB_ENOMEM, "%s: %s", case_id, msg);
+    kvb_guard_fail();
 }
 
 void *kvb_run_alloc(kvb_run *r, size_t bytes, const char *what)
 {
-    g_case_id = r->c ? r->c->id : "";
-    return xmalloc(bytes, what);
+    const char *id = r->c ? r->c->id : "";
+    if (r->n_allocs == r->cap_allocs) { /* the run's list of its blocks grows by doubling */
+        const int cap = r->cap_allocs ? 2 * r->cap_allocs : 64;
+        void **list = kvb_xalloc((size_t)cap, sizeof *list, "the run's list of host buffers");
+        if (!list) fail_case(id);
+        if (r->n_allocs) memcpy(list, r->allocs, sizeof *list * (size_t)r->n_allocs);
+        kvb_xfree(r->allocs);
+        r->allocs = list, r->cap_allocs = cap;
+    }
+    void *p = kvb_xalloc(1, bytes, what);
+    if (!p) fail_case(id);
+    r->allocs[r->n_allocs++] = p;
+    return p;
+}
+
+void kvb_run_free(kvb_run *r, void *p)
+{
+    if (!p) return;
+    for (int i = r->n_allocs - 1; i >= 0; i--) /* the latest first: scratch is freed soon after */
+        if (r->allocs[i] == p) {
+            r->allocs[i] = r->allocs[--r->n_allocs];
+            kvb_xfree(p);
+            return;
+        }
+    kvb_fail(KVB_EINVAL, "kvb_run_free: %p is not a block of this run", p);
+    kvb_guard_fail();
 }
 
 static size_t tensor_bytes(const kvb_tensor *t) { return (size_t)t->n * kvb_dtype_size(t->dtype); }
@@ -38,7 +62,6 @@ kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim,
                  KVB_MAX_TENSORS, KVB_MAX_DIMS);
         kvb_guard_fail();
     }
-    g_case_id = r->c->id;
     kvb_tensor *t = &r->t[r->nt++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -47,12 +70,9 @@ kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim,
     t->n = 1;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i], t->n *= shape[i];
     t->role = role;
-    if (role == KVB_IN || role == KVB_INOUT) {
-        t->h = xmalloc(tensor_bytes(t), name);
-        t->host_owned = 1;
-    }
+    if (role == KVB_IN || role == KVB_INOUT) t->h = kvb_run_alloc(r, tensor_bytes(t), name);
     if (role == KVB_OUT || role == KVB_INOUT) {
-        t->ref = xmalloc(tensor_bytes(t), name);
+        t->ref = kvb_run_alloc(r, tensor_bytes(t), name);
         t->cmp = kvb_dtype_is_float(dt) ? KVB_CMP_FLOAT : KVB_CMP_EXACT;
     }
     const kvb_case *c = r->c;
@@ -105,7 +125,10 @@ int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil)
     r->ceil = ceil;
     r->seed = op_has_param(c->op, "seed") ? (uint64_t)kvb_case_get(c, "seed") : 1;
     kvb_clear_error();
-    int rc = r->op->setup(r); /* a failed allocation jumps past this: ref_ready stays 0 */
+    fault_injection_arm();
+    int rc = kvb_host_mem_check(c);
+    if (rc) return rc;
+    rc = r->op->setup(r); /* a failed allocation jumps past this: ref_ready stays 0 */
     r->ref_ready = rc == KVB_OK;
     return rc;
 }
@@ -163,7 +186,7 @@ int kvb_run_download(kvb_run *r)
     for (int i = 0; i < r->nt; i++) {
         kvb_tensor *t = &r->t[i];
         if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
-        if (!t->out) t->out = xmalloc(tensor_bytes(t), t->name);
+        if (!t->out) t->out = kvb_run_alloc(r, tensor_bytes(t), t->name);
         kvb_d2h(t->out, t->d, tensor_bytes(t), r->stream);
     }
     kvb_sync(r->stream);
@@ -226,10 +249,15 @@ int kvb_run_validate(kvb_run *r, kvb_verdict *v)
 int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n)
 {
     void *first[KVB_MAX_TENSORS] = {0};
+    jmp_buf jb;
+    if (setjmp(*kvb_guard_enter(&jb))) { /* a host allocation or a CUDA call failed: kvb_last_error() */
+        kvb_guard_leave();
+        return -1;
+    }
     for (int i = 0; i < r->nt; i++) {
         kvb_tensor *t = &r->t[i];
         if (!t->out || (t->role != KVB_OUT && t->role != KVB_INOUT)) continue;
-        first[i] = xmalloc(tensor_bytes(t), t->name);
+        first[i] = kvb_run_alloc(r, tensor_bytes(t), t->name);
         memcpy(first[i], t->out, tensor_bytes(t));
     }
     int64_t differ = 0;
@@ -248,7 +276,8 @@ int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n)
             differ += here;
         }
     }
-    for (int i = 0; i < r->nt; i++) free(first[i]);
+    for (int i = 0; i < r->nt; i++) kvb_run_free(r, first[i]);
+    kvb_guard_leave();
     return rc ? -1 : differ;
 }
 
@@ -263,14 +292,13 @@ void kvb_run_teardown(kvb_run *r)
             if (!(t->flags & KVB_T_HOST_MAPPED)) kvb_dfree(t->d);
             kvb_dfree(t->d_init);
         }
-        if (t->host_owned) free(t->h);
-        free(t->ref);
-        free(t->out);
     }
     if (dev) {
         kvb_stream_destroy(r->stream);
         kvb_stream_destroy(r->stream2);
     }
+    for (int i = 0; i < r->n_allocs; i++) kvb_xfree(r->allocs[i]);
+    kvb_xfree(r->allocs);
     memset(r, 0, sizeof *r);
 }
 
@@ -280,14 +308,27 @@ static struct {
     size_t bytes, valid;
     char tag[64];
     uint64_t seed;
+    int pinned;
 } g_pool;
+static size_t g_pool_planned; /* the largest need of the run's cases (kvb_host_pool_plan) */
+static size_t g_pool_grow_to; /* the case being set up: the size to grow to, when the pool grows */
+static const kvb_case *g_case; /* the case being set up: its id names a failure of the pool */
+
+static void *pool_try_alloc(size_t bytes)
+{
+    g_pool.pinned = kvb_gpu_available();
+    return g_pool.pinned ? kvb_pinned_try_alloc(bytes) : kvb_xalloc(1, bytes, "the host pool");
+}
 
 void *kvb_host_pool(size_t bytes, const char *tag, uint64_t seed, size_t *valid)
 {
     if (!g_pool.p || g_pool.bytes < bytes) {
         kvb_host_pool_release();
-        g_pool.p = kvb_gpu_available() ? kvb_pinned_alloc(bytes) : xmalloc(bytes, "host pool");
-        g_pool.bytes = bytes;
+        size_t want = g_pool_grow_to > bytes ? g_pool_grow_to : bytes;
+        g_pool.p = pool_try_alloc(want);
+        if (!g_pool.p && want > bytes) g_pool.p = pool_try_alloc(want = bytes); /* the case's own need */
+        if (!g_pool.p) fail_case(g_case ? g_case->id : "");
+        g_pool.bytes = want;
     }
     if (strcmp(g_pool.tag, tag) != 0 || g_pool.seed != seed) {
         snprintf(g_pool.tag, sizeof g_pool.tag, "%s", tag);
@@ -306,10 +347,200 @@ void kvb_host_pool_set_valid(size_t bytes)
 void kvb_host_pool_release(void)
 {
     if (g_pool.p) {
-        if (kvb_gpu_available()) kvb_pinned_free(g_pool.p);
-        else free(g_pool.p);
+        if (g_pool.pinned) kvb_pinned_free(g_pool.p);
+        else kvb_xfree(g_pool.p);
     }
     memset(&g_pool, 0, sizeof g_pool);
+}
+
+void kvb_host_pool_plan(const kvb_case_list *cases)
+{
+    g_pool_planned = 0;
+    for (int i = 0; i < cases->n; i++)
+        if (cases->v[i].op->host_pool_bytes) {
+            const size_t b = cases->v[i].op->host_pool_bytes(&cases->v[i]);
+            if (b > g_pool_planned) g_pool_planned = b;
+        }
+}
+
+size_t kvb_host_pool_held(void) { return g_pool.p ? g_pool.bytes : 0; }
+
+/* ---- host memory per case ---- */
+
+static double g_host_limit; /* kvb_set_host_mem_limit; <= 0: the machine's free memory */
+
+void kvb_set_host_mem_limit(double bytes) { g_host_limit = bytes; }
+
+size_t kvb_host_bytes_sat(double bytes)
+{
+    if (!(bytes < 18446744073709551616.0)) return SIZE_MAX; /* 2^64, and NaN */
+    return bytes > 0 ? (size_t)bytes : 0;
+}
+
+size_t kvb_case_host_bytes(const kvb_case *c) { return c->op->host_bytes ? c->op->host_bytes(c) : 0; }
+
+/* A number after `key` in a file of "key value" lines (/proc/meminfo, memory.stat), or -1. */
+static double file_value(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && (line[n] == ' ' || line[n] == ':')) {
+            v = strtod(line + n + 1, NULL);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* The one number a cgroup file holds ("max": no limit, INFINITY), or -1. */
+static double file_number(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = "";
+    const int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok) return -1;
+    return !strncmp(buf, "max", 3) ? INFINITY : strtod(buf, NULL);
+}
+
+/* What the process's memory cgroup may still take: its limit (the smallest of its ancestors') minus its
+ * usage plus its inactive file cache (reclaimed first). INFINITY without a limit or a cgroup. Containers
+ * (CI) see the host's /proc/meminfo: there the cgroup's limit is the one the OOM killer applies. */
+static double cgroup_headroom(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return INFINITY;
+    char line[1024], v1[900] = "", v2[900] = "";
+    int has_v1 = 0, has_v2 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path) continue;
+        *path++ = 0, ctl++;
+        if (!strcmp(ctl, "") && line[0] == '0') has_v2 = 1, snprintf(v2, sizeof v2, "%s", path);
+        for (char *tok = strtok(ctl, ","); tok; tok = strtok(NULL, ","))
+            if (!strcmp(tok, "memory")) has_v1 = 1, snprintf(v1, sizeof v1, "%s", path);
+    }
+    fclose(f);
+    double best = INFINITY;
+    char dir[1100], p[1200];
+    if (has_v1) { /* hierarchical_memory_limit: the smallest limit on the way to the root */
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", v1);
+        snprintf(p, sizeof p, "%s/memory.stat", dir);
+        if (file_value(p, "hierarchical_memory_limit") < 0) snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory");
+        snprintf(p, sizeof p, "%s/memory.stat", dir);
+        const double limit = file_value(p, "hierarchical_memory_limit"), inactive = file_value(p, "total_inactive_file");
+        snprintf(p, sizeof p, "%s/memory.usage_in_bytes", dir);
+        const double usage = file_number(p);
+        if (limit > 0 && limit < 0x1p62 && usage >= 0) best = limit - usage + (inactive > 0 ? inactive : 0);
+    } else if (has_v2) { /* memory.max of the cgroup and of each ancestor */
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(v2, "/") ? v2 : "");
+        for (;;) {
+            snprintf(p, sizeof p, "%s/memory.max", dir);
+            const double limit = file_number(p);
+            snprintf(p, sizeof p, "%s/memory.current", dir);
+            const double usage = file_number(p);
+            snprintf(p, sizeof p, "%s/memory.stat", dir);
+            const double inactive = file_value(p, "inactive_file");
+            if (limit > 0 && isfinite(limit) && usage >= 0) {
+                const double room = limit - usage + (inactive > 0 ? inactive : 0);
+                if (room < best) best = room;
+            }
+            char *slash = strrchr(dir, '/');
+            if (!slash || slash - dir <= (ptrdiff_t)strlen("/sys/fs/cgroup")) break;
+            *slash = 0;
+        }
+    }
+    return best < 0 ? 0 : best;
+}
+
+double kvb_host_mem_available(void)
+{
+    const double kib = file_value("/proc/meminfo", "MemAvailable");
+    const double avail = kib < 0 ? INFINITY : kib * 1024, room = cgroup_headroom();
+    const double v = avail < room ? avail : room;
+    return isfinite(v) ? v : 0;
+}
+
+static void human_bytes(double b, char *buf, size_t n)
+{
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (b >= 1024 && u < 6) b /= 1024, u++;
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+int kvb_host_mem_check(const kvb_case *c)
+{
+    g_case = c;
+    const size_t pool_need = c->op->host_pool_bytes ? c->op->host_pool_bytes(c) : 0;
+    g_pool_grow_to = pool_need;
+    if (!c->op->host_bytes) return KVB_OK;
+    const size_t need = c->op->host_bytes(c);
+    const double held = (double)kvb_host_pool_held();
+    double limit;
+    char where[200];
+    if (g_host_limit > 0) {
+        limit = g_host_limit;
+        snprintf(where, sizeof where, "set by --host-mem-limit");
+    } else {
+        const double avail = kvb_host_mem_available();
+        if (avail <= 0) return KVB_OK; /* nothing known to compare with */
+        /* the part of the pool the case reuses is held already; a pool that grows is released first */
+        limit = avail + (pool_need < held ? (double)pool_need : held);
+        snprintf(where, sizeof where, "this machine has free now (MemAvailable, or the memory cgroup's headroom%s); "
+                 "kvbench --host-mem-limit GB sets another limit", held > 0 ? ", plus the host pool the case reuses" : "");
+    }
+    /* a pool that grows takes the run's largest need at once when that leaves the case its own memory */
+    if (g_pool_planned > pool_need && (double)need - (double)pool_need + (double)g_pool_planned <= limit)
+        g_pool_grow_to = g_pool_planned;
+    if ((double)need <= limit) return KVB_OK;
+    char a[32], b[32];
+    human_bytes((double)need, a, sizeof a);
+    human_bytes(limit, b, sizeof b);
+    return kvb_fail(KVB_ENOMEM,
+                    "%s: refused before set-up: it needs about %s of host memory%s (inputs, references, outputs, "
+                    "scratch, host pool), more than the %s %s",
+                    c->id, a, need == SIZE_MAX ? " or more" : "", b, where);
+}
+
+/* ---- allocation-failure injection ---- */
+
+/* KVB_FAIL_ALLOC_AT=n (tests/alloc_fault.sh): the n-th checked host allocation (kvb_xalloc: tensors,
+ * kvb_run_alloc, the references' scratch, the host pool without a device) of every case fails as if the
+ * memory were not there; at exit the run says on stderr whether that happened and how many checked
+ * allocations its last case made. KVB_ALLOC_TRACE=1: each one is listed on stderr (its number, size and
+ * what), the sites a fault-injection run goes through. Read at every case's set-up. */
+static long g_fault_at;
+static int g_fault_fired, g_fault_reported;
+
+static void fault_injection_report(void)
+{
+    g_fault_fired |= kvb_xalloc_fault_fired();
+    fprintf(stderr, "kvbench: KVB_FAIL_ALLOC_AT=%ld: %s; %ld checked host allocations in the last case\n", g_fault_at,
+            g_fault_fired ? "the failure was injected" : "not reached", kvb_xalloc_count());
+}
+
+static void trace_allocation(void *ctx, long n, size_t bytes, const char *what)
+{
+    (void)ctx;
+    fprintf(stderr, "kvbench: allocation %ld: %zu bytes for %s\n", n, bytes, what);
+}
+
+static void fault_injection_arm(void)
+{
+    const char *at = getenv("KVB_FAIL_ALLOC_AT"), *trace = getenv("KVB_ALLOC_TRACE");
+    g_fault_fired |= kvb_xalloc_fault_fired();
+    g_fault_at = at && *at ? strtol(at, NULL, 10) : 0;
+    if (g_fault_at < 0) g_fault_at = 0;
+    if (at && *at && !g_fault_reported) g_fault_reported = !atexit(fault_injection_report);
+    if (trace && *trace && strcmp(trace, "0")) kvb_xalloc_trace(trace_allocation, NULL);
+    kvb_xalloc_fail_at(g_fault_at);
 }
 
 #if KVB_HAVE_CUDA

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/kvb.h"
+
 static kvb_timer *g_timer;
 
 double kvb_time_once(const kvb_timed *t)
@@ -36,7 +38,8 @@ void kvb_stats(const double *samples, int n, kvb_sample_stats *st)
 {
     memset(st, 0, sizeof *st);
     if (n <= 0) return;
-    double *s = malloc(sizeof(double) * (size_t)n);
+    double *s = kvb_xalloc((size_t)n, sizeof(double), "the timing samples' sort");
+    if (!s) kvb_guard_fail(); /* the case fails by name (inside its guard) */
     memcpy(s, samples, sizeof(double) * (size_t)n);
     qsort(s, (size_t)n, sizeof(double), cmp_double);
     st->n = n;
@@ -49,15 +52,16 @@ void kvb_stats(const double *samples, int n, kvb_sample_stats *st)
     for (int i = 0; i < n; i++) sq += (s[i] - st->mean) * (s[i] - st->mean);
     st->stddev = n > 1 ? sqrt(sq / (n - 1)) : 0;
     st->noise = st->mean > 0 ? st->stddev / st->mean : 0;
-    free(s);
+    kvb_xfree(s);
 }
 
 double kvb_time_median(const kvb_timed *t, int n)
 {
-    double *s = malloc(sizeof(double) * (size_t)n);
+    double *s = kvb_xalloc((size_t)n, sizeof(double), "timing samples");
+    if (!s) kvb_guard_fail();
     kvb_time_samples(t, n, s);
     kvb_sample_stats st;
     kvb_stats(s, n, &st);
-    free(s);
+    kvb_xfree(s);
     return st.median;
 }

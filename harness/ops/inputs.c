@@ -3,9 +3,13 @@
  * compute whole. No ops file is a library for another: what two of them need lives here. */
 #include <math.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "reference/kvb.h"
 #include "harness/ops/ops.h"
+#include "harness/core/gpu.h"
 #include "harness/core/tensor.h"
 
 /* ---- ShadowKV step ids (ops.h) ---- */
@@ -22,11 +26,15 @@ void kvb_draw_distinct(kvb_rng *rng, int32_t *perm, int64_t range, int n, int32_
     }
 }
 
-void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old, int n_hit, int32_t *old_ids,
-                       int32_t *new_ids)
+int kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old, int n_hit, int32_t *old_ids,
+                      int32_t *new_ids)
 {
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_ids);
-    int32_t *drawn = malloc(sizeof(int32_t) * (size_t)(n_old + M));
+    int32_t *perm = kvb_xalloc((size_t)n_ids, sizeof(int32_t), "step ids permutation");
+    int32_t *drawn = perm ? kvb_xalloc((size_t)(n_old + M), sizeof(int32_t), "step ids drawn") : NULL;
+    if (!drawn) {
+        kvb_xfree(perm);
+        return KVB_ENOMEM;
+    }
     for (int r = 0; r < rows; r++) {
         kvb_rng rng = kvb_rng_make(seed, kvb_stream_of("step_ids") + (uint64_t)r);
         int32_t *old = old_ids + (int64_t)r * M, *now = new_ids + (int64_t)r * M;
@@ -38,8 +46,18 @@ void kvb_make_step_ids(uint64_t seed, int rows, int M, int64_t n_ids, int n_old,
         kvb_shuffle_i32(&rng, old, M); /* unsorted tags, empties anywhere */
         kvb_shuffle_i32(&rng, now, M);
     }
-    free(perm);
-    free(drawn);
+    kvb_xfree(perm);
+    kvb_xfree(drawn);
+    return KVB_OK;
+}
+
+int kvb_ref_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
 }
 
 /* ---- slice sampling (ops.h) ---- */
@@ -53,7 +71,8 @@ uint8_t *kvb_sample_slices(int64_t n, double work_per_slice, double budget, int6
     int64_t k = (int64_t)(budget / (work_per_slice > 0 ? work_per_slice : 1));
     if (k < 2) k = 2;
     if (k > n) k = n;
-    uint8_t *mask = calloc((size_t)n, 1);
+    uint8_t *mask = kvb_xalloc((size_t)n, 1, "the reference's slice sample");
+    if (!mask) kvb_guard_fail(); /* the case fails by name (inside its guard) */
     for (int64_t i = 0; i < k; i++) mask[i * (n - 1) / (k - 1)] = 1; /* 0 and n-1 included */
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) count += mask[i];

@@ -141,18 +141,16 @@ static void teardown_bgr(kvb_run *r)
 #if KVB_HAVE_CUDA
     if (p->cublas) cublasDestroy(p->cublas);
 #endif
-    free(p->mask);
-    free(p->tol_mag);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
 }
 
 /* ---- inputs ---- */
 
 /* SV[b, h, k, d] = sqrt(S) a_k g[b, h, d] z (file comment), rounded once to bf16 */
-static void fill_sv(kvb_bf16 *sv, int64_t n_bh, int r, int D, int S, uint64_t seed)
+static void fill_sv(kvb_run *run, kvb_bf16 *sv, int64_t n_bh, int r, int D, int S, uint64_t seed)
 {
-    double *a = malloc(sizeof(double) * (size_t)r), sum = 0;
+    double *a = kvb_run_alloc(run, sizeof(double) * (size_t)r, "singular values"), sum = 0;
     for (int k = 0; k < r; k++) a[k] = exp(-2.0 * k / r), sum += a[k] * a[k];
     for (int k = 0; k < r; k++) a[k] *= sqrt((double)S / sum);
     const uint64_t s_z = kvb_stream_of("SV"), s_g = kvb_stream_of("SV_channel");
@@ -164,17 +162,17 @@ static void fill_sv(kvb_bf16 *sv, int64_t n_bh, int r, int D, int S, uint64_t se
                 const int64_t i = (bh * r + k) * D + d;
                 sv[i] = kvb_double_to_bf16(a[k] * g * kvb_normal01(seed, s_z, (uint64_t)i));
             }
-    free(a);
+    kvb_run_free(run, a);
 }
 
 /* U[b, p, :] ~ N(0, 1/S) for the rows some (b, h) reads (its miss slots' tokens); zeros elsewhere: a
  * correct kernel never reads them, and a read of a wrong row shows. Element i is the i-th of the
  * counter-based sequence whatever the set of rows, so the values do not depend on the ids. */
-static void fill_u(kvb_bf16 *U, const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S, int rank,
-                   uint64_t seed)
+static void fill_u(kvb_run *run, kvb_bf16 *U, const int32_t *ids, const int32_t *cnts, const gather_layout *g, int S,
+                   int rank, uint64_t seed)
 {
     const int64_t rows = (int64_t)g->B * S;
-    uint8_t *used = calloc((size_t)rows, 1);
+    uint8_t *used = kvb_run_alloc(run, (size_t)rows, "U rows read");
     for (int64_t bh = 0; bh < (int64_t)g->B * g->Hkv; bh++)
         for (int j = cnts[bh]; j < g->M; j++)
             for (int o = 0; o < g->c; o++) used[bh / g->Hkv * S + (int64_t)ids[bh * g->M + j] * g->c + o] = 1;
@@ -186,7 +184,7 @@ static void fill_u(kvb_bf16 *U, const int32_t *ids, const int32_t *cnts, const g
         for (int k = 0; k < rank; k++) /* what kvb_fill_bf16_normal(U, ..., 0, std) writes at that index */
             u[k] = used[row] ? kvb_double_to_bf16(0 + std * kvb_normal01(seed, stream, (uint64_t)(row * rank + k))) : 0;
     }
-    free(used);
+    kvb_run_free(run, used);
 }
 
 static kvb_tensor *add(kvb_run *r, const char *name, kvb_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, int64_t d, int role)
@@ -198,7 +196,7 @@ static kvb_tensor *add(kvb_run *r, const char *name, kvb_dtype dt, int ndim, int
 static int setup_bgr(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    bgr_priv *p = calloc(1, sizeof *p);
+    bgr_priv *p = kvb_run_alloc(r, sizeof *p, "batch_gemm_rotary state");
     r->priv = p;
     gather_layout *g = &p->g;
     *g = layout_of(c);
@@ -214,9 +212,9 @@ static int setup_bgr(kvb_run *r)
     kvb_tensor *cnts = add(r, "cnts", KVB_I32, 2, B, Hkv, 1, 1, KVB_IN);
     int32_t *fresh = kvb_run_alloc(r, sizeof(int32_t) * (size_t)ids->n, "new ids");
     int32_t *offsets = kvb_run_alloc(r, sizeof(int32_t) * (size_t)ids->n, "offsets");
-    kvb_make_step_ids(r->seed, (int)n_bh, M, S / g->c, M, n_hits(c), ids->h, fresh);
-    int rc = ref_index_scan(ids->h, fresh, offsets, cnts->h, B, Hkv, M); /* ids->h: the tags after the scan */
-    free(fresh), free(offsets);
+    int rc = kvb_make_step_ids(r->seed, (int)n_bh, M, S / g->c, M, n_hits(c), ids->h, fresh);
+    if (!rc) rc = ref_index_scan(ids->h, fresh, offsets, cnts->h, B, Hkv, M); /* ids->h: the tags after the scan */
+    kvb_run_free(r, fresh), kvb_run_free(r, offsets);
     if (rc) return rc;
     const int32_t *cn = cnts->h;
     for (int64_t bh = 0; bh < n_bh; bh++) p->misses += (double)(M - cn[bh]) * g->c;
@@ -228,8 +226,8 @@ static int setup_bgr(kvb_run *r)
     kvb_tensor *bad = add(r, "bad", KVB_I32, 1, 1, 1, 1, 1, KVB_INOUT);
     if (U->n > (1 << 26)) U->flags |= KVB_T_NO_DUMP;
     if (K->n > (1 << 26)) K->flags |= KVB_T_NO_DUMP;
-    fill_u(U->h, ids->h, cnts->h, g, S, rank, r->seed);
-    fill_sv(SV->h, n_bh, rank, D, S, r->seed);
+    fill_u(r, U->h, ids->h, cnts->h, g, S, rank, r->seed);
+    fill_sv(r, SV->h, n_bh, rank, D, S, r->seed);
     if ((rc = rope_table(tab->h, S, D, kvb_case_get(c, "theta"), p->rope))) return rc;
     kvb_fill_bf16_uniform(K->h, K->n, r->seed, kvb_stream_of("Kbuf"), 0, -2, 2); /* a canary: cheaper than normal */
     memcpy(K->ref, K->h, (size_t)K->n * 2);
@@ -256,9 +254,7 @@ static int setup_bgr(kvb_run *r)
         return rc;
 
     /* tolerance: 1e-2 * max(|ref|, rms of the key) on the miss rows of the computed slices, 0 elsewhere */
-    p->tol_mag = calloc((size_t)K->n, sizeof(double)); /* zero pages: cheap where nothing is written */
-    if (!p->tol_mag)
-        return kvb_fail(KVB_ENOMEM, "batch_gemm_rotary: %.2f GiB of Kbuf tolerance magnitudes", K->n * 8.0 / (1 << 30));
+    p->tol_mag = kvb_run_alloc(r, (size_t)K->n * sizeof(double), "Kbuf tolerance magnitudes"); /* zero pages: cheap where nothing is written */
     const kvb_bf16 *kr = K->ref;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < n_bh; bh++) {
@@ -377,6 +373,19 @@ static void cost_bgr(const kvb_run *r, kvb_cost *c)
     }
 }
 
+/* ids, cnts, U, SV, cos_sin in; Kbuf and bad in and out; the tolerance magnitudes, the slice sample;
+ * the step draw's scratch (new ids, offsets, the id permutation), U's rows read, the reference's row
+ * per thread */
+static size_t host_bytes_bgr(const kvb_case *c)
+{
+    const gather_layout g = layout_of(c);
+    const double S = kvb_case_int(c, "ctx"), rank = kvb_case_int(c, "r"), rows = (double)g.B * g.Hkv;
+    const double kbuf = rows * g.NB * g.D, ids = rows * g.M * 4;
+    const double in = ids + rows * 4 + g.B * S * rank * 2 + rows * rank * g.D * 2 + S * g.D * 2;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_INOUT * (kbuf * 2 + 4) + kbuf * 8 + rows + 2 * ids +
+                              4 * S / g.c + 8.0 * g.M + g.B * S + 8 * rank + kvb_ref_threads() * 8.0 * g.D);
+}
+
 static const kvb_impl bgr_impls[] = {
     [IMPL_KERNEL] = {"kernel", launch_kernel, 0,
                      "fused: cp.async-gathered U rows x SV in registers on mma.sync, RoPE on the accumulators, one rounding"},
@@ -392,6 +401,7 @@ const kvb_op op_batch_gemm_rotary = {
     .n_params = NPARAMS(bgr_params),
     .tol = {0, 1e-2, 4e-3},
     .validate = validate_bgr,
+    .host_bytes = host_bytes_bgr,
     .setup = setup_bgr,
     .gpu_setup = gpu_setup_bgr,
     KVB_IMPLS(bgr_impls),

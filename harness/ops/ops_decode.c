@@ -67,7 +67,7 @@ typedef struct decode_priv {
 static int setup_decode(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    decode_priv *p = calloc(1, sizeof *p);
+    decode_priv *p = kvb_run_alloc(r, sizeof *p, "decode_attn state");
     r->priv = p;
     decode_layout *d = &p->d;
     *d = layout_of(c);
@@ -144,9 +144,17 @@ static void teardown_decode(kvb_run *r)
 {
     decode_priv *p = r->priv;
     if (!p) return;
-    free(p->mask);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
+}
+
+/* q, K, V, len in; o out; the slice sample; the reference's scores (a thread's row of L doubles) */
+static size_t host_bytes_decode(const kvb_case *c)
+{
+    const decode_layout d = layout_of(c);
+    const double q = (double)d.B * d.Hq * d.D * 2, kv = 2.0 * d.B * d.Hkv * (double)d.L * d.D * 2;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (q + kv + 4.0 * d.B) + KVB_HOLD_OUT * q + (double)d.B * d.Hkv +
+                              kvb_ref_threads() * 8.0 * (double)d.L);
 }
 
 static const kvb_impl decode_impls[] = {
@@ -162,6 +170,7 @@ const kvb_op op_decode_attn = {
     .n_params = NPARAMS(decode_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_decode,
+    .host_bytes = host_bytes_decode,
     .setup = setup_decode,
     .launch = launch_decode,
     KVB_IMPLS(decode_impls),

@@ -145,16 +145,17 @@ static int validate_packed(const kvb_case *c)
     return packed_layout_check(&p, "packed_load");
 }
 
-static size_t host_bytes_gather(const kvb_case *c)
+/* the host pool: Vh (gather_copy, gather_copy_all, gather_step), KVh (packed_load) */
+static size_t pool_bytes_gather(const kvb_case *c)
 {
     gather_layout g = layout_of(c);
-    return (size_t)g.B * g.Hkv * (size_t)g.host_stride * (size_t)gather_chunk_bytes(&g);
+    return kvb_host_bytes_sat((double)g.B * g.Hkv * (double)g.host_stride * (double)gather_chunk_bytes(&g));
 }
 
-static size_t host_bytes_packed(const kvb_case *c)
+static size_t pool_bytes_packed(const kvb_case *c)
 {
-    return (size_t)kvb_case_i64(c, "layers") * kvb_case_i64(c, "B") * kvb_case_i64(c, "T") * 4 *
-           kvb_case_i64(c, "Hkv") * kvb_case_i64(c, "D");
+    return kvb_host_bytes_sat((double)kvb_case_i64(c, "layers") * kvb_case_i64(c, "B") * kvb_case_i64(c, "T") * 4 *
+                              kvb_case_i64(c, "Hkv") * kvb_case_i64(c, "D"));
 }
 
 /* ---- inputs ---- */
@@ -200,7 +201,7 @@ typedef struct gather_priv {
 
 static gather_priv *priv_new(kvb_run *r)
 {
-    gather_priv *p = calloc(1, sizeof *p);
+    gather_priv *p = kvb_run_alloc(r, sizeof *p, "gather state");
     r->priv = p;
     return p;
 }
@@ -245,7 +246,8 @@ static int setup_index_scan(kvb_run *r)
     kvb_tensor *fresh = kvb_run_tensor(r, "new_ids", KVB_I32, 3, s, KVB_IN);
     kvb_tensor *off = kvb_run_tensor(r, "offsets", KVB_I32, 3, s, KVB_OUT);
     kvb_tensor *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_OUT);
-    kvb_make_step_ids(r->seed, B * H, M, kvb_case_i64(c, "ids"), n_old, n_hit, cached->h, fresh->h);
+    int rc = kvb_make_step_ids(r->seed, B * H, M, kvb_case_i64(c, "ids"), n_old, n_hit, cached->h, fresh->h);
+    if (rc) return rc;
     memcpy(cached->ref, cached->h, sizeof(int32_t) * (size_t)cached->n);
     return ref_index_scan(cached->ref, fresh->h, off->ref, cnts->ref, B, H, M);
 }
@@ -280,13 +282,13 @@ static void cost_index_scan(const kvb_run *r, kvb_cost *c)
 /* ---- gather_copy / gather_copy_d2d / gather_step: shared setup ---- */
 
 /* Inputs of one step: old and new ids, and the reference index_scan result. */
-static void step_inputs(kvb_run *r, const gather_layout *g, int32_t *old_ids, int32_t *new_ids, int32_t *offsets,
-                        int32_t *cnts)
+static int step_inputs(kvb_run *r, const gather_layout *g, int32_t *old_ids, int32_t *new_ids, int32_t *offsets,
+                       int32_t *cnts)
 {
     int n_old, n_hit;
     step_counts(r->c, g->M, &n_old, &n_hit);
-    kvb_make_step_ids(r->seed, g->B * g->Hkv, g->M, g->host_chunks, n_old, n_hit, old_ids, new_ids);
-    ref_index_scan(old_ids, new_ids, offsets, cnts, g->B, g->Hkv, g->M); /* old_ids becomes the new tags */
+    int rc = kvb_make_step_ids(r->seed, g->B * g->Hkv, g->M, g->host_chunks, n_old, n_hit, old_ids, new_ids);
+    return rc ? rc : ref_index_scan(old_ids, new_ids, offsets, cnts, g->B, g->Hkv, g->M); /* old_ids: the new tags */
 }
 
 static kvb_tensor *add_buffer(kvb_run *r, const char *name, const gather_layout *g)
@@ -313,26 +315,30 @@ static void add_workspace(kvb_run *r, const char *name, const gather_layout *g)
 
 /* Layout, then the inputs gather_copy and gather_copy_d2d share: offsets and cnts of one step, as
  * the reference index_scan computes them. */
-static gather_priv *setup_compaction(kvb_run *r, kvb_tensor **off, kvb_tensor **cnts)
+static int setup_compaction(kvb_run *r, gather_priv **pp, kvb_tensor **off, kvb_tensor **cnts)
 {
-    gather_priv *p = priv_new(r);
+    gather_priv *p = *pp = priv_new(r);
     gather_layout *g = &p->g;
     *g = layout_of(r->c);
     int64_t s[3] = {g->B, g->Hkv, g->M};
     *off = kvb_run_tensor(r, "offsets", KVB_I32, 3, s, KVB_IN);
     *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_IN);
-    int32_t *old = malloc(sizeof(int32_t) * (size_t)(*off)->n), *fresh = malloc(sizeof(int32_t) * (size_t)(*off)->n);
-    step_inputs(r, g, old, fresh, (*off)->h, (*cnts)->h);
-    free(old), free(fresh);
+    int32_t *old = kvb_run_alloc(r, sizeof(int32_t) * (size_t)(*off)->n, "old chunk ids");
+    int32_t *fresh = kvb_run_alloc(r, sizeof(int32_t) * (size_t)(*off)->n, "new chunk ids");
+    int rc = step_inputs(r, g, old, fresh, (*off)->h, (*cnts)->h);
+    kvb_run_free(r, old), kvb_run_free(r, fresh);
+    if (rc) return rc;
     count_moves(p, (*off)->h, (*cnts)->h, g->B * g->Hkv, g->M);
     add_workspace(r, "workspace", g);
-    return p;
+    return KVB_OK;
 }
 
 static int setup_gather_copy(kvb_run *r)
 {
     kvb_tensor *off, *cnts;
-    gather_priv *p = setup_compaction(r, &off, &cnts);
+    gather_priv *p;
+    int rc = setup_compaction(r, &p, &off, &cnts);
+    if (rc) return rc;
     kvb_tensor *vh = add_host_values(r, &p->g);
     kvb_tensor *vbuf = add_buffer(r, "Vbuf", &p->g);
     return ref_gather_copy(vh->h, vbuf->ref, off->h, cnts->h, &p->g);
@@ -341,7 +347,9 @@ static int setup_gather_copy(kvb_run *r)
 static int setup_gather_d2d(kvb_run *r)
 {
     kvb_tensor *off, *cnts;
-    gather_priv *p = setup_compaction(r, &off, &cnts);
+    gather_priv *p;
+    int rc = setup_compaction(r, &p, &off, &cnts);
+    if (rc) return rc;
     kvb_tensor *kbuf = add_buffer(r, "Kbuf", &p->g);
     return ref_gather_copy_d2d(kbuf->ref, off->h, cnts->h, &p->g);
 }
@@ -353,14 +361,14 @@ static int setup_gather_all(kvb_run *r)
     *g = layout_of(r->c);
     int64_t s[3] = {g->B, g->Hkv, g->M};
     kvb_tensor *ids = kvb_run_tensor(r, "ids", KVB_I32, 3, s, KVB_IN);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)g->host_chunks);
+    int32_t *perm = kvb_run_alloc(r, sizeof(int32_t) * (size_t)g->host_chunks, "chunk id permutation");
     for (int row = 0; row < g->B * g->Hkv; row++) { /* ascending, as top-k returns them */
         kvb_rng rng = kvb_rng_make(r->seed, kvb_stream_of("ids") + (uint64_t)row);
         int32_t *out = (int32_t *)ids->h + (int64_t)row * g->M;
         kvb_draw_distinct(&rng, perm, g->host_chunks, g->M, out);
         qsort(out, (size_t)g->M, sizeof(int32_t), cmp_i32);
     }
-    free(perm);
+    kvb_run_free(r, perm);
     p->n_miss = g->B * g->Hkv * g->M;
     kvb_tensor *vh = add_host_values(r, g);
     kvb_tensor *vbuf = add_buffer(r, "Vbuf", g);
@@ -379,9 +387,10 @@ static int setup_gather_step(kvb_run *r)
     kvb_tensor *cnts = kvb_run_tensor(r, "cnts", KVB_I32, 2, s, KVB_OUT);
     int n_old, n_hit;
     step_counts(r->c, g->M, &n_old, &n_hit);
-    kvb_make_step_ids(r->seed, g->B * g->Hkv, g->M, g->host_chunks, n_old, n_hit, cached->h, fresh->h);
+    int rc = kvb_make_step_ids(r->seed, g->B * g->Hkv, g->M, g->host_chunks, n_old, n_hit, cached->h, fresh->h);
+    if (rc) return rc;
     memcpy(cached->ref, cached->h, sizeof(int32_t) * (size_t)cached->n);
-    int rc = ref_index_scan(cached->ref, fresh->h, off->ref, cnts->ref, g->B, g->Hkv, g->M);
+    rc = ref_index_scan(cached->ref, fresh->h, off->ref, cnts->ref, g->B, g->Hkv, g->M);
     if (rc) return rc;
     count_moves(p, off->ref, cnts->ref, g->B * g->Hkv, g->M);
     kvb_tensor *vh = add_host_values(r, g);
@@ -402,14 +411,14 @@ static int setup_packed(kvb_run *r)
     int64_t row = packed_row_elems(p);
     int64_t si[2] = {p->B, p->k};
     kvb_tensor *idx = kvb_run_tensor(r, "idx", KVB_I32, 2, si, KVB_IN);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)p->T);
+    int32_t *perm = kvb_run_alloc(r, sizeof(int32_t) * (size_t)p->T, "token permutation");
     for (int b = 0; b < p->B; b++) { /* ascending token positions, shared by all heads */
         kvb_rng rng = kvb_rng_make(r->seed, kvb_stream_of("idx") + (uint64_t)b);
         int32_t *out = (int32_t *)idx->h + (int64_t)b * p->k;
         kvb_draw_distinct(&rng, perm, p->T, p->k, out);
         qsort(out, (size_t)p->k, sizeof(int32_t), cmp_i32);
     }
-    free(perm);
+    kvb_run_free(r, perm);
     int64_t sh[4] = {p->layers, p->B, p->T, row}, sg[4] = {p->layers, p->B, p->k, row};
     kvb_tensor *kvh = kvb_run_tensor(r, "KVh", KVB_BF16, 4, sh, 0);
     kvh->role = KVB_IN;
@@ -555,9 +564,43 @@ static void teardown_gather(kvb_run *r)
         gather_step_plan_destroy(&p->plan_timed);
     }
 #endif
-    free(p->batch_dst), free(p->batch_src), free(p->batch_size);
-    free(p);
     r->priv = NULL;
+}
+
+/* ---- host memory (kvb_op.host_bytes) ---- */
+
+/* index_scan: cached_ids in and out, new_ids in, offsets and cnts out; the id draw's and the
+ * reference's scratch */
+static size_t host_bytes_index_scan(const kvb_case *c)
+{
+    const double rows = (double)kvb_case_int(c, "B") * kvb_case_int(c, "Hkv"), M = kvb_case_int(c, "M");
+    return kvb_host_bytes_sat(rows * M * 4 * (KVB_HOLD_INOUT + KVB_HOLD_IN + KVB_HOLD_OUT) + KVB_HOLD_OUT * rows * 4 +
+                              4.0 * kvb_case_i64(c, "ids") + 8 * M + 12 * M);
+}
+
+/* The ShadowKV step cases: ids, offsets and cnts (inputs, or outputs and in-out for gather_step), the
+ * buffers in and out (Vbuf; Kbuf for d2d and the step), the pool for the host values, the id draw's
+ * scratch, the references' copy of a row's slots, the ce_batch descriptors */
+static size_t host_bytes_gather(const kvb_case *c)
+{
+    const gather_layout g = layout_of(c);
+    const double rows = (double)g.B * g.Hkv, ids = rows * g.M * 4, chunk = (double)gather_chunk_bytes(&g);
+    const double buffer = rows * g.NB * g.D * 2;
+    const int step = !strcmp(c->op->name, "gather_step"), d2d = !strcmp(c->op->name, "gather_copy_d2d");
+    double bytes = 4.0 * (double)g.host_chunks + 8.0 * g.M + chunk * g.M + 3 * 8 * rows * g.M;
+    if (step) bytes += ids * (KVB_HOLD_INOUT + KVB_HOLD_IN + KVB_HOLD_OUT) + KVB_HOLD_OUT * rows * 4 + 2 * KVB_HOLD_INOUT * buffer;
+    else bytes += 3 * ids + KVB_HOLD_IN * rows * 4 + KVB_HOLD_INOUT * buffer;
+    if (!d2d) bytes += (double)pool_bytes_gather(c);
+    return kvb_host_bytes_sat(bytes);
+}
+
+/* packed_load: idx in, KVg out, the token permutation, the pool for KVh */
+static size_t host_bytes_packed(const kvb_case *c)
+{
+    const double B = kvb_case_int(c, "B"), layers = kvb_case_int(c, "layers"), T = kvb_case_int(c, "T"),
+                 k = kvb_case_int(c, "k"), row = 2.0 * kvb_case_int(c, "Hkv") * kvb_case_int(c, "D");
+    return kvb_host_bytes_sat(KVB_HOLD_IN * B * k * 4 + KVB_HOLD_OUT * layers * B * k * row * 2 + 4 * T +
+                              (double)pool_bytes_packed(c));
 }
 
 /* ---- bytes ---- */
@@ -644,6 +687,7 @@ const kvb_op op_index_scan = {
     .params = index_scan_params,
     .n_params = NPARAMS(index_scan_params),
     .validate = validate_index_scan,
+    .host_bytes = host_bytes_index_scan,
     .setup = setup_index_scan,
     .ref_check = ref_check_index_scan,
     .launch = launch_index_scan,
@@ -659,7 +703,8 @@ const kvb_op op_gather_copy = {
     .n_params = NPARAMS(gather_copy_params),
     KVB_IMPLS(gather_copy_impls),
     .validate = validate_gather,
-    .host_pool_bytes = host_bytes_gather,
+    .host_bytes = host_bytes_gather,
+    .host_pool_bytes = pool_bytes_gather,
     .setup = setup_gather_copy,
     .launch = launch_gather_copy,
     .cost = cost_gather_copy,
@@ -674,6 +719,7 @@ const kvb_op op_gather_copy_d2d = {
     .n_params = NPARAMS(gather_d2d_params),
     KVB_IMPLS(gather_d2d_impls),
     .validate = validate_gather,
+    .host_bytes = host_bytes_gather,
     .setup = setup_gather_d2d,
     .launch = launch_gather_d2d,
     .cost = cost_gather_d2d,
@@ -688,7 +734,8 @@ const kvb_op op_gather_copy_all = {
     .n_params = NPARAMS(gather_all_params),
     KVB_IMPLS(gather_all_impls),
     .validate = validate_gather,
-    .host_pool_bytes = host_bytes_gather,
+    .host_bytes = host_bytes_gather,
+    .host_pool_bytes = pool_bytes_gather,
     .setup = setup_gather_all,
     .launch = launch_gather_all,
     .cost = cost_gather_all,
@@ -702,7 +749,8 @@ const kvb_op op_gather_step = {
     .params = gather_step_params,
     .n_params = NPARAMS(gather_step_params),
     .validate = validate_gather,
-    .host_pool_bytes = host_bytes_gather,
+    .host_bytes = host_bytes_gather,
+    .host_pool_bytes = pool_bytes_gather,
     .setup = setup_gather_step,
     .ref_check = ref_check_index_scan,
     .gpu_setup = gpu_setup_step,
@@ -720,7 +768,8 @@ const kvb_op op_packed_load = {
     .n_params = NPARAMS(packed_load_params),
     KVB_IMPLS(packed_impls),
     .validate = validate_packed,
-    .host_pool_bytes = host_bytes_packed,
+    .host_bytes = host_bytes_packed,
+    .host_pool_bytes = pool_bytes_packed,
     .setup = setup_packed,
     .launch = launch_packed,
     .cost = cost_packed,

@@ -100,20 +100,19 @@ static void teardown_lms(kvb_run *r)
     if (p->planned) landmark_score_plan_destroy(&p->timed);
     if (p->cublas) cublasDestroy(p->cublas);
 #endif
-    free(p->mask);
-    free(p->chunk_scores);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
 }
 
 /* ---- inputs and the reference ---- */
 
 /* Row r of landmark_idx: [0, n_chunks) without `outliers` ids drawn from it, ascending. */
-static void make_landmark_idx(uint64_t seed, int64_t rows, int Lm, int64_t n_chunks, int32_t *idx)
+static void make_landmark_idx(kvb_run *run, uint64_t seed, int64_t rows, int Lm, int64_t n_chunks, int32_t *idx)
 {
     const int outliers = (int)(n_chunks - Lm);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_chunks), *drop = malloc(sizeof(int32_t) * (size_t)(outliers + 1));
-    uint8_t *dropped = malloc((size_t)n_chunks);
+    int32_t *perm = kvb_run_alloc(run, sizeof(int32_t) * (size_t)n_chunks, "landmark_idx permutation");
+    int32_t *drop = kvb_run_alloc(run, sizeof(int32_t) * (size_t)(outliers + 1), "landmark_idx outliers");
+    uint8_t *dropped = kvb_run_alloc(run, (size_t)n_chunks, "landmark_idx flags");
     for (int64_t r = 0; r < rows; r++) {
         kvb_rng rng = kvb_rng_make(seed, kvb_stream_of("landmark_idx") + (uint64_t)r);
         kvb_draw_distinct(&rng, perm, n_chunks, outliers, drop);
@@ -123,7 +122,7 @@ static void make_landmark_idx(uint64_t seed, int64_t rows, int Lm, int64_t n_chu
         for (int64_t c = 0, l = 0; c < n_chunks; c++)
             if (!dropped[c]) out[l++] = (int32_t)c;
     }
-    free(perm), free(drop), free(dropped);
+    kvb_run_free(run, perm), kvb_run_free(run, drop), kvb_run_free(run, dropped);
 }
 
 /* dist=ties: landmark l of each row becomes a copy of landmark pick(l) < TIE_POOL of the same row. */
@@ -142,7 +141,7 @@ static void repeat_landmarks(uint64_t seed, kvb_bf16 *lm, int64_t rows, int Lm, 
 static int setup_lms(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    lms_priv *p = calloc(1, sizeof *p);
+    lms_priv *p = kvb_run_alloc(r, sizeof *p, "landmark_score state");
     r->priv = p;
     p->s = shape_of(c);
     const lms_shape *s = &p->s;
@@ -170,7 +169,7 @@ static int setup_lms(kvb_run *r)
     kvb_fill_bf16_normal(q->h, q->n, r->seed, kvb_stream_of("q"), 0, 0, 1);
     kvb_fill_bf16_normal(lm->h, lm->n, r->seed, kvb_stream_of("landmarks"), 0, 0, 1);
     if (!strcmp(kvb_case_enum(c, "dist"), "ties")) repeat_landmarks(r->seed, lm->h, rows, s->Lm, s->D);
-    make_landmark_idx(r->seed, rows, s->Lm, p->n_chunks, idx->h);
+    make_landmark_idx(r, r->seed, rows, s->Lm, p->n_chunks, idx->h);
     int rc = lms_landmark_idx_check(idx->h, rows, s->Lm, p->n_chunks, "landmark_score");
     if (rc) return rc;
 
@@ -228,13 +227,13 @@ static int find_ascending(const int32_t *ids, int n, int32_t c)
  * of the row's landmarks (so M of them, none poisoned); every m is finite in [0, 1] and the row sums
  * to [1, G] (each head's softmax sums to 1, m is their maximum), within 1e-3; the selected landmarks'
  * m are >= every unselected one (a top-M of these very scores). */
-static int check_rows(const lms_priv *p, const int32_t *chunks, const float *m, const int32_t *idx, const uint8_t *mask,
-                      const char *what)
+static int check_rows(kvb_run *run, const lms_priv *p, const int32_t *chunks, const float *m, const int32_t *idx,
+                      const uint8_t *mask, const char *what)
 {
     const lms_shape *s = &p->s;
     const int64_t rows = (int64_t)s->B * s->Hkv;
     const double G = s->Hq / s->Hkv;
-    uint8_t *selected = malloc((size_t)s->Lm);
+    uint8_t *selected = kvb_run_alloc(run, (size_t)s->Lm, "landmark_score check flags");
     int rc = KVB_OK;
     for (int64_t r = 0; r < rows && rc == KVB_OK; r++) {
         if (mask && !mask[r]) continue;
@@ -277,14 +276,14 @@ static int check_rows(const lms_priv *p, const int32_t *chunks, const float *m, 
             rc = kvb_fail(KVB_EINVAL, "%s: row %lld: an unselected landmark has m = %.9g above a selected one's %.9g", what,
                           (long long)r, max_unsel, min_sel);
     }
-    free(selected);
+    kvb_run_free(run, selected);
     return rc;
 }
 
 static int ref_check_lms(kvb_run *r)
 {
     const lms_priv *p = r->priv;
-    return check_rows(p, kvb_run_find(r, "chunks")->ref, kvb_run_find(r, "m")->ref, kvb_run_find(r, "landmark_idx")->h,
+    return check_rows(r, p, kvb_run_find(r, "chunks")->ref, kvb_run_find(r, "m")->ref, kvb_run_find(r, "landmark_idx")->h,
                       p->mask, "reference");
 }
 
@@ -293,7 +292,7 @@ static int out_check_lms(kvb_run *r)
     const lms_priv *p = r->priv;
     kvb_tensor *chunks = kvb_run_find(r, "chunks"), *m = kvb_run_find(r, "m");
     if (!chunks->out || !m->out) return KVB_OK;
-    return check_rows(p, chunks->out, m->out, kvb_run_find(r, "landmark_idx")->h, NULL, "landmark_score");
+    return check_rows(r, p, chunks->out, m->out, kvb_run_find(r, "landmark_idx")->h, NULL, "landmark_score");
 }
 
 /* ---- launches ---- */
@@ -398,6 +397,18 @@ static void cost_lms(const kvb_run *r, kvb_cost *c)
 #endif
 }
 
+/* q, landmarks, landmark_idx in; chunks, m out; the chunk scores, the slice sample, the landmark_idx
+ * draw's scratch; the reference's scratch per thread (two rows of Lm doubles, the top-k's pairs) */
+static size_t host_bytes_lms(const kvb_case *c)
+{
+    const lms_shape s = shape_of(c);
+    const double rows = (double)s.B * s.Hkv, n_chunks = (double)s.Lm + kvb_case_i64(c, "outliers");
+    const double in = (double)s.B * s.Hq * s.D * 2 + rows * s.Lm * (s.D * 2.0 + 4);
+    const double out = rows * s.M * 4.0 + rows * s.Lm * 4.0;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_OUT * out + rows * n_chunks * 4 + rows + n_chunks * 9 + s.Lm +
+                              kvb_ref_threads() * (24.0 * s.Lm + 4.0 * s.M));
+}
+
 static const kvb_impl lms_impls[] = {
     [IMPL_KERNEL] = {"kernel", NULL, 0,
                      "fused: landmarks read once per KV head (mma.sync), logits in cluster shared memory, m; topk_rows; map"},
@@ -414,6 +425,7 @@ const kvb_op op_landmark_score = {
     /* m: fp32 probabilities from fp32 logits (a D-term dot product) against double; ~1e-6 relative expected */
     .tol = {1e-9, 1e-3, 1e-4},
     .validate = validate_lms,
+    .host_bytes = host_bytes_lms,
     .setup = setup_lms,
     .ref_check = ref_check_lms,
     .gpu_setup = gpu_setup_lms,

@@ -87,8 +87,7 @@ typedef struct omnikv_priv {
 static int setup_omnikv(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    omnikv_priv *p = calloc(1, sizeof *p);
-    if (!p) return kvb_fail(KVB_ENOMEM, "omnikv_select: out of memory for the case state");
+    omnikv_priv *p = kvb_run_alloc(r, sizeof *p, "omnikv_select state");
     r->priv = p;
     omnikv_layout *s = &p->s;
     *s = layout_of(c);
@@ -213,11 +212,19 @@ static void teardown_omnikv(kvb_run *r)
 {
     omnikv_priv *p = r->priv;
     if (!p) return;
-    free(p->mask);
-    free(p->score_mask);
-    free(p->mag);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
+}
+
+/* q, K, len in; idx, scores out; the scores' magnitudes and mask, the sequence sample; the reference's
+ * query rows in double */
+static size_t host_bytes_omnikv(const kvb_case *c)
+{
+    const omnikv_layout s = layout_of(c);
+    const double k = kvb_case_int(c, "k"), scores = (double)s.B * s.L;
+    const double in = (double)s.B * s.Hq * s.D * 2 + (double)s.B * s.Hkv * s.L * s.D * 2 + 4.0 * s.B;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_OUT * (s.B * k * 4 + scores * 4) + scores * 9 + s.B +
+                              8.0 * s.Hq * s.D + kvb_ref_threads() * 8.0 * s.L);
 }
 
 static const kvb_impl omnikv_impls[] = {
@@ -232,6 +239,7 @@ const kvb_op op_omnikv_select = {
     .n_params = NPARAMS(omnikv_params),
     .tol = {0, 1e-4, 1e-4},
     .validate = validate_omnikv,
+    .host_bytes = host_bytes_omnikv,
     .setup = setup_omnikv,
     KVB_IMPLS(omnikv_impls),
     .cost = cost_omnikv,

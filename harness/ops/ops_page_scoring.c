@@ -278,7 +278,7 @@ static void fill_meta(const kvb_run *r, const page_layout *s, int ties, kvb_bf16
 }
 
 /* q [B, Hq, D] of the input distribution (file comment). */
-static void fill_q(const kvb_run *r, const page_layout *s, int input, kvb_bf16 *q)
+static void fill_q(kvb_run *r, const page_layout *s, int input, kvb_bf16 *q)
 {
     const int G = s->Hq / s->Hkv, D = s->D;
     const uint64_t stream = kvb_stream_of("q");
@@ -288,7 +288,7 @@ static void fill_q(const kvb_run *r, const page_layout *s, int input, kvb_bf16 *
         q[i] = kvb_double_to_bf16(input == IN_TIES ? halves(z) : z);
     }
     if (input != IN_OUTLIER) return;
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)D), chosen[8];
+    int32_t *perm = kvb_run_alloc(r, sizeof(int32_t) * (size_t)D, "q outlier channels"), chosen[8];
     const int n_out = D < 8 ? D : 8;
     for (int64_t bh = 0; bh < (int64_t)s->B * s->Hkv; bh++) {
         kvb_rng rng = kvb_rng_make(r->seed, kvb_stream_of("q_outliers") + (uint64_t)bh);
@@ -299,7 +299,7 @@ static void fill_q(const kvb_run *r, const page_layout *s, int input, kvb_bf16 *
                 *v = kvb_double_to_bf16(8.0 * kvb_bf16_to_double(*v));
             }
     }
-    free(perm);
+    kvb_run_free(r, perm);
 }
 
 /* ---- page_meta_build ---- */
@@ -480,14 +480,12 @@ static void teardown_score(kvb_run *r)
 {
     score_priv *p = r->priv;
     if (!p) return;
-    free(p->cmp_scores);
-    free(p);
     r->priv = NULL;
 }
 
 static int setup_hybrid(kvb_run *r)
 {
-    score_priv *p = calloc(1, sizeof *p);
+    score_priv *p = kvb_run_alloc(r, sizeof *p, "hybrid_score state");
     r->priv = p;
     int rc = hybrid_of(r->c, &p->h);
     if (rc) return rc;
@@ -586,7 +584,7 @@ static void cost_hybrid(const kvb_run *r, kvb_cost *c)
 
 static int setup_quest(kvb_run *r)
 {
-    score_priv *p = calloc(1, sizeof *p);
+    score_priv *p = kvb_run_alloc(r, sizeof *p, "quest_score state");
     r->priv = p;
     int rc = quest_of(r->c, &p->s, &p->budget);
     if (rc) return rc;
@@ -672,6 +670,52 @@ static void cost_quest(const kvb_run *r, kvb_cost *c)
     }
 }
 
+/* ---- host memory (kvb_op.host_bytes) ---- */
+
+static double meta_elems(const page_layout *s) { return (double)s->B * s->Hkv * s->D * s->cap; }
+
+/* K in; kmin, kmax out */
+static size_t host_bytes_build(const kvb_case *c)
+{
+    page_layout s;
+    if (meta_layout(c, "page_meta_build", &s)) return 0;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * 2.0 * s.B * s.Hkv * (double)s.L * s.D + KVB_HOLD_OUT * 2 * 2 * meta_elems(&s));
+}
+
+/* k, t in; kmin, kmax in and out */
+static size_t host_bytes_append(const kvb_case *c)
+{
+    page_layout s;
+    if (meta_layout(c, "page_meta_append", &s)) return 0;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (2.0 * s.B * s.Hkv * s.D + 4.0 * s.B) + KVB_HOLD_INOUT * 2 * 2 * meta_elems(&s));
+}
+
+/* q, kmin, kmax in; u, channels, pages out; the reference's scratch per thread (a KV head's channel
+ * scores and z [G, pages]; the page top-k's pairs) */
+static size_t host_bytes_hybrid(const kvb_case *c)
+{
+    hybrid_setup h;
+    if (hybrid_of(c, &h)) return 0;
+    const page_layout *s = &h.s;
+    const double heads = (double)s->B * s->Hkv, n = page_count(s->L, s->P), G = s->Hq / s->Hkv;
+    const double in = (double)s->B * s->Hq * s->D * 2 + 2 * 2 * meta_elems(s);
+    const double out = heads * (n + h.r + h.n_sel) * 4;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_OUT * out + 4.0 * s->D +
+                              kvb_ref_threads() * (12.0 * s->D + 16.0 * h.r + 16 * G + 8 * G * n + 8 * n));
+}
+
+/* q, kmin, kmax in; scores, pages out; the comparison scores; the page top-k's pairs per thread */
+static size_t host_bytes_quest(const kvb_case *c)
+{
+    page_layout s;
+    int budget;
+    if (quest_of(c, &s, &budget)) return 0;
+    const double heads = (double)s.B * s.Hkv, n = page_count(s.L, s.P), n_sel = quest_selected_pages(budget, s.P);
+    const double in = (double)s.B * s.Hq * s.D * 2 + 2 * 2 * meta_elems(&s);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_OUT * heads * (n + n_sel) * 4 + heads * n * 4 + 4.0 * s.D +
+                              kvb_ref_threads() * 8 * n);
+}
+
 /* ---- registry entries ---- */
 
 static const kvb_impl hybrid_impls[] = {
@@ -690,6 +734,7 @@ const kvb_op op_page_meta_build = {
     .params = build_params,
     .n_params = NPARAMS(build_params),
     .validate = validate_build,
+    .host_bytes = host_bytes_build,
     .setup = setup_build,
     .launch = launch_build,
     .cost = cost_build,
@@ -702,6 +747,7 @@ const kvb_op op_page_meta_append = {
     .params = append_params,
     .n_params = NPARAMS(append_params),
     .validate = validate_append,
+    .host_bytes = host_bytes_append,
     .setup = setup_append,
     .ref_check = ref_check_append,
     .launch = launch_append,
@@ -716,6 +762,7 @@ const kvb_op op_hybrid_score = {
     .n_params = NPARAMS(hybrid_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_hybrid,
+    .host_bytes = host_bytes_hybrid,
     .setup = setup_hybrid,
     .ref_check = ref_check_hybrid,
     KVB_IMPLS(hybrid_impls),
@@ -732,6 +779,7 @@ const kvb_op op_quest_score = {
     .n_params = NPARAMS(quest_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_quest,
+    .host_bytes = host_bytes_quest,
     .setup = setup_quest,
     KVB_IMPLS(quest_impls),
     .cost = cost_quest,

@@ -97,6 +97,13 @@ static void cost_topk(const kvb_run *r, kvb_cost *c)
     }
 }
 
+/* scores in, idx out, the reference's row of (key, index) pairs per thread */
+static size_t host_bytes_topk(const kvb_case *c)
+{
+    const double rows = kvb_case_int(c, "rows"), n = kvb_case_int(c, "n"), k = kvb_case_int(c, "k");
+    return kvb_host_bytes_sat(KVB_HOLD_IN * 4 * rows * n + KVB_HOLD_OUT * 4 * rows * k + kvb_ref_threads() * 8.0 * n);
+}
+
 static const kvb_impl topk_impls[] = {
     {"kernel", NULL, 0, "radix select 11+11+10 bits, ordered compaction; few rows split over blocks"},
     {"one_block", NULL, 0, "the same, one block per row whatever the shape (kept to compare)"},
@@ -109,6 +116,7 @@ const kvb_op op_topk = {
     .params = topk_params,
     .n_params = NPARAMS(topk_params),
     .validate = validate_topk,
+    .host_bytes = host_bytes_topk,
     .setup = setup_topk,
     .launch = launch_topk,
     KVB_IMPLS(topk_impls),

@@ -37,6 +37,7 @@
 #include "reference/selective_attn.h"
 #include "harness/core/ceilings.h"
 #include "harness/core/op.h"
+#include "harness/ops/ops.h"
 #if KVB_HAVE_CUDA
 #include <cublas_v2.h>
 
@@ -209,7 +210,7 @@ typedef struct sattn_priv {
 
 static sattn_priv *priv_new(kvb_run *r)
 {
-    sattn_priv *p = calloc(1, sizeof *p);
+    sattn_priv *p = kvb_run_alloc(r, sizeof *p, "selective_attn state");
     r->priv = p;
     return p;
 }
@@ -221,8 +222,6 @@ static void teardown_sattn(kvb_run *r)
 #if KVB_HAVE_CUDA
     if (p->cublas) cublasDestroy(p->cublas);
 #endif
-    free(p->kv_mask), free(p->bh_mask);
-    free(p);
     r->priv = NULL;
 }
 
@@ -258,7 +257,7 @@ static void make_qkv(kvb_run *r, const sattn_params *p, const char *input, kvb_t
     if (strcmp(input, "sink")) return;
     /* u entries +-1/2: |u|^2 = D/4; q = n + u gives q.(c u) / sqrt(D) ~ c sqrt(D) / 4 */
     const double c = (log((double)p->L) + 2.0) / (sqrt((double)p->D) / 4.0);
-    double *u = malloc(sizeof(double) * (size_t)p->D);
+    double *u = kvb_run_alloc(r, sizeof(double) * (size_t)p->D, "the sink direction");
     for (int64_t bk = 0; bk < (int64_t)p->B * p->Hkv; bk++) {
         for (int d = 0; d < p->D; d++)
             u[d] = kvb_uniform01(seed, kvb_stream_of("sink_u"), (uint64_t)(bk * p->D + d)) < 0.5 ? -0.5 : 0.5;
@@ -270,13 +269,13 @@ static void make_qkv(kvb_run *r, const sattn_params *p, const char *input, kvb_t
             for (int64_t i = 0; i < LD; i++) qh[i] = kvb_double_to_bf16(kvb_bf16_to_double(qh[i]) + u[i % p->D]);
         }
     }
-    free(u);
+    kvb_run_free(r, u);
 }
 
 /* Which (b, KV head) groups the reference computes: all when the work fits REF_BUDGET (or `sample`
  * says how many), else evenly spaced ones including the first and the last. Returns the count;
  * *mask is NULL when all are computed. */
-static int64_t choose_sample(const sattn_params *p, int sample, uint8_t **mask)
+static int64_t choose_sample(kvb_run *r, const sattn_params *p, int sample, uint8_t **mask)
 {
     const int64_t n_kv = (int64_t)p->B * p->Hkv;
     const double per = sattn_groups(p) * sattn_pairs(p, p->need_out ? 0 : p->w0) * p->D;
@@ -284,7 +283,7 @@ static int64_t choose_sample(const sattn_params *p, int sample, uint8_t **mask)
     if (n < 2) n = 2;
     *mask = NULL;
     if (n >= n_kv) return n_kv;
-    uint8_t *m = calloc((size_t)n_kv, 1);
+    uint8_t *m = kvb_run_alloc(r, (size_t)n_kv, "the reference's group sample");
     for (int64_t i = 0; i < n; i++) m[(int64_t)llround((double)i * (n_kv - 1) / (n - 1))] = 1;
     int64_t count = 0;
     for (int64_t i = 0; i < n_kv; i++) count += m[i];
@@ -359,10 +358,10 @@ static int setup_attn(kvb_run *r)
     if (cs) stat_tol(r, cs);
     if (csk) stat_tol(r, csk);
 
-    const int64_t n_kv = (int64_t)B * Hkv, n_kv_sampled = choose_sample(p, kvb_case_int(c, "sample"), &pv->kv_mask);
+    const int64_t n_kv = (int64_t)B * Hkv, n_kv_sampled = choose_sample(r, p, kvb_case_int(c, "sample"), &pv->kv_mask);
     const int G = sattn_groups(p);
     if (pv->kv_mask) {
-        pv->bh_mask = malloc((size_t)B * Hq);
+        pv->bh_mask = kvb_run_alloc(r, (size_t)B * Hq, "the reference's head sample");
         for (int64_t bh = 0; bh < (int64_t)B * Hq; bh++) pv->bh_mask[bh] = pv->kv_mask[bh / G];
         if (o) mask_slices(o, (int64_t)L * D, pv->bh_mask);
         if (lse) mask_slices(lse, lse_len, pv->bh_mask);
@@ -374,10 +373,11 @@ static int setup_attn(kvb_run *r)
     }
     /* the reference: outputs this implementation does not produce go to temporary buffers */
     const int64_t n_q = (int64_t)B * Hq * L;
-    kvb_bf16 *o_ref = o ? o->ref : (p->need_out ? calloc((size_t)(n_q * D), 2) : NULL);
-    float *lse_ref = lse ? lse->ref : calloc((size_t)((int64_t)B * Hq * lse_len), 4);
-    float *cs_ref = cs ? cs->ref : calloc((size_t)n_q, 4);
-    float *csk_ref = csk ? csk->ref : (p->group_sum ? calloc((size_t)(n_kv * L), 4) : NULL);
+    const char *tmp = "a reference output this implementation does not produce";
+    kvb_bf16 *o_ref = o ? o->ref : (p->need_out ? kvb_run_alloc(r, (size_t)(n_q * D) * 2, tmp) : NULL);
+    float *lse_ref = lse ? lse->ref : kvb_run_alloc(r, (size_t)((int64_t)B * Hq * lse_len) * 4, tmp);
+    float *cs_ref = cs ? cs->ref : kvb_run_alloc(r, (size_t)n_q * 4, tmp);
+    float *csk_ref = csk ? csk->ref : (p->group_sum ? kvb_run_alloc(r, (size_t)(n_kv * L) * 4, tmp) : NULL);
     if (pv->kv_mask) { /* slices the sample skips hold zeros, not garbage, in dumps */
         if (o) memset(o->ref, 0, (size_t)o->n * 2);
         if (lse) memset(lse->ref, 0, (size_t)lse->n * 4);
@@ -385,10 +385,10 @@ static int setup_attn(kvb_run *r)
         if (csk) memset(csk->ref, 0, (size_t)csk->n * 4);
     }
     int rc = ref_selective_attn(q->h, k->h, v->h, p, pv->kv_mask, o_ref, lse_ref, cs_ref, csk_ref);
-    if (!o && o_ref) free(o_ref);
-    if (!lse) free(lse_ref);
-    if (!cs) free(cs_ref);
-    if (!csk && csk_ref) free(csk_ref);
+    if (!o) kvb_run_free(r, o_ref);
+    if (!lse) kvb_run_free(r, lse_ref);
+    if (!cs) kvb_run_free(r, cs_ref);
+    if (!csk) kvb_run_free(r, csk_ref);
     return rc;
 }
 
@@ -627,9 +627,10 @@ static int setup_snap(kvb_run *r)
     stat_tol(r, csk);
     stat_tol(r, pooled);
 
-    float *lse = malloc(sizeof(float) * (size_t)B * Hq * W), *cs = malloc(sizeof(float) * (size_t)B * Hq * L);
+    float *lse = kvb_run_alloc(r, sizeof(float) * (size_t)B * Hq * W, "the window's LSE");
+    float *cs = kvb_run_alloc(r, sizeof(float) * (size_t)B * Hq * L, "the heads' column sums");
     rc = ref_selective_attn(q->h, k->h, v->h, p, NULL, NULL, lse, cs, csk->ref);
-    free(lse), free(cs);
+    kvb_run_free(r, lse), kvb_run_free(r, cs);
     if (rc || (rc = ref_maxpool(csk->ref, pv->rows, L, pv->ks, pooled->ref))) return rc;
     if ((rc = ref_snapkv_keep(pooled->ref, pv->rows, L, W, n_keep, keep->ref))) return rc;
     /* the kernel's scores differ from the reference's by rounding: its kept set is judged tie-tolerantly
@@ -694,6 +695,51 @@ static void cost_snap(const kvb_run *r, kvb_cost *c)
     c->workspace_bytes = BH * pv->W * 4 + BH * L * 4 + (double)pv->ws_bytes;
 }
 
+/* ---- host memory (kvb_op.host_bytes) ---- */
+
+/* ref_selective_attn's scratch: K, V, Q of a head in fp32, its part and group column sums, a block of
+ * scores and outputs per thread */
+static double sattn_ref_scratch(double L, double D)
+{
+    return 3 * L * D * 4 + (64 + 1) * L * 8 + kvb_ref_threads() * 4 * (L + D) * 8;
+}
+
+/* Q, K, V in; O, LSE, colsum (colsum_kv) out, or the reference's own buffers for those the impl does
+ * not produce; the samples; the reference's scratch */
+static size_t host_bytes_attn(const kvb_case *c)
+{
+    const sattn_params p = attn_of(c);
+    const double BH = (double)p.B * p.Hq, n_kv = (double)p.B * p.Hkv, L = p.L, D = p.D;
+    const double out = (p.need_out ? BH * L * D * 2 : 0) + BH * sattn_lse_len(&p) * 4 + BH * L * 4 +
+                       (p.group_sum ? n_kv * L * 4 : 0);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (BH + 2 * n_kv) * L * D * 2 + KVB_HOLD_OUT * out + n_kv + BH + 8 * D +
+                              sattn_ref_scratch(L, D));
+}
+
+/* scores, K, V in; keep, Kc, Vc out; the top-k's pairs per thread */
+static size_t host_bytes_hh(const kvb_case *c)
+{
+    int n_hh, n_rw, n_keep;
+    if (hh_counts(c, &n_hh, &n_rw, &n_keep)) return 0;
+    const double B = kvb_case_int(c, "B"), Hkv = kvb_case_int(c, "Hkv"), L = kvb_case_int(c, "L"), D = kvb_case_int(c, "D");
+    const double Hs = !strcmp(kvb_case_enum(c, "select_per"), "q") ? kvb_case_int(c, "Hq") : Hkv;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (B * Hs * L * 4 + 2 * B * Hkv * L * D * 2) +
+                              KVB_HOLD_OUT * B * Hs * n_keep * (4 + 2 * D * 2) + kvb_ref_threads() * 8 * L);
+}
+
+/* Q, K, V in; colsum_kv, pooled, keep, Kc, Vc out; the window's LSE and the heads' column sums; the
+ * references' scratch */
+static size_t host_bytes_snap(const kvb_case *c)
+{
+    const int L = kvb_case_int(c, "L");
+    int W, n_keep;
+    if (snapkv_budget(L, kvb_case_int(c, "budget"), &W, &n_keep, "snapkv")) return 0;
+    const double B = kvb_case_int(c, "B"), Hq = kvb_case_int(c, "Hq"), Hkv = kvb_case_int(c, "Hkv"), D = kvb_case_int(c, "D");
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (B * Hq + 2 * B * Hkv) * L * D * 2 +
+                              KVB_HOLD_OUT * B * Hkv * (2.0 * L * 4 + n_keep * (4 + 2 * D * 2)) + B * Hq * (W + L) * 4.0 +
+                              8 * D + sattn_ref_scratch(L, D) + kvb_ref_threads() * 8.0 * L);
+}
+
 /* ---- registry entries ---- */
 
 /* Invariant on EVERY (b, head) slice of the device's column sums, also those the sampled reference
@@ -746,6 +792,7 @@ const kvb_op op_selective_attn = {
     .n_params = NPARAMS(attn_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_attn,
+    .host_bytes = host_bytes_attn,
     .setup = setup_attn,
     .ref_check = ref_check_attn,
     .gpu_setup = gpu_setup_attn,
@@ -762,6 +809,7 @@ const kvb_op op_heavy_hitters = {
     .params = hh_params,
     .n_params = NPARAMS(hh_params),
     .validate = validate_hh,
+    .host_bytes = host_bytes_hh,
     .setup = setup_hh,
     .launch = launch_hh,
     .cost = cost_hh,
@@ -776,6 +824,7 @@ const kvb_op op_snapkv = {
     .n_params = NPARAMS(snap_params),
     .tol = {1e-3, 1e-3, 1e-3},
     .validate = validate_snap,
+    .host_bytes = host_bytes_snap,
     .setup = setup_snap,
     .ref_check = ref_check_snap,
     .launch = launch_snap,

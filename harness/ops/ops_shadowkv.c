@@ -83,15 +83,11 @@ typedef struct lowrank_priv {
 } lowrank_priv;
 
 /* dist=lowrank: Kpre = A diag(sigma) Bm + 0.02 E with A [S, R0], Bm [R0, N], E [S, N] seeded N(0, 1). */
-static void fill_lowrank(float *K, int S, int N, uint64_t seed)
+static void fill_lowrank(kvb_run *r, float *K, int S, int N, uint64_t seed)
 {
     const int R0 = LOWRANK_SIGNAL_RANK;
-    float *A = malloc((size_t)S * R0 * sizeof *A), *Bm = malloc((size_t)R0 * N * sizeof *Bm);
-    if (!A || !Bm) {
-        free(A), free(Bm);
-        kvb_fail(KVB_ENOMEM, "shadowkv_lowrank: out of host memory for the low-rank input");
-        kvb_guard_fail();
-    }
+    float *A = kvb_run_alloc(r, (size_t)S * R0 * sizeof *A, "the low-rank input's left factor");
+    float *Bm = kvb_run_alloc(r, (size_t)R0 * N * sizeof *Bm, "the low-rank input's right factor");
     kvb_fill_f32_normal(A, (int64_t)S * R0, seed, kvb_stream_of("Kpre.A"), 0, 0, 1);
     kvb_fill_f32_normal(Bm, (int64_t)R0 * N, seed, kvb_stream_of("Kpre.B"), 0, 0, 1);
     kvb_fill_f32_normal(K, (int64_t)S * N, seed, kvb_stream_of("Kpre"), 0, 0, 0.02);
@@ -104,13 +100,13 @@ static void fill_lowrank(float *K, int S, int N, uint64_t seed)
             for (int n = 0; n < N; n++) row[n] += a * b[n];
         }
     }
-    free(A), free(Bm);
+    kvb_run_free(r, A), kvb_run_free(r, Bm);
 }
 
 static int setup_lowrank(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    lowrank_priv *p = calloc(1, sizeof *p);
+    lowrank_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_lowrank state");
     r->priv = p;
     p->S = kvb_case_int(c, "S"), p->Hkv = kvb_case_int(c, "Hkv"), p->D = kvb_case_int(c, "D");
     p->r = kvb_case_int(c, "r"), p->N = p->Hkv * p->D;
@@ -136,7 +132,7 @@ static int setup_lowrank(kvb_run *r)
     }
 #endif
     kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    if (!strcmp(kvb_case_enum(c, "dist"), "lowrank")) fill_lowrank(K->h, S, N, r->seed);
+    if (!strcmp(kvb_case_enum(c, "dist"), "lowrank")) fill_lowrank(r, K->h, S, N, r->seed);
     else kvb_fill_f32_normal(K->h, K->n, r->seed, kvb_stream_of("Kpre"), 0, 0, 1);
     /* the reference: every singular value (LAPACKE_dgesdd), for the optimal error */
     const int ns = S < N ? S : N;
@@ -155,7 +151,7 @@ static int setup_lowrank(kvb_run *r)
             rc = kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the reference's own factors miss the bound: %.6g > 1.02 x %.6g",
                           err, p->optimal);
     }
-    free(U), free(SV);
+    kvb_run_free(r, U), kvb_run_free(r, SV);
     return rc;
 }
 
@@ -174,7 +170,7 @@ static int out_check_lowrank(kvb_run *r)
     for (int64_t i = 0; i < nu; i++) U[i] = kvb_bf16_to_float(U16[i]);
     for (int64_t i = 0; i < nsv; i++) SV[i] = kvb_bf16_to_float(SV16[i]);
     rc = ref_shadowkv_lowrank_error(K->h, p->S, p->Hkv, p->D, p->r, U, SV, &e16);
-    free(U), free(SV);
+    kvb_run_free(r, U), kvb_run_free(r, SV);
     if (rc) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: bf16 factors: %s", kvb_last_error());
     const double bound = LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm;
     p->ratio32 = p->optimal > 0 ? e32 / p->optimal : 0;
@@ -219,7 +215,7 @@ static int launch_lapacke(kvb_run *r)
         kvb_dmemset(dev(r, "info"), 0, 4, r->stream);
         kvb_sync(r->stream);
     }
-    free(U), free(SV), free(U16), free(SV16);
+    kvb_run_free(r, U), kvb_run_free(r, SV), kvb_run_free(r, U16), kvb_run_free(r, SV16);
     return rc;
 }
 #else
@@ -254,9 +250,21 @@ static void teardown_lowrank(kvb_run *r)
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_plan_free(&p->plan);
 #endif
-    free(p->s);
-    free(p);
     r->priv = NULL;
+}
+
+/* Kpre in; U, SV (fp32 and bf16), info out; the singular values; the factors' scratch (the reference's,
+ * the bf16 check's, impl=lapacke's); dist=lowrank's factors; LAPACKE_dgesdd's copy of Kpre, its
+ * factors and its own workspace (3 k^2 + max(S, N) + 4 k^2 + 4 k doubles, 8 k ints for k = min(S, N));
+ * a reconstructed row per thread (the error) */
+static size_t host_bytes_lowrank(const kvb_case *c)
+{
+    const double S = kvb_case_i64(c, "S"), N = (double)kvb_case_int(c, "Hkv") * kvb_case_int(c, "D"),
+                 R = kvb_case_int(c, "r"), k = S < N ? S : N, R0 = LOWRANK_SIGNAL_RANK;
+    const double factors = (S + N) * R * 6, mx = S > N ? S : N;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * S * N * 4 + KVB_HOLD_OUT * (factors + 4) + 8 * k + 2 * factors + (S + N) * R0 * 4 +
+                              8 * (S * N + k + S * k + k * N) + 8 * (7 * k * k + mx + 4 * k) + 32 * k +
+                              kvb_ref_threads() * 8.0 * N);
 }
 
 static const kvb_impl lowrank_impls[] = {
@@ -273,6 +281,7 @@ const kvb_op op_shadowkv_lowrank = {
     .n_params = NPARAMS(lowrank_params),
     KVB_IMPLS(lowrank_impls),
     .validate = validate_lowrank,
+    .host_bytes = host_bytes_lowrank,
     .setup = setup_lowrank,
     .launch = launch_lowrank,
     .cost = cost_lowrank,
@@ -324,7 +333,7 @@ typedef struct landmarks_priv {
 static int setup_landmarks(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    landmarks_priv *p = calloc(1, sizeof *p);
+    landmarks_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_landmarks state");
     r->priv = p;
     p->B = kvb_case_int(c, "B"), p->Hkv = kvb_case_int(c, "Hkv"), p->S = kvb_case_int(c, "S");
     p->D = kvb_case_int(c, "D"), p->c = kvb_case_int(c, "c"), p->local = kvb_case_int(c, "local_chunks");
@@ -368,7 +377,7 @@ static int setup_landmarks(kvb_run *r)
             rc = ref_shadowkv_chunks(k + kb, H, S, D, p->c, p->local, 0, p->all_means + (int64_t)b * H * nc * D, all_idx,
                                      no_outliers, NULL);
     }
-    free(all_idx);
+    kvb_run_free(r, all_idx);
     for (int64_t i = 0; i < (int64_t)B * H * nc; i++) p->neg_min_cos[i] = -((float *)mc->ref)[i];
     ol->cmp = KVB_CMP_INDEXSET;
     ol->scores = p->neg_min_cos;
@@ -417,7 +426,7 @@ static int out_check_landmarks(kvb_run *r)
                           "outside the tolerance, max |err| %.3g, rel L2 %.3g, %lld non-finite",
                           (long long)res.n_bad, (long long)res.n_checked, res.max_abs, res.rel_l2, (long long)res.n_nonfinite);
     }
-    free(expect);
+    kvb_run_free(r, expect);
     return rc;
 }
 
@@ -450,10 +459,20 @@ static void teardown_landmarks(kvb_run *r)
 {
     landmarks_priv *p = r->priv;
     if (!p) return;
-    free(p->all_means);
-    free(p->neg_min_cos);
-    free(p);
     r->priv = NULL;
+}
+
+/* K in; landmarks, landmark_idx, outliers, min_cos out; every chunk's mean, the outliers' scores, the
+ * ids of a batch's chunks, out_check's expected landmarks; the reference's scratch */
+static size_t host_bytes_landmarks(const kvb_case *c)
+{
+    int nc, Lm;
+    if (landmark_counts(c, &nc, &Lm)) return 0;
+    const double B = kvb_case_int(c, "B"), H = kvb_case_int(c, "Hkv"), S = kvb_case_i64(c, "S"), D = kvb_case_int(c, "D"),
+                 O = kvb_case_int(c, "outlier_chunks"), rows = B * H;
+    const double out = rows * (Lm * (D * 2 + 4) + O * 4 + nc * 4.0);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * rows * S * D * 2 + KVB_HOLD_OUT * out + rows * nc * (D * 2 + 4) + H * nc * 4 +
+                              rows * Lm * D * 2 + nc * (D * 8 + 17) + D * 8);
 }
 
 static const kvb_impl landmarks_impls[] = {
@@ -469,6 +488,7 @@ const kvb_op op_shadowkv_landmarks = {
     KVB_IMPLS(landmarks_impls),
     .tol = {1e-6, 8e-3, 4e-3},
     .validate = validate_landmarks,
+    .host_bytes = host_bytes_landmarks,
     .setup = setup_landmarks,
     .launch = launch_landmarks,
     .cost = cost_landmarks,

@@ -110,7 +110,7 @@ static void draw_ascending(kvb_rng *rng, int64_t range, int need, int32_t *out)
 static int setup_sparse(kvb_run *r)
 {
     const kvb_case *c = r->c;
-    sparse_priv *p = calloc(1, sizeof *p);
+    sparse_priv *p = kvb_run_alloc(r, sizeof *p, "sparse attention state");
     r->priv = p;
     p->pages = is_pages(c);
     p->s = layout_of(c);
@@ -187,7 +187,7 @@ static int ref_check_sparse(kvb_run *r)
     const sparse_priv *p = r->priv;
     if (kvb_case_i64(r->c, "budget")) return KVB_OK;
     kvb_tensor *o = kvb_run_find(r, "o");
-    kvb_bf16 *alt = malloc(sizeof(kvb_bf16) * (size_t)o->n);
+    kvb_bf16 *alt = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)o->n, "the sparse reference over every token");
     memcpy(alt, o->ref, sizeof(kvb_bf16) * (size_t)o->n);
     const kvb_tensor *q = kvb_run_find(r, "q"), *K = kvb_run_find(r, "K"), *V = kvb_run_find(r, "V");
     const int32_t *lens = kvb_run_find(r, "len")->h, *cnts = kvb_run_find(r, "cnt")->h;
@@ -202,7 +202,7 @@ static int ref_check_sparse(kvb_run *r)
                           "element %lld: %g vs %g", r->op->name, (long long)i, kvb_bf16_to_double(alt[i]),
                           kvb_bf16_to_double(ref[i]));
     }
-    free(alt);
+    kvb_run_free(r, alt);
     return rc;
 }
 
@@ -248,9 +248,20 @@ static void teardown_sparse(kvb_run *r)
 {
     sparse_priv *p = r->priv;
     if (!p) return;
-    free(p->mask);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
+}
+
+/* q, K, V, len, cnt, the lists in; o out, and its copy for the budget=0 check; the slice sample; the
+ * references' scratch (a thread's rows and scores) */
+static size_t host_bytes_sparse(const kvb_case *c)
+{
+    const sparse_layout s = layout_of(c);
+    const decode_layout *d = &s.kv;
+    const double q = (double)d->B * d->Hq * d->D * 2, kv = 2.0 * d->B * d->Hkv * (double)d->L * d->D * 2;
+    const double lists = (double)d->B * d->Hkv * s.n * 4;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (q + kv + 8.0 * d->B + lists) + (KVB_HOLD_OUT + 1) * q + (double)d->B * d->Hkv +
+                              kvb_ref_threads() * 8.0 * ((double)s.n * s.P + (double)d->L));
 }
 
 static const kvb_impl sparse_impls[] = {
@@ -266,6 +277,7 @@ const kvb_op op_sparse_attn_idx = {
     .n_params = NPARAMS(idx_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_sparse,
+    .host_bytes = host_bytes_sparse,
     .setup = setup_sparse,
     .ref_check = ref_check_sparse,
     .launch = launch_sparse,
@@ -282,6 +294,7 @@ const kvb_op op_sparse_attn_pages = {
     .n_params = NPARAMS(pages_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_sparse,
+    .host_bytes = host_bytes_sparse,
     .setup = setup_sparse,
     .ref_check = ref_check_sparse,
     .launch = launch_sparse,

@@ -94,6 +94,10 @@ struct step_method {
     void (*bytes)(const kvb_run *r, const step_priv *p, double *dev, double *host, double *flops);
     /* The state one sequence keeps for this layer: device bytes and host bytes (pinned). */
     void (*state_bytes)(const step_case *s, double *dev, double *host);
+    /* Host memory of the method's part of a case (its tensors by role as kvb_op.host_bytes counts them,
+     * its buffers, its references' scratch, the host pool), from the shape alone. NULL: not estimated
+     * (the case is then not checked against the machine's memory). */
+    double (*host_bytes)(const step_case *s);
     void (*teardown)(step_priv *p);
 };
 

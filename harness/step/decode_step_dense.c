@@ -72,6 +72,13 @@ static void state_dense(const step_case *s, double *dev, double *host)
     *host = 0;
 }
 
+/* len in; K, V in and out; the reference's scores per thread */
+static double host_bytes_dense(const step_case *s)
+{
+    return 4.0 * s->B + KVB_HOLD_INOUT * 2 * 2.0 * s->B * s->m->Hkv * (double)s->L * s->m->D +
+           kvb_ref_threads() * 8.0 * (double)s->L;
+}
+
 const step_method step_method_dense = {
     .name = "dense",
     .about = "K, V of every token on the device; kv_append, decode_attn",
@@ -80,4 +87,5 @@ const step_method step_method_dense = {
     .ref_attend = ref_attend_dense,
     .bytes = bytes_dense,
     .state_bytes = state_dense,
+    .host_bytes = host_bytes_dense,
 };

@@ -88,8 +88,7 @@ static int setup_ok(kvb_run *r, step_priv *p)
     const step_case *s = &p->s;
     const block_preset *m = s->m;
     const int B = s->B;
-    ok_state *st = calloc(1, sizeof *st);
-    if (!st) return kvb_fail(KVB_ENOMEM, "%s: out of memory for the method's state", WHO);
+    ok_state *st = kvb_run_alloc(r, sizeof *st, "omnikv method state");
     p->ms = st;
     step_fill_ints(step_tensor(r, "len", KVB_I32, 1, B, 0, 0, 0, KVB_IN), (int)s->L);
     step_fill_ints(step_tensor(r, "prompt", KVB_I32, 1, B, 0, 0, 0, KVB_IN), s->ctx);
@@ -134,39 +133,36 @@ static int setup_ok(kvb_run *r, step_priv *p)
     kvb_fill_bf16_normal(qf->h, qf->n, r->seed, kvb_stream_of("q_filter"), 0, 0, 1);
     step_fill_ints(step_tensor(r, "cnt", KVB_I32, 1, B, 0, 0, 0, KVB_IN), s->ok_n);
     kvb_tensor *idx = step_tensor(r, "idx", KVB_I32, 3, B, m->Hkv, s->ok_n, 0, KVB_IN);
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)B * s->ok_k);
-    if (!sel) return kvb_fail(KVB_ENOMEM, "%s: out of memory for the selection", WHO);
+    int32_t *sel = kvb_run_alloc(r, sizeof(int32_t) * (size_t)B * s->ok_k, "the filter layer's selection");
     int rc = KVB_OK;
     if (kvb_gpu_available()) {
         /* gpu_prefill replaces it with omnikv_select's before anything is compared: the first k prompt
          * tokens meanwhile (a valid list for the setup-time reference) */
         for (int64_t i = 0; i < (int64_t)B * s->ok_k; i++) sel[i] = (int32_t)(i % s->ok_k);
     } else {
-        float *scores = malloc(sizeof(float) * (size_t)B * s->L);
-        rc = scores ? ref_omnikv_select(qf->h, K->h, kvb_run_find(r, "prompt")->h, &l, s->ok_k, scores, sel, NULL, NULL)
-                    : kvb_fail(KVB_ENOMEM, "%s: out of memory for the selection's scores", WHO);
-        free(scores);
+        float *scores = kvb_run_alloc(r, sizeof(float) * (size_t)B * s->L, "the filter layer's scores");
+        rc = ref_omnikv_select(qf->h, K->h, kvb_run_find(r, "prompt")->h, &l, s->ok_k, scores, sel, NULL, NULL);
+        kvb_run_free(r, scores);
     }
     if (!rc) build_lists(s, sel, idx->h);
-    free(sel);
+    kvb_run_free(r, sel);
     return rc;
 }
 
 /* all=1: every prompt token selected, so the lists are 0 .. pos and the sparse reference computes dense
  * decode over the same rows in the same order: equal bit for bit */
-static int dense_invariant(const decode_layout *d, const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
+static int dense_invariant(kvb_run *r, const decode_layout *d, const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
                            const int32_t *len, const kvb_bf16 *att, const uint8_t *slices)
 {
     const int64_t n = (int64_t)d->B * d->Hq * d->D, per_slice = (int64_t)(d->Hq / d->Hkv) * d->D;
-    kvb_bf16 *dense = malloc(sizeof(kvb_bf16) * (size_t)n);
-    if (!dense) return kvb_fail(KVB_ENOMEM, "%s all=1: out of memory for dense attention", WHO);
+    kvb_bf16 *dense = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)n, "dense attention (all=1)");
     int rc = ref_decode_attn(q, K, V, len, dense, d, slices);
     for (int64_t i = 0; !rc && i < n; i++)
         if ((!slices || slices[i / per_slice]) && dense[i] != att[i])
             rc = kvb_fail(KVB_EINVAL, "%s all=1: the sparse layer's attention differs from dense attention over every "
                           "token at element %lld: %g vs %g", WHO, (long long)i, kvb_bf16_to_double(att[i]),
                           kvb_bf16_to_double(dense[i]));
-    free(dense);
+    kvb_run_free(r, dense);
     return rc;
 }
 
@@ -218,7 +214,7 @@ static int ref_attend_ok(kvb_run *r, step_priv *p, const kvb_bf16 *q, const kvb_
     const sparse_layout sl = {d, s->ok_n, 1};
     rc = ref_sparse_attn_idx(q, K->ref, V->ref, len, kvb_run_find(r, "idx")->h, kvb_run_find(r, "cnt")->h, att, &sl,
                              p->kv_slices);
-    if (!rc && s->all) rc = dense_invariant(&d, q, K->ref, V->ref, len, att, p->kv_slices);
+    if (!rc && s->all) rc = dense_invariant(r, &d, q, K->ref, V->ref, len, att, p->kv_slices);
     return rc;
 }
 
@@ -234,8 +230,7 @@ static int gpu_prefill_ok(kvb_run *r, step_priv *p)
     const size_t ws_bytes = omnikv_select_workspace_bytes(&l), sel_bytes = sizeof(int32_t) * (size_t)s->B * s->ok_k;
     const kvb_tensor *prompt = kvb_run_find(r, "prompt");
     kvb_tensor *idx = kvb_run_find(r, "idx");
-    int32_t *sel = malloc(sel_bytes);
-    if (!sel) return kvb_fail(KVB_ENOMEM, "%s: out of memory for the selection", WHO);
+    int32_t *sel = kvb_run_alloc(r, sel_bytes, "the filter layer's selection");
     void *ws = kvb_dmalloc(ws_bytes);
     int32_t *sel_d = kvb_dmalloc(sel_bytes);
     int rc = omnikv_select(kvb_run_find(r, "q_filter")->d, kvb_run_find(r, "K")->d_init, prompt->d, prompt->h, &l,
@@ -249,7 +244,7 @@ static int gpu_prefill_ok(kvb_run *r, step_priv *p)
     kvb_sync(r->stream);
     kvb_dfree(ws);
     kvb_dfree(sel_d);
-    free(sel);
+    kvb_run_free(r, sel);
     return rc;
 }
 
@@ -304,14 +299,18 @@ static void state_ok(const step_case *s, double *dev, double *host)
     *host = 0;
 }
 
-static void teardown_ok(step_priv *p)
+/* len, prompt, q_filter, cnt, idx in; K, V in and out; filter: idx, scores out and their magnitudes and
+ * mask; the selection and its scores; the references' scratch (a query row set in double, a thread's
+ * scores, the sparse lists' rows) */
+static double host_bytes_ok(const step_case *s)
 {
-    ok_state *st = p->ms;
-    if (!st) return;
-    free(st->mag);
-    free(st->score_mask);
-    free(st);
-    p->ms = NULL;
+    const block_preset *m = s->m;
+    const double B = s->B, L = (double)s->L, kv = B * m->Hkv * L * m->D * 2;
+    double bytes = 8 * B + KVB_HOLD_INOUT * 2 * kv + 8.0 * m->Hq * m->D + kvb_ref_threads() * 8 * (2 * L + s->ok_n);
+    if (filter_role(s)) bytes += KVB_HOLD_OUT * (B * s->ok_k * 4 + B * L * 4) + B * L * 9;
+    else bytes += KVB_HOLD_IN * (B * m->Hq * m->D * 2 + 4 * B + B * m->Hkv * s->ok_n * 4) + B * s->ok_k * 4 + B * L * 4 +
+                  (s->all ? B * m->Hq * m->D * 2 : 0);
+    return bytes;
 }
 
 const step_method step_method_omnikv = {
@@ -327,5 +326,5 @@ const step_method step_method_omnikv = {
 #endif
     .bytes = bytes_ok,
     .state_bytes = state_ok,
-    .teardown = teardown_ok,
+    .host_bytes = host_bytes_ok,
 };

@@ -77,13 +77,13 @@ static int setup_rk(kvb_run *r, step_priv *p)
 }
 
 /* all=1: the sparse reference over every page computes dense decode in the same order: equal bit for bit */
-static int dense_invariant(const rocketkv_shape *sh, const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
+static int dense_invariant(kvb_run *r, const rocketkv_shape *sh, const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V,
                            const kvb_bf16 *att, const uint8_t *slices)
 {
     const decode_layout d = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->cap_tokens};
     const int64_t n = (int64_t)sh->B * sh->Hq * sh->D, per_slice = (int64_t)(sh->Hq / sh->Hkv) * sh->D;
-    kvb_bf16 *dense = malloc(sizeof(kvb_bf16) * (size_t)n);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)sh->B);
+    kvb_bf16 *dense = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)n, "dense attention (all=1)");
+    int32_t *len = kvb_run_alloc(r, sizeof(int32_t) * (size_t)sh->B, "dense attention lengths");
     for (int b = 0; b < sh->B; b++) len[b] = sh->t + 1;
     int rc = ref_decode_attn(q, K, V, len, dense, &d, slices);
     for (int64_t i = 0; !rc && i < n; i++)
@@ -91,8 +91,8 @@ static int dense_invariant(const rocketkv_shape *sh, const kvb_bf16 *q, const kv
             rc = kvb_fail(KVB_EINVAL, "decode_step method=rocketkv all=1: the path's attention differs from dense "
                           "attention over the kept tokens at element %lld: %g vs %g", (long long)i,
                           kvb_bf16_to_double(att[i]), kvb_bf16_to_double(dense[i]));
-    free(dense);
-    free(len);
+    kvb_run_free(r, dense);
+    kvb_run_free(r, len);
     return rc;
 }
 
@@ -108,7 +108,7 @@ static int ref_attend_rk(kvb_run *r, step_priv *p, const kvb_bf16 *q, const kvb_
     if (rc) return rc;
     const int npg = page_count(sh->t + 1, sh->P), n_sel = hybrid_selected_pages(sh->k, sh->P);
     pages->set_tol = kvb_selection_tol(&u->tol, u->ref, (int64_t)sh->B * sh->Hkv, npg, pages->ref, n_sel);
-    if (p->s.all && (rc = dense_invariant(sh, q, K->ref, V->ref, att, p->kv_slices))) return rc;
+    if (p->s.all && (rc = dense_invariant(r, sh, q, K->ref, V->ref, att, p->kv_slices))) return rc;
     if (!p->from_device) return KVB_OK;
     /* the device chose its pages within the selection's tolerance (compared against u in the same
      * verdict): att is exact attention over the pages it chose */
@@ -145,7 +145,7 @@ static int gpu_prefill_rk(kvb_run *r, step_priv *p)
 static int attention_rk(kvb_run *r, step_priv *p, int which, block_attention *a)
 {
     rocketkv_step_plan *plans = p->ms;
-    if (!plans) p->ms = plans = calloc(2, sizeof *plans);
+    if (!plans) p->ms = plans = kvb_run_alloc(r, 2 * sizeof *plans, "rocketkv step plans");
     const rocketkv_buffers b = {
         .t = step_dev(r, "t"), .t_host = kvb_run_find(r, "t")->h,
         .len = step_dev(r, "len"), .len_host = kvb_run_find(r, "len")->h,
@@ -172,7 +172,19 @@ static void state_rk(const step_case *s, double *dev, double *host)
     *host = 0;
 }
 
-static void teardown_rk(step_priv *p) { free(p->ms); }
+/* t, len, cnt in; K, V, kmin, kmax in and out; u, pages out; the references' scratch (the prompt's rows
+ * for the metadata, a head's scoring scratch and the page rows per thread), dense attention for all=1 */
+static double host_bytes_rk(const step_case *s)
+{
+    const rocketkv_shape *sh = &s->rk;
+    const double heads = (double)sh->B * sh->Hkv, npg = page_count(sh->t + 1, sh->P), n_sel = hybrid_selected_pages(sh->k, sh->P);
+    const double G = sh->Hq / sh->Hkv;
+    return 12.0 * sh->B + KVB_HOLD_INOUT * heads * sh->D * 2 * 2 * ((double)sh->cap_tokens + sh->cap_pages) +
+           KVB_HOLD_OUT * heads * (npg + n_sel) * 4 + heads * sh->t * sh->D * 2 +
+           kvb_ref_threads() * (12.0 * sh->D + 16.0 * sh->r + 16 * G + 8 * G * npg + 8 * npg + 8.0 * n_sel * sh->P +
+                                8.0 * sh->cap_tokens) +
+           (s->all ? (double)sh->B * sh->Hq * sh->D * 2 + 4.0 * sh->B : 0);
+}
 
 const step_method step_method_rocketkv = {
     .name = "rocketkv",
@@ -187,5 +199,5 @@ const step_method step_method_rocketkv = {
 #endif
     .bytes = bytes_rk,
     .state_bytes = state_rk,
-    .teardown = teardown_rk,
+    .host_bytes = host_bytes_rk,
 };

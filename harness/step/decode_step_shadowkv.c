@@ -92,7 +92,7 @@ static int setup_skv(kvb_run *r, step_priv *p)
     const shadowkv_layout *L = &sh->L;
     const gather_layout *g = &L->g;
     const int B = sh->B, Hkv = sh->Hkv, D = sh->D, S = sh->S, M = g->M;
-    skv_priv *q = calloc(1, sizeof *q);
+    skv_priv *q = kvb_run_alloc(r, sizeof *q, "shadowkv method state");
     p->ms = q;
     q->P = B < SKV_PROMPTS ? B : SKV_PROMPTS;
     snprintf(r->note, sizeof r->note, "M=%d chunks (of Lm=%d), %d cached, r=%d, NB=%d%s", M, L->Lm, sh->n_hit, sh->r,
@@ -207,7 +207,8 @@ static int build_buffer(kvb_run *r, step_priv *p, const int32_t *sel)
     const kvb_bf16 *kpost = kvb_run_find(r, "K_prompt")->h, *vh = kvb_run_find(r, "Vh")->h;
     const int32_t *lidx = kvb_run_find(r, "landmark_idx")->h;
     memset(kb->h, 0, (size_t)kb->n * 2), memset(vb->h, 0, (size_t)vb->n * 2);
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)(L->Lm + M)), *pick = malloc(sizeof(int32_t) * (size_t)M);
+    int32_t *perm = kvb_run_alloc(r, sizeof(int32_t) * (size_t)(L->Lm + M), "the previous chunks' draw");
+    int32_t *pick = kvb_run_alloc(r, sizeof(int32_t) * (size_t)M, "the previous chunks' hits");
     for (int64_t bh = 0; bh < (int64_t)sh->B * Hkv; bh++) {
         const int b = (int)(bh / Hkv), h = (int)(bh % Hkv);
         const kvb_bf16 *kp = kpost + ((int64_t)(b % q->P) * Hkv + h) * S * D; /* [S, D] */
@@ -238,7 +239,7 @@ static int build_buffer(kvb_run *r, step_priv *p, const int32_t *sel)
         kvb_fill_bf16_normal(vr + (int64_t)L->decode_start * D, (int64_t)sh->gen * D, r->seed, kvb_stream_of("V_gen"),
                              (int64_t)first, 0, 1);
     }
-    free(perm), free(pick);
+    kvb_run_free(r, perm), kvb_run_free(r, pick);
     return KVB_OK;
 }
 
@@ -253,7 +254,7 @@ static int host_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
                *li = kvb_run_find(r, "landmark_idx");
     const float *kpre = kvb_run_find(r, "Kpre")->h;
     const kvb_bf16 *kpost = kvb_run_find(r, "K_prompt")->h;
-    float *u = malloc(sizeof(float) * (size_t)S * R), *sv = malloc(sizeof(float) * (size_t)N * R);
+    float *u = kvb_run_alloc(r, sizeof(float) * (size_t)S * R, "the prefill's U"), *sv = kvb_run_alloc(r, sizeof(float) * (size_t)N * R, "the prefill's SV");
     const int64_t lm_per = (int64_t)Hkv * L->Lm, out_per = (int64_t)Hkv * L->outlier_chunks;
     int rc = KVB_OK;
     for (int j = 0; j < q->P && !rc; j++) {
@@ -265,7 +266,7 @@ static int host_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
                                  (kvb_bf16 *)lm->h + j * lm_per * D, (int32_t *)li->h + j * lm_per,
                                  q->outliers + j * out_per, NULL);
     }
-    free(u), free(sv);
+    kvb_run_free(r, u), kvb_run_free(r, sv);
     if (rc) return rc;
     for (int b = q->P; b < B; b++) { /* the other sequences share their prompt's prefill */
         const int j = b % q->P;
@@ -277,11 +278,11 @@ static int host_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
     }
     /* this step's chunks, as the host's q picks them */
     const lms_shape ls = {B, sh->Hq, Hkv, D, L->Lm, L->g.M};
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)B * Hkv * L->g.M);
-    float *m = malloc(sizeof(float) * (size_t)B * Hkv * L->Lm);
+    int32_t *sel = kvb_run_alloc(r, sizeof(int32_t) * (size_t)B * Hkv * L->g.M, "this step's chunks");
+    float *m = kvb_run_alloc(r, sizeof(float) * (size_t)B * Hkv * L->Lm, "this step's chunk scores");
     rc = ref_landmark_score(q_host, lm->h, li->h, &ls, L->n_chunks, NULL, sel, m);
     if (!rc) rc = build_buffer(r, p, sel);
-    free(sel), free(m);
+    kvb_run_free(r, sel), kvb_run_free(r, m);
     return rc;
 }
 
@@ -297,9 +298,10 @@ static int dense_invariant(kvb_run *r, step_priv *p, const kvb_bf16 *q_in, const
     skv_priv *q = p->ms;
     const int B = sh->B, Hkv = sh->Hkv, D = sh->D, S = sh->S, c = L->c, n = S + sh->gen + 1;
     const decode_layout d = {B, sh->Hq, Hkv, D, n};
-    kvb_bf16 *K = malloc(2 * (size_t)B * Hkv * n * D), *V = malloc(2 * (size_t)B * Hkv * n * D);
-    kvb_bf16 *o = malloc(2 * (size_t)B * sh->Hq * D);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)B);
+    kvb_bf16 *K = kvb_run_alloc(r, 2 * (size_t)B * Hkv * n * D, "dense keys (all=1)");
+    kvb_bf16 *V = kvb_run_alloc(r, 2 * (size_t)B * Hkv * n * D, "dense values (all=1)");
+    kvb_bf16 *o = kvb_run_alloc(r, 2 * (size_t)B * sh->Hq * D, "dense attention (all=1)");
+    int32_t *len = kvb_run_alloc(r, sizeof(int32_t) * (size_t)B, "dense lengths (all=1)");
     const kvb_bf16 *kpost = kvb_run_find(r, "K_prompt")->h, *vh = kvb_run_find(r, "Vh")->h;
     const kvb_bf16 *kb = kvb_run_find(r, "Kbuf")->h, *vb = kvb_run_find(r, "Vbuf")->h;
     const size_t row = 2 * (size_t)D;
@@ -326,7 +328,7 @@ static int dense_invariant(kvb_run *r, step_priv *p, const kvb_bf16 *q_in, const
                           "attention over every token at element %lld: %g vs %g (tolerance atol %g, rtol %g)",
                           (long long)i, x, y, tol.atol, tol.rtol);
     }
-    free(K), free(V), free(o), free(len);
+    kvb_run_free(r, K), kvb_run_free(r, V), kvb_run_free(r, o), kvb_run_free(r, len);
     return rc;
 }
 
@@ -454,14 +456,14 @@ static int gpu_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
     if ((rc = landmark_score_workspace_bytes(&ls, &sws))) return rc;
     const lms_args a = {qd, lm->d, li->d, ch->d, kvb_run_find(r, "m")->d, kvb_run_find(r, "ws_score")->d, sws};
     rc = landmark_score(&ls, &a, r->stream);
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)ch->n);
+    int32_t *sel = kvb_run_alloc(r, sizeof(int32_t) * (size_t)ch->n, "this step's chunks");
     kvb_d2h(sel, ch->d, sizeof(int32_t) * (size_t)ch->n, r->stream);
     kvb_sync(r->stream);
     kvb_dfree(qd);
     if (!rc && (rc = lms_landmark_idx_check(li->h, (int64_t)B * Hkv, L->Lm, L->n_chunks, "decode_step method=shadowkv")))
         rc = kvb_fail(KVB_EINVAL, "decode_step method=shadowkv: the device's landmark_idx: %s", kvb_last_error());
     if (!rc) rc = build_buffer(r, p, sel);
-    free(sel);
+    kvb_run_free(r, sel);
     if (rc) return rc;
     /* 5. the buffer's initial device copies */
     const char *names[3] = {"cached_ids", "Kbuf", "Vbuf"};
@@ -499,7 +501,30 @@ static void bytes_skv(const kvb_run *r, const step_priv *p, double *dev, double 
 
 static void state_skv(const step_case *s, double *dev, double *host) { shadowkv_state_bytes(&s->skv, dev, host); }
 
-static void teardown_skv(step_priv *p) { free(p->ms); }
+/* The activations (Kpre, the post-RoPE keys of the distinct prompts), the pool for the values, the local
+ * values and the outliers; the prefill's state (U, SV, landmarks and their ids) in; the buffer and its
+ * tags in and out; chunks, m, offsets, cnts, bad out; the chunk scores and Kbuf's tolerance magnitudes;
+ * slot, len in; the prefill by the references without a device (LAPACKE's copy, factors and workspace,
+ * the chunk means, this step's chunks and scores); the step's reference's scratch; dense K, V for all=1 */
+static double host_bytes_skv(const step_case *s)
+{
+    const shadowkv_step_shape *sh = &s->skv;
+    const shadowkv_layout *L = &sh->L;
+    const gather_layout *g = &L->g;
+    const double B = sh->B, Hkv = sh->Hkv, D = sh->D, S = sh->S, R = sh->r, N = Hkv * D, rows = B * Hkv;
+    const double P = B < SKV_PROMPTS ? B : SKV_PROMPTS, k = S < N ? S : N, mx = S > N ? S : N, M = g->M;
+    const double activations = P * S * N * 4 + P * Hkv * S * D * 2, pool = rows * L->n_chunks * L->c * D * 2;
+    const double state = B * S * R * 2 + rows * R * D * 2 + rows * L->Lm * (D * 2 + 4);
+    const double buffer = rows * M * 4 + 2 * rows * g->NB * D * 2;
+    const double outs = rows * (M * 4 + L->Lm * 4 + M * 4 + 4) + 4;
+    const double prefill = (S + N) * R * 4 + 8 * (S * N + k + S * k + k * N) + 8 * (7 * k * k + mx + 4 * k) + 32 * k +
+                           L->n_chunks * (D * 8 + 17) + rows * (M + L->Lm) * 4 + (L->Lm + 2 * M) * 4;
+    const double n = S + sh->gen + 1, ref = 12 * M + (double)gather_chunk_bytes(g) * M +
+                                                kvb_ref_threads() * 8.0 * (D + g->NB + n + 3 * L->Lm + M);
+    return activations + pool + rows * (L->n_local * D * 2 + L->outlier_chunks * 4) + KVB_HOLD_IN * state +
+           KVB_HOLD_INOUT * buffer + KVB_HOLD_OUT * outs + rows * L->n_chunks * 4 + rows * g->NB * D * 8 + 8 * B +
+           prefill + ref + (s->all ? 2 * rows * n * D * 2 + B * sh->Hq * D * 2 + 4 * B : 0);
+}
 
 const step_method step_method_shadowkv = {
     .name = "shadowkv",
@@ -515,5 +540,5 @@ const step_method step_method_shadowkv = {
 #endif
     .bytes = bytes_skv,
     .state_bytes = state_skv,
-    .teardown = teardown_skv,
+    .host_bytes = host_bytes_skv,
 };

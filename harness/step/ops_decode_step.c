@@ -159,13 +159,12 @@ static int ref_rest(kvb_run *r, step_priv *p, const kvb_bf16 *q, const kvb_bf16 
     int rc = p->method->ref_attend(r, p, q, knew, vnew, p->att);
     if (rc) return rc;
     const block_weights w = host_weights(r);
-    ref_block_post(kvb_run_find(r, "x")->h, &w, p->s.m, p->s.B, p->att, p->seqs, kvb_run_find(r, "y")->ref);
-    return KVB_OK;
+    return ref_block_post(kvb_run_find(r, "x")->h, &w, p->s.m, p->s.B, p->att, p->seqs, kvb_run_find(r, "y")->ref);
 }
 
 static int setup_step(kvb_run *r)
 {
-    step_priv *p = calloc(1, sizeof *p);
+    step_priv *p = kvb_run_alloc(r, sizeof *p, "decode_step state");
     r->priv = p;
     int rc = case_of(r->c, &p->s);
     if (rc) return rc;
@@ -205,13 +204,13 @@ static int setup_step(kvb_run *r)
     y->slice_len = H;
     y->slice_mask = p->seqs;
     if (p->seqs) {
-        p->kv_slices = malloc((size_t)B * m->Hkv);
+        p->kv_slices = kvb_run_alloc(r, (size_t)B * m->Hkv, "the sampled sequences' kv heads");
         for (int i = 0; i < B * m->Hkv; i++) p->kv_slices[i] = p->seqs[i / m->Hkv];
         const size_t used = strlen(r->note);
         snprintf(r->note + used, sizeof r->note - used, "%sreference of y on %lld of %d sequences", used ? "; " : "",
                  (long long)chosen, B);
     }
-    p->att = malloc(sizeof(kvb_bf16) * (size_t)B * m->Hq * m->D);
+    p->att = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)B * m->Hq * m->D, "the reference attention");
     const block_weights w = host_weights(r);
     if ((rc = ref_block_pre(x->h, &w, m, B, pos->h, cs->h, max_pos, q->ref, kn->ref, vn->ref))) return rc;
     if (p->method->host_prefill) {
@@ -363,20 +362,33 @@ static void teardown_step(kvb_run *r)
     block_cublas_destroy(p->cublas, p->cublas_ws);
 #endif
     if (p->method && p->method->teardown) p->method->teardown(p);
-    free(p->seqs);
-    free(p->kv_slices);
-    free(p->att);
-    free(p);
+    kvb_xfree(p->seqs);
     r->priv = NULL;
 }
 
-/* shadowkv's values live in the suite's pinned host pool, reserved once for the largest case */
-static size_t host_bytes_step(const kvb_case *c)
+/* shadowkv's values live in the suite's pinned host pool */
+static size_t pool_bytes_step(const kvb_case *c)
 {
     step_case s;
     if (case_of(c, &s) || METHODS[s.method] != &step_method_shadowkv) return 0;
     const gather_layout *g = &s.skv.L.g;
-    return (size_t)g->B * g->Hkv * (size_t)g->host_stride * (size_t)gather_chunk_bytes(g);
+    return kvb_host_bytes_sat((double)g->B * g->Hkv * (double)g->host_stride * (double)gather_chunk_bytes(g));
+}
+
+/* The block: x, the norms, the weights, the RoPE table, pos in; q, knew, vnew, y out; the samples and the
+ * reference attention; ref_block_pre's and ref_block_post's scratch. Then the method's share (its
+ * host_bytes); a method without one is not estimated (0). */
+static size_t host_bytes_step(const kvb_case *c)
+{
+    step_case s;
+    if (case_of(c, &s) || !METHODS[s.method]->host_bytes) return 0;
+    const block_preset *m = s.m;
+    const double B = s.B, H = m->hidden, F = m->ffn, qd = (double)m->Hq * m->D, kvd = (double)m->Hkv * m->D;
+    const double nqkv = qd + 2 * kvd, widest = H > F ? (H > qd ? H : qd) : (F > qd ? F : qd);
+    const double in = B * H * 2 + 2 * H * 2 + 2.0 * (double)block_weight_elems(m) + (double)s.L * m->D * 2 + 4 * B;
+    const double out = B * (qd + 2 * kvd + H) * 2;
+    const double scratch = B + B * m->Hkv + B * qd * 2 + B * (H + nqkv) * 2 + (2 * H + 3 * F) * 2 + widest * 8;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * in + KVB_HOLD_OUT * out + scratch + METHODS[s.method]->host_bytes(&s));
 }
 
 static const kvb_impl step_impls[] = {
@@ -393,7 +405,8 @@ const kvb_op op_decode_step = {
     .n_params = NPARAMS(step_params),
     .tol = {2e-2, 2e-2, 1e-2},
     .validate = validate_step,
-    .host_pool_bytes = host_bytes_step,
+    .host_pool_bytes = pool_bytes_step,
+    .host_bytes = host_bytes_step,
     .setup = setup_step,
     .gpu_setup = gpu_setup_step,
     .launch = launch_step,

@@ -227,7 +227,7 @@ static int setup_dense(kvb_run *r, rk_priv *p)
 
 static int setup_rk(kvb_run *r)
 {
-    rk_priv *p = calloc(1, sizeof *p);
+    rk_priv *p = kvb_run_alloc(r, sizeof *p, "rocketkv_decode state");
     r->priv = p;
     int rc = case_of(r->c, &p->x);
     if (rc) return rc;
@@ -243,8 +243,8 @@ static int ref_check_rk(kvb_run *r)
     const rocketkv_shape *sh = &p->x.sh;
     const decode_layout d = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->cap_tokens};
     const kvb_tensor *o = kvb_run_find(r, "o");
-    kvb_bf16 *dense = malloc(sizeof(kvb_bf16) * (size_t)o->n);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)sh->B);
+    kvb_bf16 *dense = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)o->n, "dense decode (all=1)");
+    int32_t *len = kvb_run_alloc(r, sizeof(int32_t) * (size_t)sh->B, "dense decode lengths (all=1)");
     for (int b = 0; b < sh->B; b++) len[b] = sh->t + 1;
     int rc = ref_decode_attn(kvb_run_find(r, "q")->h, kvb_run_find(r, "K")->ref, kvb_run_find(r, "V")->ref, len, dense,
                              &d, NULL);
@@ -253,8 +253,8 @@ static int ref_check_rk(kvb_run *r)
         if (dense[i] != ref[i])
             rc = kvb_fail(KVB_EINVAL, "rocketkv_decode: with every page chosen, the reference differs from dense decode at "
                           "element %lld: %g vs %g", (long long)i, kvb_bf16_to_double(ref[i]), kvb_bf16_to_double(dense[i]));
-    free(dense);
-    free(len);
+    kvb_run_free(r, dense);
+    kvb_run_free(r, len);
     return rc;
 }
 
@@ -396,9 +396,29 @@ static void teardown_rk(kvb_run *r)
     if (p->planned & 1) rocketkv_step_plan_destroy(&p->plan);
     if (p->planned & 2) rocketkv_step_plan_destroy(&p->plan_timed);
 #endif
-    free(p->mask);
-    free(p);
+    kvb_xfree(p->mask);
     r->priv = NULL;
+}
+
+/* The step: q, knew, vnew, t, len, cnt in; K, V, kmin, kmax in and out; u, pages, o out; the prompt's
+ * rows for the metadata, the references' scratch per thread, dense decode for all=1. The dense
+ * baseline: q, knew, vnew, t, len, K, V in; o out; the slice sample, the reference's scores per thread. */
+static size_t host_bytes_rk(const kvb_case *c)
+{
+    rk_case x;
+    if (case_of(c, &x)) return 0;
+    const rocketkv_shape *sh = &x.sh;
+    const double B = sh->B, heads = B * sh->Hkv, D = sh->D, qo = B * sh->Hq * D * 2, G = sh->Hq / sh->Hkv;
+    if (x.impl == IMPL_DENSE)
+        return kvb_host_bytes_sat(KVB_HOLD_IN * (qo + 2 * heads * D * 2 + 8 * B + 2 * heads * (double)x.dense_L * D * 2) +
+                                  KVB_HOLD_OUT * qo + heads + kvb_ref_threads() * 8.0 * (double)x.dense_L);
+    const double npg = page_count(sh->t + 1, sh->P), n_sel = hybrid_selected_pages(sh->k, sh->P);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * (qo + 2 * heads * D * 2 + 12 * B) +
+                              KVB_HOLD_INOUT * heads * D * 2 * 2 * ((double)sh->cap_tokens + sh->cap_pages) +
+                              KVB_HOLD_OUT * (heads * (npg + n_sel) * 4 + qo) + heads * sh->t * D * 2 + 12 * B +
+                              kvb_ref_threads() * (12.0 * D + 16.0 * sh->r + 16 * G + 8 * G * npg + 8 * npg +
+                                                   8.0 * n_sel * sh->P + 8.0 * sh->cap_tokens) +
+                              (kvb_case_int(c, "all") ? qo + 4 * B : 0));
 }
 
 static const kvb_impl rk_impls[] = {
@@ -416,6 +436,7 @@ const kvb_op op_rocketkv_decode = {
     .n_params = NPARAMS(rk_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_rk,
+    .host_bytes = host_bytes_rk,
     .setup = setup_rk,
     .ref_check = ref_check_rk,
     .gpu_setup = gpu_setup_rk,

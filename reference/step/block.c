@@ -37,10 +37,11 @@ void ref_rmsnorm(const kvb_bf16 *x, const kvb_bf16 *w, int rows, int n, double e
     }
 }
 
-void ref_linear(const kvb_bf16 *x, const kvb_bf16 *W, const kvb_bf16 *add, int rows, int in, int out, kvb_bf16 *y)
+int ref_linear(const kvb_bf16 *x, const kvb_bf16 *W, const kvb_bf16 *add, int rows, int in, int out, kvb_bf16 *y)
 {
+    double *xd = kvb_xalloc((size_t)in, sizeof(double), "ref_linear input row");
+    if (!xd) return KVB_ENOMEM;
     for (int r = 0; r < rows; r++) {
-        double *xd = malloc(sizeof(double) * (size_t)in);
         for (int i = 0; i < in; i++) xd[i] = kvb_bf16_to_double(x[(int64_t)r * in + i]);
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < out; o++) {
@@ -49,8 +50,9 @@ void ref_linear(const kvb_bf16 *x, const kvb_bf16 *W, const kvb_bf16 *add, int r
             for (int i = 0; i < in; i++) acc += xd[i] * kvb_bf16_to_double(wo[i]);
             y[(int64_t)r * out + o] = kvb_double_to_bf16(acc);
         }
-        free(xd);
     }
+    kvb_xfree(xd);
+    return KVB_OK;
 }
 
 /* rotate-half of one head's D values at table row cs */
@@ -115,30 +117,39 @@ int ref_block_pre(const kvb_bf16 *x, const block_weights *w, const block_preset 
     int rc = block_check(m, B, max_pos, max_pos, pos, "ref_block_pre");
     if (rc) return rc;
     const int H = m->hidden, nqkv = (m->Hq + 2 * m->Hkv) * m->D;
-    kvb_bf16 *z = malloc(sizeof(kvb_bf16) * (size_t)B * H), *qkv = malloc(sizeof(kvb_bf16) * (size_t)B * nqkv);
+    kvb_bf16 *z = kvb_xalloc((size_t)B * H, sizeof(kvb_bf16), "ref_block_pre normed rows");
+    kvb_bf16 *qkv = z ? kvb_xalloc((size_t)B * nqkv, sizeof(kvb_bf16), "ref_block_pre qkv") : NULL;
+    if (!qkv) {
+        kvb_xfree(z);
+        return KVB_ENOMEM;
+    }
     ref_rmsnorm(x, w->norm1, B, H, m->eps, z);
-    for (int b = 0; b < B; b++) ref_linear(z + (int64_t)b * H, w->qkv, NULL, 1, H, nqkv, qkv + (int64_t)b * nqkv);
-    ref_rope_split(qkv, cos_sin, pos, B, m->Hq, m->Hkv, m->D, q, knew, vnew);
-    free(z), free(qkv);
-    return KVB_OK;
+    for (int b = 0; b < B && !rc; b++) rc = ref_linear(z + (int64_t)b * H, w->qkv, NULL, 1, H, nqkv, qkv + (int64_t)b * nqkv);
+    if (!rc) ref_rope_split(qkv, cos_sin, pos, B, m->Hq, m->Hkv, m->D, q, knew, vnew);
+    kvb_xfree(z), kvb_xfree(qkv);
+    return rc;
 }
 
-void ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
-                    const uint8_t *seqs, kvb_bf16 *y)
+int ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
+                   const uint8_t *seqs, kvb_bf16 *y)
 {
     const int H = m->hidden, F = m->ffn, qd = m->Hq * m->D;
-    kvb_bf16 *h = malloc(sizeof(kvb_bf16) * (size_t)H), *z = malloc(sizeof(kvb_bf16) * (size_t)H),
-             *gu = malloc(sizeof(kvb_bf16) * (size_t)2 * F), *act = malloc(sizeof(kvb_bf16) * (size_t)F);
-    for (int b = 0; b < B; b++) {
+    /* h [H], z [H], gate_up [2F], act [F] of one sequence */
+    kvb_bf16 *h = kvb_xalloc(2 * (size_t)H + 3 * (size_t)F, sizeof(kvb_bf16), "ref_block_post rows");
+    if (!h) return KVB_ENOMEM;
+    kvb_bf16 *z = h + H, *gu = z + H, *act = gu + 2 * (size_t)F;
+    int rc = KVB_OK;
+    for (int b = 0; b < B && !rc; b++) {
         if (seqs && !seqs[b]) continue;
         const int64_t xb = (int64_t)b * H;
-        ref_linear(att + (int64_t)b * qd, w->o, x + xb, 1, qd, H, h);
+        if ((rc = ref_linear(att + (int64_t)b * qd, w->o, x + xb, 1, qd, H, h))) break;
         ref_rmsnorm(h, w->norm2, 1, H, m->eps, z);
-        ref_linear(z, w->gate_up, NULL, 1, H, 2 * F, gu);
+        if ((rc = ref_linear(z, w->gate_up, NULL, 1, H, 2 * F, gu))) break;
         ref_silu_mul(gu, 1, F, act);
-        ref_linear(act, w->down, h, 1, F, H, y + xb);
+        rc = ref_linear(act, w->down, h, 1, F, H, y + xb);
     }
-    free(h), free(z), free(gu), free(act);
+    kvb_xfree(h);
+    return rc;
 }
 
 int ref_decode_block_dense(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
@@ -149,15 +160,17 @@ int ref_decode_block_dense(const kvb_bf16 *x, const block_weights *w, const bloc
     if (rc) return rc;
     const int Hq = m->Hq, Hkv = m->Hkv, D = m->D;
     const decode_layout d = {B, Hq, Hkv, D, L};
-    kvb_bf16 *q = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D), *kn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D),
-             *vn = malloc(sizeof(kvb_bf16) * (size_t)B * Hkv * D), *att = malloc(sizeof(kvb_bf16) * (size_t)B * Hq * D);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)B);
-    uint8_t *slices = seqs ? malloc((size_t)B * Hkv) : NULL;
-    for (int b = 0; b < B; b++) len[b] = pos[b] + 1;
-    for (int i = 0; slices && i < B * Hkv; i++) slices[i] = seqs[i / Hkv];
-    if (!(rc = ref_block_pre(x, w, m, B, pos, cos_sin, max_pos, q, kn, vn)) && !(rc = ref_kv_append(kn, vn, pos, K, V, &d)) &&
+    const char *what = "ref_decode_block_dense activations";
+    kvb_bf16 *q = kvb_xalloc((size_t)B * Hq * D, sizeof(kvb_bf16), what), *kn = kvb_xalloc((size_t)B * Hkv * D, sizeof(kvb_bf16), what),
+             *vn = kvb_xalloc((size_t)B * Hkv * D, sizeof(kvb_bf16), what), *att = kvb_xalloc((size_t)B * Hq * D, sizeof(kvb_bf16), what);
+    int32_t *len = kvb_xalloc((size_t)B, sizeof(int32_t), what);
+    uint8_t *slices = seqs ? kvb_xalloc((size_t)B * Hkv, 1, what) : NULL;
+    if (!q || !kn || !vn || !att || !len || (seqs && !slices)) rc = KVB_ENOMEM;
+    for (int b = 0; !rc && b < B; b++) len[b] = pos[b] + 1;
+    for (int i = 0; !rc && slices && i < B * Hkv; i++) slices[i] = seqs[i / Hkv];
+    if (!rc && !(rc = ref_block_pre(x, w, m, B, pos, cos_sin, max_pos, q, kn, vn)) && !(rc = ref_kv_append(kn, vn, pos, K, V, &d)) &&
         !(rc = ref_decode_attn(q, K, V, len, att, &d, slices)))
-        ref_block_post(x, w, m, B, att, seqs, y);
-    free(q), free(kn), free(vn), free(att), free(len), free(slices);
+        rc = ref_block_post(x, w, m, B, att, seqs, y);
+    kvb_xfree(q), kvb_xfree(kn), kvb_xfree(vn), kvb_xfree(att), kvb_xfree(len), kvb_xfree(slices);
     return rc;
 }

@@ -48,8 +48,8 @@ int64_t block_weight_elems(const block_preset *m);
 
 /* y[r] = bf16(x[r] / sqrt(mean_i x[r][i]^2 + eps) * w), rows of n. */
 void ref_rmsnorm(const kvb_bf16 *x, const kvb_bf16 *w, int rows, int n, double eps, kvb_bf16 *y);
-/* y[r] = bf16(W x[r] (+ add[r])), W [out, in]; add may be NULL. */
-void ref_linear(const kvb_bf16 *x, const kvb_bf16 *W, const kvb_bf16 *add, int rows, int in, int out, kvb_bf16 *y);
+/* y[r] = bf16(W x[r] (+ add[r])), W [out, in]; add may be NULL. KVB_OK, or KVB_ENOMEM (its scratch). */
+int ref_linear(const kvb_bf16 *x, const kvb_bf16 *W, const kvb_bf16 *add, int rows, int in, int out, kvb_bf16 *y);
 /* From qkv [B, (Hq + 2 Hkv) D]: q [B, Hq, D] and knew [B, Hkv, D] rotated (llama rotate-half with row pos[b]
  * of the bf16 table cos_sin [max_pos, D]: cos in [0, D/2), sin in [D/2, D)), vnew [B, Hkv, D] copied. */
 void ref_rope_split(const kvb_bf16 *qkv, const kvb_bf16 *cos_sin, const int32_t *pos, int B, int Hq, int Hkv, int D,
@@ -70,8 +70,8 @@ int block_check(const block_preset *m, int B, int64_t L, int max_pos, const int3
  * q, att [B, Hq, D]; knew, vnew [B, Hkv, D]. */
 int ref_block_pre(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const int32_t *pos,
                   const kvb_bf16 *cos_sin, int max_pos, kvb_bf16 *q, kvb_bf16 *knew, kvb_bf16 *vnew);
-void ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
-                    const uint8_t *seqs, kvb_bf16 *y);
+int ref_block_post(const kvb_bf16 *x, const block_weights *w, const block_preset *m, int B, const kvb_bf16 *att,
+                   const uint8_t *seqs, kvb_bf16 *y);
 
 /* The dense block for B sequences at positions pos[b] (the cache holds tokens [0, pos[b]) and the step
  * writes row pos[b]; attention over pos[b] + 1 tokens): x [B, hidden] -> y [B, hidden]; K, V [B, Hkv, L, D]

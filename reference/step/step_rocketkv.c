@@ -40,13 +40,14 @@ int ref_rocketkv_step(const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *v
     sparse_layout att;
     decode_layout cache;
     rocketkv_layouts(sh, &meta, &score, &att, &cache);
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)sh->B * 3), *len = t + sh->B, *cnt = len + sh->B;
-    if (!t) return kvb_fail(KVB_EINVAL, "%s: out of host memory", WHO);
+    int32_t *t = kvb_xalloc((size_t)sh->B * 3, sizeof(int32_t), "ref_rocketkv_step positions");
+    if (!t) return KVB_ENOMEM;
+    int32_t *len = t + sh->B, *cnt = len + sh->B;
     for (int b = 0; b < sh->B; b++) t[b] = sh->t, len[b] = sh->t + 1, cnt[b] = att.n;
     if (!(rc = ref_kv_append(knew, vnew, t, K, V, &cache)) && !(rc = ref_page_meta_append(knew, t, &meta, kmin, kmax)) &&
         !(rc = ref_hybrid_score(q, kmin, kmax, &score, sh->r, sh->k, u, pages, NULL)))
         rc = ref_sparse_attn_pages(q, K, V, len, pages, cnt, o, &att, slices);
-    free(t);
+    kvb_xfree(t);
     return rc;
 }
 
@@ -73,13 +74,12 @@ int ref_rocketkv_meta_prefix(const rocketkv_shape *sh, const kvb_bf16 *K, kvb_bf
         for (int64_t i = 0; i < cells; i++) kmin[i] = BF16_POS_INF, kmax[i] = BF16_NEG_INF;
         return KVB_OK;
     }
-    kvb_bf16 *prefix = malloc(sizeof(kvb_bf16) * (size_t)(heads * sh->t * sh->D));
-    if (!prefix) return kvb_fail(KVB_EINVAL, "ref_rocketkv_meta_prefix: out of host memory for %lld rows",
-                                 (long long)(heads * sh->t));
+    kvb_bf16 *prefix = kvb_xalloc((size_t)(heads * sh->t * sh->D), sizeof(kvb_bf16), "ref_rocketkv_meta_prefix rows");
+    if (!prefix) return KVB_ENOMEM;
     for (int64_t bh = 0; bh < heads; bh++)
         memcpy(prefix + bh * sh->t * sh->D, K + bh * sh->cap_tokens * sh->D, sizeof(kvb_bf16) * (size_t)sh->t * sh->D);
     page_layout built = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->t, sh->P, sh->cap_pages};
     int rc = ref_page_meta_build(prefix, &built, kmin, kmax);
-    free(prefix);
+    kvb_xfree(prefix);
     return rc;
 }

@@ -88,15 +88,13 @@ int ref_shadowkv_step(const shadowkv_step_shape *sh, shadowkv_state *st, const k
     if (rc) return rc;
     /* 4. the new token appended after the generated ones, 5. attention over the valid rows */
     const decode_layout d = {B, sh->Hq, Hkv, D, NB};
-    int32_t *slot = malloc(sizeof(int32_t) * (size_t)B), *len = malloc(sizeof(int32_t) * (size_t)B);
-    if (!slot || !len) {
-        free(slot), free(len);
-        return kvb_fail(KVB_ENOMEM, "ref_shadowkv_step: out of memory");
-    }
+    int32_t *slot = kvb_xalloc(2 * (size_t)B, sizeof(int32_t), "ref_shadowkv_step positions");
+    if (!slot) return KVB_ENOMEM;
+    int32_t *len = slot + B;
     for (int b = 0; b < B; b++) slot[b] = L->decode_start + sh->gen, len[b] = slot[b] + 1;
     rc = ref_kv_append(knew, vnew, slot, st->Kbuf, st->Vbuf, &d);
     if (!rc) rc = ref_decode_attn(q, st->Kbuf, st->Vbuf, len, att, &d, rows);
-    free(slot), free(len);
+    kvb_xfree(slot);
     return rc;
 }
 
