@@ -11,12 +11,13 @@
 #
 # Per case of the tier (default: sanitize), one traced run lists its allocations; then the case runs once
 # for each site (the first allocation of each distinct "what"; --every: each allocation) with that one
-# failing. Each run must end cleanly: exit 0 (the failure was absorbed, e.g. by a fallback) or 1 with the
-# failure named ("out of host memory ... for <what>"); never a signal (134, 137, 139), a sanitizer report
-# or a leak (with an AddressSanitizer build: make alloc-fault builds one). --first-per-op: only the first
-# case of each kernel (the bounded run of tests/run_tests.sh). --pending REGEX: leaks of the cases whose id
-# matches are counted apart, as pending, and fail nothing (code that still allocates outside the checked
-# allocator, named where the option is passed); a crash fails them like any other.
+# failing. Each run must end cleanly: exit 0 or 3 (the failure was absorbed, e.g. by a fallback; 3: nothing
+# measured, no device) or 1 with the failure named ("out of host memory ... for <what>"); never a signal
+# (134, 137, 139), a sanitizer report or a leak (with an AddressSanitizer build: make alloc-fault builds
+# one). --first-per-op: only the first case of each kernel (the bounded run of tests/run_tests.sh).
+# --pending REGEX: leaks of the cases whose id matches are counted apart, as pending, and fail nothing
+# (code that still allocates outside the checked allocator, named where the option is passed); a crash
+# fails them like any other.
 # Ends with "alloc-fault: N injections over N cases, N crashes, N leaks, N unnamed[, N pending leaks]";
 # non-zero on a crash, a leak or an unnamed failure.
 set -u
@@ -65,11 +66,11 @@ while IFS= read -r id; do
             leaks=$((leaks + 1))
             echo "alloc-fault: LEAK after allocation $n failed: $id"
             grep -E '^(Direct|Indirect) leak|^    #[0-9] ' "$log" | head -n 12
-        elif [ "$rc" -gt 2 ] || grep -q 'ERROR: AddressSanitizer' "$log"; then
+        elif [ "$rc" -gt 3 ] || grep -q 'ERROR: AddressSanitizer' "$log"; then
             crashes=$((crashes + 1))
             echo "alloc-fault: CRASH (exit $rc) after allocation $n failed: $id"
             grep -E 'ERROR: |SUMMARY: |^    #[0-9] ' "$log" | head -n 12
-        elif [ "$rc" -ne 0 ] && ! grep -q 'out of host memory' "$log"; then
+        elif [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && ! grep -q 'out of host memory' "$log"; then
             unnamed=$((unnamed + 1))
             echo "alloc-fault: UNNAMED (exit $rc) after allocation $n failed: $id"
             grep -E '^FAIL|^      ' "$log" | head -n 4
