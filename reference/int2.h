@@ -57,6 +57,18 @@ static inline int64_t int2_vq_elems(const int2_layout *l) { return (int64_t)l->B
 static inline int64_t int2_vmeta_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->Tcap * (l->D / l->gs); }
 static inline int64_t int2_res_elems(const int2_layout *l) { return (int64_t)l->B * l->Hkv * l->Rcap * l->D; }
 
+/* Bytes of those arrays at capacity, in double (host-memory estimates: no product of the fields wraps): the
+ * keys' codes and metadata (Kq, Ks, Kz), the values' (Vq, Vs, Vz), the residual (Kr, Vr). */
+static inline double int2_key_array_bytes(const int2_layout *l)
+{
+    return (double)l->B * l->Hkv * l->D * (4.0 * (double)(l->Tcap / 16) + 2 * 2.0 * (double)(l->Tcap / l->gs));
+}
+static inline double int2_value_array_bytes(const int2_layout *l)
+{
+    return (double)l->B * l->Hkv * (double)l->Tcap * (4.0 * (l->D / 16) + 2 * 2.0 * (l->D / l->gs));
+}
+static inline double int2_res_array_bytes(const int2_layout *l) { return 2 * 2.0 * l->B * l->Hkv * l->Rcap * l->D; }
+
 /* Bytes a decode step reads from a cache of T quantized and R residual tokens per (b, kv head):
  * 2-bit codes, fp16 scale and zero, bf16 residual. */
 static inline double int2_cache_bytes(const int2_layout *l)
@@ -169,6 +181,12 @@ static inline int64_t int2_native_rec_elems(const int2_layout *l)
     return (int64_t)l->B * l->Hkv * (l->Tcap / 64) * int2_native_rec_words(l);
 }
 static inline int64_t int2_native_km_elems(const int2_layout *l) { return 2 * int2_kmeta_elems(l); }
+/* Bytes of Rec and Km, in double (as int2_key_array_bytes) */
+static inline double int2_native_array_bytes(const int2_layout *l)
+{
+    return (double)l->B * l->Hkv * (4.0 * (double)(l->Tcap / 64) * (double)int2_native_rec_words(l) +
+                                    2 * 2.0 * l->D * (double)(l->Tcap / l->gs));
+}
 
 /* Interchange cache c -> native n over the whole capacity (every token of Tcap, so that the kernel's
  * copies of a partial last step read initialized memory), and back. Both need Tcap a multiple of 64 and

@@ -149,7 +149,7 @@ void int2_op_fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed)
 
 int2_priv *int2_op_priv_new(kvb_run *r)
 {
-    int2_priv *p = calloc(1, sizeof *p);
+    int2_priv *p = kvb_run_alloc(r, sizeof *p, "the int2 op's state");
     r->priv = p;
     p->l = int2_op_layout(r->c);
     return p;
@@ -182,6 +182,12 @@ void int2_op_add_cache(kvb_run *r, const int2_layout *l, int role, int keys, int
         kvb_tensor *t = kvb_run_find(r, meta[i]);
         if (t && (role == KVB_OUT || role == KVB_INOUT)) t->cmp = KVB_CMP_EXACT;
     }
+}
+
+double int2_op_cache_host_bytes(const int2_layout *l, int keys, int values, int with_res)
+{
+    return (keys ? int2_key_array_bytes(l) : 0) + (values ? int2_value_array_bytes(l) : 0) +
+           (with_res ? int2_res_array_bytes(l) : 0);
 }
 
 static void *ptr_of(kvb_run *r, const char *name, int device, int ref)
@@ -342,8 +348,9 @@ static int setup_append(kvb_run *r)
     int64_t s[3] = {l->B, l->Hkv, l->D};
     kvb_tensor *kn = kvb_run_tensor(r, "knew", KVB_BF16, 3, s, KVB_IN);
     kvb_tensor *vn = kvb_run_tensor(r, "vnew", KVB_BF16, 3, s, KVB_IN);
-    kvb_bf16 *Ksrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * (n_src + 1) * l->D));
-    kvb_bf16 *Vsrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * (n_src + 1) * l->D));
+    const size_t src_bytes = sizeof(kvb_bf16) * (size_t)(heads * (n_src + 1) * l->D);
+    kvb_bf16 *Ksrc = kvb_run_alloc(r, src_bytes, "the source keys");
+    kvb_bf16 *Vsrc = kvb_run_alloc(r, src_bytes, "the source values");
     int2_op_fill_kv(Ksrc, heads, n_src + 1, l->D, dist, r->seed, "K", 1);
     int2_op_fill_kv(Vsrc, heads, n_src + 1, l->D, dist, r->seed, "V", 0);
     for (int64_t h = 0; h < heads; h++) { /* the new token: source token T + R */
@@ -353,7 +360,7 @@ static int setup_append(kvb_run *r)
     int2_cache c = int2_op_cache(r, 0, 0);
     int rc = int2_op_quantize_into(&c, l, Ksrc, Vsrc, n_src + 1);
     if (!rc) int2_op_fill_residual(&c, l, Ksrc, Vsrc, n_src + 1, r->seed);
-    free(Ksrc), free(Vsrc);
+    kvb_run_free(r, Ksrc), kvb_run_free(r, Vsrc);
     if (rc) return rc;
     for (int i = 0; i < r->nt; i++) /* reference = the state before the step, then the step */
         if (r->t[i].role == KVB_INOUT) memcpy(r->t[i].ref, r->t[i].h, (size_t)r->t[i].n * kvb_dtype_size(r->t[i].dtype));
@@ -407,11 +414,12 @@ static int setup_cache_only(kvb_run *r, int2_priv *p, int keys, int values)
     const int2_layout *l = &p->l;
     const int64_t heads = (int64_t)l->B * l->Hkv;
     int2_op_add_cache(r, l, KVB_IN, keys, values, 0);
-    kvb_bf16 *src = malloc(sizeof(kvb_bf16) * (size_t)(heads * l->T * l->D));
+    kvb_bf16 *src = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)(heads * l->T * l->D),
+                                  keys ? "the source keys" : "the source values");
     int2_op_fill_kv(src, heads, l->T, l->D, int2_op_dist(r->c), r->seed, keys ? "K" : "V", keys);
     int2_cache c = int2_op_cache(r, 0, 0);
     int rc = int2_op_quantize_into(&c, l, src, src, l->T);
-    free(src);
+    kvb_run_free(r, src);
     return rc;
 }
 
@@ -427,7 +435,7 @@ static int setup_qk_of(kvb_run *r, int native)
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);
     kvb_tensor *sc = kvb_run_tensor(r, "scores", KVB_FP32, 3, ss, KVB_OUT);
     int2_op_fill_q(q, r->c, r->seed);
-    p->mag = calloc((size_t)sc->n, sizeof(double));
+    p->mag = kvb_run_alloc(r, sizeof(double) * (size_t)sc->n, "the scores' tolerance magnitudes");
     sc->tol_mag = p->mag;
     const char *names[1] = {"scores"};
     const int64_t lens[1] = {(int64_t)G * l->T};
@@ -493,7 +501,7 @@ static int setup_av_of(kvb_run *r, int native)
         for (int64_t t = 0; t < l->T; t++) sum += exp(x[t] - m);
         for (int64_t t = 0; t < l->T; t++) x[t] = (float)(exp(x[t] - m) / sum);
     }
-    p->mag = calloc((size_t)out->n, sizeof(double));
+    p->mag = kvb_run_alloc(r, sizeof(double) * (size_t)out->n, "the outputs' tolerance magnitudes");
     out->tol_mag = p->mag;
     const char *names[1] = {"out"};
     const int64_t lens[1] = {(int64_t)G * l->D};
@@ -548,9 +556,7 @@ void int2_op_teardown(kvb_run *r)
 {
     int2_priv *p = r->priv;
     if (!p) return;
-    free(p->mask);
-    free(p->mag);
-    free(p);
+    kvb_xfree(p->mask); /* kvb_sample_slices' block; the state and mag are the run's */
     r->priv = NULL;
 }
 
@@ -609,21 +615,19 @@ static int setup_quantize_native(kvb_run *r)
     /* the reference: the interchange cache of the whole prompt, then its native layout */
     int2_cache c;
     memset(&c, 0, sizeof c);
-    c.Kq = malloc(sizeof(uint32_t) * (size_t)int2_kq_elems(l));
-    c.Ks = malloc(sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l));
-    c.Kz = malloc(sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l));
-    c.Vq = malloc(sizeof(uint32_t) * (size_t)int2_vq_elems(l));
-    c.Vs = malloc(sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l));
-    c.Vz = malloc(sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l));
-    int rc = (!c.Kq || !c.Ks || !c.Kz || !c.Vq || !c.Vs || !c.Vz)
-                 ? kvb_fail(KVB_ENOMEM, "int2_quantize_native: host reference cache (T=%lld)", (long long)l->T)
-                 : KVB_OK;
-    if (!rc) rc = int2_op_quantize_into(&c, l, K->h, V->h, l->T);
+    c.Kq = kvb_run_alloc(r, sizeof(uint32_t) * (size_t)int2_kq_elems(l), "the reference cache's key codes");
+    c.Ks = kvb_run_alloc(r, sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l), "the reference cache's key scales");
+    c.Kz = kvb_run_alloc(r, sizeof(kvb_fp16) * (size_t)int2_kmeta_elems(l), "the reference cache's key zeros");
+    c.Vq = kvb_run_alloc(r, sizeof(uint32_t) * (size_t)int2_vq_elems(l), "the reference cache's value codes");
+    c.Vs = kvb_run_alloc(r, sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l), "the reference cache's value scales");
+    c.Vz = kvb_run_alloc(r, sizeof(kvb_fp16) * (size_t)int2_vmeta_elems(l), "the reference cache's value zeros");
+    int rc = int2_op_quantize_into(&c, l, K->h, V->h, l->T);
     if (!rc) {
         int2_native n = {rec->ref, km->ref};
         rc = ref_int2_to_native(&c, &n, l);
     }
-    free(c.Kq), free(c.Ks), free(c.Kz), free(c.Vq), free(c.Vs), free(c.Vz);
+    kvb_run_free(r, c.Kq), kvb_run_free(r, c.Ks), kvb_run_free(r, c.Kz);
+    kvb_run_free(r, c.Vq), kvb_run_free(r, c.Vs), kvb_run_free(r, c.Vz);
     return rc;
 }
 
@@ -653,6 +657,72 @@ static void cost_quantize_native(const kvb_run *r, kvb_cost *c)
     }
 }
 
+/* ---- host memory (kvb_op.host_bytes) ----
+ * From the keys alone, in double: the caches' bytes (int2_op_cache_host_bytes, int2_native_array_bytes) held
+ * as their role says (KVB_HOLD_*), the seeded sources the set-up quantizes from, the tolerance magnitudes, the
+ * slice sample (a byte per (b, kv head)). */
+
+static double prompt_bytes(const int2_layout *l) { return 2.0 * l->B * l->Hkv * (double)l->T * l->D * 2; }
+
+/* K, V in; the cache out (codes and metadata); the slice sample */
+static size_t host_bytes_quantize(const kvb_case *c)
+{
+    const int2_layout l = int2_op_layout(c);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * prompt_bytes(&l) + KVB_HOLD_OUT * int2_op_cache_host_bytes(&l, 1, 1, 0) +
+                              (double)l.B * l.Hkv);
+}
+
+/* K, V in; Rec, Km out; the reference's interchange cache of the prompt */
+static size_t host_bytes_quantize_native(const kvb_case *c)
+{
+    const int2_layout l = int2_op_layout(c);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * prompt_bytes(&l) + KVB_HOLD_OUT * int2_native_array_bytes(&l) +
+                              int2_op_cache_host_bytes(&l, 1, 1, 0));
+}
+
+/* the interchange cache in; Rec, Km out; the source its keys and values are quantized from (one tensor's) */
+static size_t host_bytes_native(const kvb_case *c)
+{
+    const int2_layout l = int2_op_layout(c);
+    return kvb_host_bytes_sat(KVB_HOLD_IN * int2_op_cache_host_bytes(&l, 1, 1, 0) +
+                              KVB_HOLD_OUT * int2_native_array_bytes(&l) + prompt_bytes(&l) / 2);
+}
+
+/* the cache with its residual in and out; knew, vnew in; the sources of T + R + 1 tokens */
+static size_t host_bytes_append(const kvb_case *c)
+{
+    const int2_layout l = int2_op_layout(c);
+    const double heads = (double)l.B * l.Hkv;
+    return kvb_host_bytes_sat(KVB_HOLD_INOUT * int2_op_cache_host_bytes(&l, 1, 1, 1) +
+                              KVB_HOLD_IN * 2 * heads * l.D * 2 + 2 * heads * (double)(l.T + l.R + 1) * l.D * 2);
+}
+
+/* the keys (and the values, for the native copy) in; the source; q in; scores out and their magnitudes;
+ * Rec, Km in (native); the slice sample */
+static double host_bytes_qk_of(const kvb_case *c, int native)
+{
+    const int2_layout l = int2_op_layout(c);
+    const double scores = (double)l.B * l.Hq * (double)l.T;
+    return KVB_HOLD_IN * (int2_op_cache_host_bytes(&l, 1, native, 0) + 2.0 * l.B * l.Hq * l.D) + prompt_bytes(&l) / 2 +
+           KVB_HOLD_OUT * 4 * scores + 8 * scores + (native ? KVB_HOLD_IN * int2_native_array_bytes(&l) : 0) +
+           (double)l.B * l.Hkv;
+}
+static size_t host_bytes_qk(const kvb_case *c) { return kvb_host_bytes_sat(host_bytes_qk_of(c, 0)); }
+static size_t host_bytes_qk_native(const kvb_case *c) { return kvb_host_bytes_sat(host_bytes_qk_of(c, 1)); }
+
+/* the values (and the keys, for the native copy) in; the source; p in; out out and its magnitudes; Rec, Km
+ * in (native); the slice sample */
+static double host_bytes_av_of(const kvb_case *c, int native)
+{
+    const int2_layout l = int2_op_layout(c);
+    const double out = (double)l.B * l.Hq * l.D;
+    return KVB_HOLD_IN * (int2_op_cache_host_bytes(&l, native, 1, 0) + 4.0 * l.B * l.Hq * (double)l.T) +
+           prompt_bytes(&l) / 2 + KVB_HOLD_OUT * 4 * out + 8 * out +
+           (native ? KVB_HOLD_IN * int2_native_array_bytes(&l) : 0) + (double)l.B * l.Hkv;
+}
+static size_t host_bytes_av(const kvb_case *c) { return kvb_host_bytes_sat(host_bytes_av_of(c, 0)); }
+static size_t host_bytes_av_native(const kvb_case *c) { return kvb_host_bytes_sat(host_bytes_av_of(c, 1)); }
+
 /* ---- registry entries ---- */
 
 const kvb_op op_int2_quantize = {
@@ -662,6 +732,7 @@ const kvb_op op_int2_quantize = {
     .params = quantize_params,
     .n_params = NPARAMS(quantize_params),
     .validate = validate_quantize,
+    .host_bytes = host_bytes_quantize,
     .setup = setup_quantize,
     .launch = launch_quantize,
     .cost = cost_quantize,
@@ -675,6 +746,7 @@ const kvb_op op_int2_native = {
     .params = quantize_params,
     .n_params = NPARAMS(quantize_params),
     .validate = validate_quantize,
+    .host_bytes = host_bytes_native,
     .setup = setup_native,
     .launch = launch_native,
     .cost = cost_native,
@@ -688,6 +760,7 @@ const kvb_op op_int2_quantize_native = {
     .params = quantize_params,
     .n_params = NPARAMS(quantize_params),
     .validate = validate_quantize_native,
+    .host_bytes = host_bytes_quantize_native,
     .setup = setup_quantize_native,
     .launch = launch_quantize_native,
     .cost = cost_quantize_native,
@@ -701,6 +774,7 @@ const kvb_op op_int2_append = {
     .params = append_params,
     .n_params = NPARAMS(append_params),
     .validate = validate_append,
+    .host_bytes = host_bytes_append,
     .setup = setup_append,
     .launch = launch_append,
     .cost = cost_append,
@@ -715,6 +789,7 @@ const kvb_op op_int2_qk = {
     .n_params = NPARAMS(matmul_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_matmul,
+    .host_bytes = host_bytes_qk,
     .setup = setup_qk,
     .launch = launch_qk,
     .cost = cost_qk,
@@ -729,6 +804,7 @@ const kvb_op op_int2_qk_native = {
     .n_params = NPARAMS(matmul_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_matmul,
+    .host_bytes = host_bytes_qk_native,
     .setup = setup_qk_native,
     .launch = launch_qk_native,
     .cost = cost_qk,
@@ -743,6 +819,7 @@ const kvb_op op_int2_av_native = {
     .n_params = NPARAMS(matmul_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_matmul,
+    .host_bytes = host_bytes_av_native,
     .setup = setup_av_native,
     .launch = launch_av_native,
     .cost = cost_av,
@@ -757,6 +834,7 @@ const kvb_op op_int2_av = {
     .n_params = NPARAMS(matmul_params),
     .tol = {1e-5, 1e-3, 1e-3},
     .validate = validate_matmul,
+    .host_bytes = host_bytes_av,
     .setup = setup_av,
     .launch = launch_av,
     .cost = cost_av,

@@ -41,8 +41,8 @@ enum { DIST_NORMAL, DIST_PEAKED, DIST_OUTLIER, DIST_SPIKY, DIST_GRID, DIST_NONFI
 /* A run's private state. */
 typedef struct int2_priv {
     int2_layout l;
-    uint8_t *mask;
-    double *mag; /* int2_qk / int2_av: the per-element magnitude of the tolerance */
+    uint8_t *mask; /* the slice sample (kvb_sample_slices; NULL: every slice), freed by int2_op_teardown */
+    double *mag;   /* int2_qk / int2_av: the per-element magnitude of the tolerance (the run's) */
     int64_t T_after;
     int R_after;
     decode_layout dense; /* the peers' dense layout: L = T + R */
@@ -57,11 +57,14 @@ int2_layout int2_op_layout(const kvb_case *c);
 void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint64_t seed, const char *name, int key);
 /* q: N(0, 1), std 3 for dist=peaked. */
 void int2_op_fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed);
-/* The run's int2_priv (r->priv), with the case's layout. */
+/* The run's int2_priv (r->priv, a block of the run), with the case's layout. */
 int2_priv *int2_op_priv_new(kvb_run *r);
 /* Kq, Ks, Kz (keys), Vq, Vs, Vz (values) with the given role, and the residual Kr, Vr when with_res; the fp16
  * metadata outputs compared bit-exact. */
 void int2_op_add_cache(kvb_run *r, const int2_layout *l, int role, int keys, int values, int with_res);
+/* Host bytes of the interchange cache of l (kvb_op.host_bytes, in double): the codes and fp16 metadata of the keys
+ * and of the values, the bf16 residual (with_res). */
+double int2_op_cache_host_bytes(const int2_layout *l, int keys, int values, int with_res);
 /* The cache's pointers: the host inputs, the reference copies (ref = 1), or the device buffers. */
 int2_cache int2_op_cache(kvb_run *r, int device, int ref);
 /* Quantize tokens [0, T) of the sources (stride n_src tokens) into the host cache c with the reference
@@ -75,7 +78,7 @@ void int2_op_sample_slices(kvb_run *r, int2_priv *p, double work_per_slice, cons
                            const int64_t *slice_lens);
 /* The cache's kernel-native copy (inputs Rec, Km) by the reference converter (bit-exact, tested). */
 int int2_op_add_native_copy(kvb_run *r, const int2_layout *l);
-/* Frees the int2_priv. */
+/* Frees the slice sample (the int2_priv and its buffers are the run's: kvb_run_alloc). */
 void int2_op_teardown(kvb_run *r);
 
 #endif

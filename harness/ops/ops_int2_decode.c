@@ -137,8 +137,9 @@ static int setup_attn(kvb_run *r)
         Vt = kvb_run_tensor(r, "V", KVB_BF16, 4, skv, KVB_IN);
         Ksrc = Kt->h, Vsrc = Vt->h;
     } else {
-        Ksrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * n_src * l->D));
-        Vsrc = malloc(sizeof(kvb_bf16) * (size_t)(heads * n_src * l->D));
+        const size_t src_bytes = sizeof(kvb_bf16) * (size_t)(heads * n_src * l->D);
+        Ksrc = kvb_run_alloc(r, src_bytes, "the source keys");
+        Vsrc = kvb_run_alloc(r, src_bytes, "the source values");
     }
     int2_op_fill_kv(Ksrc, heads, n_src, l->D, dist, r->seed, "K", 1);
     int2_op_fill_kv(Vsrc, heads, n_src, l->D, dist, r->seed, "V", 0);
@@ -177,7 +178,7 @@ static int setup_attn(kvb_run *r)
             rc = ref_int2_decode_attn(q->h, &c, o->ref, l, p->mask);
         }
         if (!rc && launch == launch_attn) rc = int2_op_add_native_copy(r, l); /* the same cache, kernel-native */
-        free(Ksrc), free(Vsrc);
+        kvb_run_free(r, Ksrc), kvb_run_free(r, Vsrc);
     }
     return rc;
 }
@@ -203,6 +204,24 @@ static void cost_attn(const kvb_run *r, kvb_cost *c)
     }
 }
 
+/* q in; o out; the slice sample. dense_bf16: K, V and len in, the dense reference's scores per thread (a row
+ * of T + R). The others: the sources (K and V of T + R tokens), the cache with its residual in, the
+ * reference's scores per thread (G rows of T + R); len in (dequant_dense); Rec, Km in (the kernel). */
+static size_t host_bytes_attn(const kvb_case *c)
+{
+    const int2_layout l = int2_op_layout(c);
+    int (*const launch)(kvb_run *) = attn_launch(c);
+    const double heads = (double)l.B * l.Hkv, n = (double)(l.T + l.R), G = l.Hq / l.Hkv;
+    const double qo = 2.0 * l.B * l.Hq * l.D, kv = 2 * heads * n * l.D * 2;
+    double bytes = KVB_HOLD_IN * qo + KVB_HOLD_OUT * qo + heads;
+    if (launch == launch_dense_bf16)
+        return kvb_host_bytes_sat(bytes + KVB_HOLD_IN * (kv + 4.0 * l.B) + kvb_ref_threads() * 8 * n);
+    bytes += kv + KVB_HOLD_IN * int2_op_cache_host_bytes(&l, 1, 1, 1) + kvb_ref_threads() * 8 * G * n;
+    if (launch == launch_dequant_dense) bytes += KVB_HOLD_IN * 4.0 * l.B;
+    if (launch == launch_attn) bytes += KVB_HOLD_IN * int2_native_array_bytes(&l);
+    return kvb_host_bytes_sat(bytes);
+}
+
 const kvb_op op_int2_decode_attn = {
     .name = "int2_decode_attn",
     .family = "int2",
@@ -211,6 +230,7 @@ const kvb_op op_int2_decode_attn = {
     .n_params = NPARAMS(attn_params),
     .tol = {1e-2, 2e-2, 1e-2},
     .validate = validate_attn,
+    .host_bytes = host_bytes_attn,
     .setup = setup_attn,
     KVB_IMPLS(attn_impls),
     .cost = cost_attn,
