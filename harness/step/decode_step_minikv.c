@@ -109,13 +109,13 @@ static int setup_mk(kvb_run *r, step_priv *p)
 }
 
 /* T = 0: attention over the bf16 residual rows equals dense decode over them (one bf16 rounding apart) */
-static int residual_invariant(const int2_layout *a, const int2_cache *c, const kvb_bf16 *q, const kvb_bf16 *att,
-                              const uint8_t *slices)
+static int residual_invariant(kvb_run *r, const int2_layout *a, const int2_cache *c, const kvb_bf16 *q,
+                              const kvb_bf16 *att, const uint8_t *slices)
 {
     const decode_layout d = {a->B, a->Hq, a->Hkv, a->D, a->Rcap};
     const int64_t n = (int64_t)a->B * a->Hq * a->D, per_slice = (int64_t)(a->Hq / a->Hkv) * a->D;
-    kvb_bf16 *dense = malloc(sizeof(kvb_bf16) * (size_t)n);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)a->B);
+    kvb_bf16 *dense = kvb_run_alloc(r, sizeof(kvb_bf16) * (size_t)n, "dense attention over the residual");
+    int32_t *len = kvb_run_alloc(r, sizeof(int32_t) * (size_t)a->B, "dense attention lengths");
     for (int b = 0; b < a->B; b++) len[b] = a->R;
     int rc = ref_decode_attn(q, c->Kr, c->Vr, len, dense, &d, slices);
     for (int64_t i = 0; !rc && i < n; i++) {
@@ -124,8 +124,8 @@ static int residual_invariant(const int2_layout *a, const int2_cache *c, const k
             rc = kvb_fail(KVB_EINVAL, "decode_step method=minikv: with every kept token in the residual, the path's "
                           "attention differs from dense attention over it at element %lld: %g vs %g", (long long)i, x, y);
     }
-    free(dense);
-    free(len);
+    kvb_run_free(r, dense);
+    kvb_run_free(r, len);
     return rc;
 }
 
@@ -142,7 +142,7 @@ static int ref_attend_mk(kvb_run *r, step_priv *p, const kvb_bf16 *q, const kvb_
     if (rc) return rc;
     a.T = T, a.R = R; /* int2_after_append's counts */
     if ((rc = ref_int2_decode_attn(q, &c, att, &a, p->kv_slices))) return rc;
-    return a.T == 0 && !p->from_device ? residual_invariant(&a, &c, q, att, p->kv_slices) : KVB_OK;
+    return a.T == 0 && !p->from_device ? residual_invariant(r, &a, &c, q, att, p->kv_slices) : KVB_OK;
 }
 
 #if KVB_HAVE_CUDA
@@ -181,7 +181,7 @@ static int gpu_prefill_mk(kvb_run *r, step_priv *p)
 static int attention_mk(kvb_run *r, step_priv *p, int which, block_attention *a)
 {
     minikv_path *paths = p->ms;
-    if (!paths) p->ms = paths = calloc(2, sizeof *paths);
+    if (!paths) p->ms = paths = kvb_run_alloc(r, 2 * sizeof *paths, "minikv step plans");
     const int2_cache c = device_cache(r, 0);
     *a = (block_attention){minikv_block_add_stages, &paths[which]};
     const int2_native n = {step_dev(r, "native_rec"), step_dev(r, "native_km")};
@@ -217,7 +217,19 @@ static void state_mk(const step_case *s, double *dev, double *host)
     *host = 0;
 }
 
-static void teardown_mk(step_priv *p) { free(p->ms); }
+/* K_kept, V_kept in; the cache (codes, metadata, residual) in and out; the reference's scores per thread (G rows
+ * of the tokens after the append); with every token in the residual, the invariant's dense attention and its
+ * reference's scores per thread (a row of Rcap) */
+static double host_bytes_mk(const step_case *s)
+{
+    const int2_layout *l = &s->mk, a = int2_after_append(l);
+    const double heads = (double)l->B * l->Hkv, N = (double)(s->mk_kept + s->gen), G = l->Hq / l->Hkv;
+    const double cache = int2_key_array_bytes(l) + int2_value_array_bytes(l) + int2_res_array_bytes(l);
+    double bytes = KVB_HOLD_IN * 2 * heads * (N > 0 ? N : 1) * l->D * 2 + KVB_HOLD_INOUT * cache +
+                   kvb_ref_threads() * 8 * G * (double)(a.T + a.R);
+    if (a.T == 0) bytes += 2.0 * l->B * l->Hq * l->D + 4.0 * l->B + kvb_ref_threads() * 8.0 * l->Rcap;
+    return bytes;
+}
 
 const step_method step_method_minikv = {
     .name = "minikv",
@@ -232,5 +244,5 @@ const step_method step_method_minikv = {
 #endif
     .bytes = bytes_mk,
     .state_bytes = state_mk,
-    .teardown = teardown_mk,
+    .host_bytes = host_bytes_mk,
 };
