@@ -300,6 +300,21 @@ for sig in INT TERM; do
         tail -n 3 "$tmp/int.log" | sed 's/^/    /'
     fi
 done
+# the same interrupt delivered twice at once (timeout(1) signals the command, then its process group) is
+# one request: the run still ends between cases with its JSON
+"$kvbench" check --cases "$cases" --tier check --json "$tmp/int2.json" >"$tmp/int2.log" 2>&1 &
+pid=$!
+sleep 1
+kill -INT $pid
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && grep -q '"interrupted": true' "$tmp/int2.json"; then
+    ok "SIGINT twice at once: one interrupt, exit 130, a valid JSON"
+else
+    fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
+    tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
+fi
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

@@ -14,7 +14,7 @@
 enum { KVB_EXIT_OK = 0, KVB_EXIT_FAILED = 1, KVB_EXIT_USAGE = 2, KVB_EXIT_NOTHING_MEASURED = 3 };
 
 /* Catch SIGINT and SIGTERM: the first sets the flag (the run stops at the next case boundary and
- * writes what it has); the handler is then reset, so a second signal ends the process at once. */
+ * writes what it has); a second signal a second or more later ends the process at once (exitcode.c). */
 void kvb_interrupt_install(void);
 /* The signal that interrupted the run (SIGINT, SIGTERM), or 0. Cheap: call between cases or samples. */
 int kvb_interrupted(void);

@@ -10,7 +10,9 @@
 #   bench     OUT/bench.json, summary.md: `kvbench bench` with those peers over the headline cases and
 #             their in-suite peers (harness/report/headline.py --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
-# CHECK=0 skips the check. The phases' exit codes are in round.log; the script exits 1 if any failed.
+# CHECK=0 skips the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
+# holds the cases finished (kvbench writes them on an interrupt). The phases' exit codes are in round.log;
+# the script exits 1 if any failed.
 # Back on the development machine, `make publish ROUND=OUT` makes OUT the canonical round.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +71,7 @@ run_bench() {
         mapfile -t sel < <(python3 "$here/headline.py" --cases "$out")
     fi
     [ -s "$out/peers.json" ] && peers=(--peers "$out/peers.json")
-    "$kv" bench --cases "$cases" --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "${sel[@]}" >"$out/bench.log" 2>&1
+    ${BENCH_TIMEOUT:+timeout -s TERM "$BENCH_TIMEOUT"} "$kv" bench --cases "$cases" --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "${sel[@]}" >"$out/bench.log" 2>&1
 }
 
 phase device device_facts
