@@ -109,7 +109,7 @@ def load(results):
         with open(path) as f:
             for line in f:
                 m = re.match(r"\| `([^`]+)` \|", line)
-                if m:
+                if m and m.group(1) not in goals:  # the first table (later ones: clocks per case)
                     cells = [c.strip() for c in line.strip().strip("|").split("|")]
                     g = re.search(r"\(([^()]*)\)\s*$", cells[-1]) if cells else None
                     goals[m.group(1)] = g.group(1) if g else ""
@@ -135,28 +135,43 @@ def row_cells(label, filt, peer, cases, goals):
         kind = int(b.get("ceiling_kind", 0))
         pct = "%.1f%% of %s" % (b["pct_of_ceiling"], CEILING[kind] if 0 <= kind < len(CEILING) else "ceiling")
     ratio = ""
+    name, peer_us = None, None
     if peer and peer.startswith("impl="):
-        pid, pb = find(cases, with_impl(filt, peer[5:]))
-        if pb:
-            ratio = "%.2fx vs %s (%s)" % (pb["median_us"] / med, peer[5:], fmt_us(pb["median_us"]))
+        name = "impl=" + peer[5:]
+        pb = find(cases, with_impl(filt, peer[5:]))[1]
+        peer_us = pb["median_us"] if pb else None
     elif peer and peer.startswith("peer:"):
-        key = "peer_us_" + peer[5:]
-        if key in b:
-            ratio = "%.2fx vs %s (%s)" % (b[key] / med, peer[5:], fmt_us(b[key]))
-    if peer and not ratio:
-        ratio = "%s not measured" % peer.split(":")[-1].replace("impl=", "")
+        name = peer[5:]
+        peer_us = b.get("peer_us_" + name)
+    if peer_us:
+        x = peer_us / med
+        ratio = "%s %s than %s (%s)" % (times(x if x >= 1 else 1 / x), "faster" if x >= 1 else "slower", name, fmt_us(peer_us))
+    elif name:
+        ratio = "%s not measured" % name
     goal = ""
     if b.get("goal_us"):
         r = med / b["goal_us"]
         text = goals.get(cid, "")
-        goal = "%s: %s (%.2fx of %s)" % (text or "goal", "met" if r <= 1.0 else "missed", r, fmt_us(b["goal_us"]))
-    return [label, fmt_us(med), pct, ratio, goal]
+        goal = "%s: **%s** (%s of %s)" % (text or "goal", "met" if r <= 1.0 else "missed", times(r), fmt_us(b["goal_us"]))
+    flag = " (clocks fell)" if b.get("clock_flagged") else ""
+    return [label, fmt_us(med) + flag, pct, ratio, goal]
+
+
+def times(x):
+    """x as a ratio: two decimals, three where two would round a miss or a win to 1.00x"""
+    return "%.3fx" % x if 0.995 <= x < 1.005 and x != 1.0 else "%.2fx" % x
 
 
 def table(rows, cases, goals):
     out = ["| kernel and shape | median | % of ceiling | same-run peer | goal |", "|---|---:|---:|---|---|"]
+    flagged = False
     for label, filt, peer in rows:
-        out.append("| " + " | ".join(row_cells(label, filt, peer, cases, goals)) + " |")
+        cells = row_cells(label, filt, peer, cases, goals)
+        flagged |= cells[1].endswith("(clocks fell)")
+        out.append("| " + " | ".join(cells) + " |")
+    if flagged:
+        out += ["", "(clocks fell): the SM clock fell during the case's timing loop (NVML; the reasons, e.g. a "
+                "power cap, are in summary.md's clocks per case)."]
     return out
 
 
@@ -164,6 +179,7 @@ def family_rows(family, cases):
     """The family's rows: its headline rows, then every other case of its kernels in the round."""
     rows = [r for r in ROWS if FAMILY.get(tokens(r[1])[0]) == family]
     seen = {find(cases, r[1])[0] for r in rows}
+    seen |= {find(cases, with_impl(r[1], r[2][5:]))[0] for r in rows if r[2] and r[2].startswith("impl=")}
     for cid in sorted(cases):
         if FAMILY.get(tokens(cid)[0]) == family and cid not in seen:
             rows.append(("`%s`" % cid, cid, None))

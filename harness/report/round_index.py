@@ -62,14 +62,17 @@ def main():
         lines += dev[:4]
         lines.append("```")
     log = read(os.path.join(res, "round.log"))
-    phases = re.findall(r"^\[(\S+)\] (\w+): exit (\d+), (\d+) s$", log, re.M)
-    total = re.search(r"^\[(\S+)\] round: (\d+) s in all$", log, re.M)
+    # a round may be made of several calls of gpu_round.sh (phases selected by TESTS=, CHECK=, ...):
+    # round.log is their logs one after the other, each ending with its "round: N s in all"
+    phases = [p for p in re.findall(r"^\[(\S+)\] (\w+): exit (\d+), (\d+) s$", log, re.M) if p[1] != "device"]
+    totals = [int(t) for t in re.findall(r"^\[\S+\] round: (\d+) s in all$", log, re.M)]
     start = re.search(r"^\[(\S+)\] \w+: start$", log, re.M)
     if phases:
         lines.append("")
-        lines.append("Ran %s%s: %s." % (
+        lines.append("Ran %s%s%s: %s." % (
             start.group(1) if start else phases[0][0],
-            ", %.1f minutes in all" % (int(total.group(2)) / 60.0) if total else "",
+            ", %.1f minutes in all" % (sum(totals) / 60.0) if totals else "",
+            " in %d calls of `gpu_round.sh`" % len(totals) if len(totals) > 1 else "",
             ", ".join("%s %s s (exit %s)" % (p[1], p[3], p[2]) for p in phases)))
     lines.append("")
     cc = check_counts(os.path.join(res, "check.json"))
@@ -78,7 +81,18 @@ def main():
         lines.append("- `check.json`: %d check cases: %s." % (n, ", ".join("%d %s" % (k, name) for name, k in sorted(v.items()))))
     san = [l for l in read(os.path.join(res, "sanitize.txt")).splitlines() if l.startswith("sanitize ")]
     if san:
-        lines.append("- `sanitize.txt`: " + "; ".join(s[len("sanitize "):] for s in san) + ".")
+        verdicts = []
+        for l in san:
+            m = re.match(r"sanitize (\w+): exit (\d+); (.*)$", l)
+            if not m:
+                continue
+            passed = "+".join(re.findall(r"(\d+) passed", m.group(3)))
+            failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
+            found = sorted(set(re.findall(r"(\d+ errors|\d+ hazards|\d+ bytes leaked)", m.group(3))))
+            verdicts.append("%s exit %s (%s cases passed, %d failed; %s)" % (m.group(1), m.group(2), passed, failed,
+                                                                             ", ".join(found) or "no summary"))
+        lines.append("- `sanitize.txt`: compute-sanitizer over the sanitize tier (memcheck also the smoke tier): " +
+                     "; ".join(verdicts) + ".")
     if bench is not None:
         lines.append("- `bench.json`, `summary.md`: %d cases timed, each validated before and after timing%s; "
                      "external peers in `peers.json`, timed in the same round." % (
