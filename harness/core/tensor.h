@@ -6,7 +6,8 @@
  * the smaller one as a prefix), and every value can be recomputed from its index.
  *
  * Distributions (all seeded; none is all zeros):
- *   normal   N(mean, std^2) by Box-Muller on two hashed uniforms
+ *   normal   N(mean, std^2) by Box-Muller in single precision: one hash gives two uniforms, the pair
+ *            two normals (elements 2j and 2j + 1)
  *   uniform  U[lo, hi)
  * Kernel families build their peaked / sink / outlier inputs on top of these (see their ops file).
  */
@@ -45,6 +46,8 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
                            double lo, double hi);
 void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
                          double mean, double std);
+/* Wall seconds spent in the fills above since the process started (a case's "inputs" phase). */
+double kvb_fill_seconds(void);
 
 /* The element written where a sampled reference was not computed: NaN for the floating dtypes, every
  * bit set for the integers (-1 as int32). */
