@@ -30,6 +30,7 @@ typedef struct bench_ctx {
     kvb_cost cost;
     double ceiling_s; /* the ceiling's time for the same work, this run */
     int live;
+    double timing_from; /* kvb_wall_now() when the warm-up began: the timing phase runs to bench_finish */
     kvb_sample_stats st; /* the reported loop, for the summary */
     kvb_clock_record clocks; /* the last loop's */
     int done, failed;
@@ -127,7 +128,9 @@ static int prepare_case(bench_ctx *b)
     }
     /* The validation must be able to fail: outputs of zeros checked against the same reference
      * (every bench case, no second reference computed) */
+    const double t0 = kvb_wall_now();
     const int zeros = kvb_run_zeros_caught(&b->run);
+    b->run.wall_s[KVB_PH_VALIDATE] += kvb_wall_now() - t0;
     if (zeros < 0) return bench_fail(b, "the zeros check failed", kvb_last_error());
     if (!zeros) return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
     jmp_buf jb;
@@ -138,6 +141,7 @@ static int prepare_case(bench_ctx *b)
         return bench_fail(b, "warm-up failed", m);
     }
     b->timed = (kvb_timed){bench_reset, bench_work, b, b->run.stream, kvb_run_wall_timed(&b->run)};
+    b->timing_from = kvb_wall_now();
     for (int i = 0; i < 3; i++) kvb_time_once(&b->timed); /* warm-up */
     memset(&b->cost, 0, sizeof b->cost);
     b->run.op->cost(&b->run, &b->cost);
@@ -207,6 +211,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     bench_ctx *b = p;
     kvb_nvml_sample(&b->clocks.end); /* first: right after the loop's last sample */
     b->clocks.sm_max_mhz = g_sm_max_mhz;
+    b->run.wall_s[KVB_PH_TIMING] = kvb_wall_now() - b->timing_from;
     kvb_outcome o;
     if (kvb_case_revalidate(&b->run, &o) != KVB_PASS) {
         kvb_print_verdict(&b->run, &o.v);
@@ -221,6 +226,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     b->run.n_stages = 0;
     if (b->run.op->stage_times) {
         enum { STAGE_RUNS = 7 };
+        const double stages_from = kvb_wall_now();
         double ms[STAGE_RUNS][16];
         volatile int runs = 0; /* read after a longjmp */
         jmp_buf jb;
@@ -240,6 +246,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
             kvb_guard_leave();
         }
         if (runs < STAGE_RUNS) b->run.n_stages = 0;
+        b->run.wall_s[KVB_PH_TIMING] += kvb_wall_now() - stages_from;
         for (int i = 0; i < b->run.n_stages; i++) {
             double v[STAGE_RUNS];
             for (int k = 0; k < runs; k++) v[k] = ms[k][i];
@@ -268,6 +275,11 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     if (b->cost.tokens > 0 && b->cost.layers > 0)
         add_counter(out, n_out, "tokens_per_s", b->cost.tokens / (t * b->cost.layers));
     for (int i = 0; i < b->cost.n_extra && i < 8; i++) add_counter(out, n_out, b->cost.extra_name[i], b->cost.extra_value[i]);
+    for (int i = 0; i < KVB_N_PHASES; i++) { /* where the case's wall time went (op.h kvb_phase) */
+        char name[40];
+        snprintf(name, sizeof name, "wall_%s_s", kvb_phase_name((kvb_phase)i));
+        add_counter(out, n_out, name, b->run.wall_s[i]);
+    }
     if (b->cost.goal_us > 0) {
         add_counter(out, n_out, "goal_us", b->cost.goal_us);
         add_counter(out, n_out, "time_over_goal", t * 1e6 / b->cost.goal_us);
@@ -502,6 +514,9 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_gpu_info(&d);
     kvb_gbench_context("kvbench_git_revision", KVB_GIT_REV);
     kvb_gbench_context("kvbench_command_line", o->cmdline);
+    char sample_time[32];
+    snprintf(sample_time, sizeof sample_time, "%g", o->sample_time_s > 0 ? o->sample_time_s : KVB_SAMPLE_TIME_DEFAULT_S);
+    kvb_gbench_context("sample_time_s", sample_time); /* each case's wall-time budget of samples */
     kvb_gbench_context("gpu", d.name);
     kvb_gbench_context("gpu_driver", d.driver);
     kvb_gbench_context("gpu_clocks", d.clocks);
@@ -544,12 +559,10 @@ int kvb_cmd_bench(const kvb_options *o)
                         .iterate = bench_iterate, .finish = bench_finish, .release = bench_release, .label = bench_label};
         kvb_gbench_add(&gb);
     }
-    /* Google Benchmark flags: JSON output as asked, and a shorter default minimum time */
+    /* Google Benchmark flags: JSON output as asked; the samples are the shim's (--sample-time) */
     kvb_options gbo = *o;
-    char out_flag[4200], fmt_flag[] = "--benchmark_out_format=json", min_flag[] = "--benchmark_min_time=0.2";
-    int has_min = 0;
-    for (int i = 1; i < gbo.gb_argc; i++) has_min |= !strncmp(gbo.gb_argv[i], "--benchmark_min_time", 20);
-    if (!has_min) gbo.gb_argv[gbo.gb_argc++] = min_flag;
+    char out_flag[4200], fmt_flag[] = "--benchmark_out_format=json";
+    kvb_gbench_set_sample_time(o->sample_time_s > 0 ? o->sample_time_s : KVB_SAMPLE_TIME_DEFAULT_S);
     if (o->json) {
         snprintf(out_flag, sizeof out_flag, "--benchmark_out=%s", jout.tmp);
         gbo.gb_argv[gbo.gb_argc++] = out_flag;

@@ -105,6 +105,9 @@ int kvb_cmd_check(const kvb_options *o)
             kvb_json_str(&j, "note", r.note);
             if (det_checked) kvb_json_bool(&j, "deterministic", det_same);
             if (dump_error[0]) kvb_json_str(&j, "dump_error", dump_error);
+            kvb_json_obj(&j, "wall_s"); /* where the case's wall time went (op.h kvb_phase) */
+            for (int p = 0; p < KVB_N_PHASES; p++) kvb_json_num(&j, kvb_phase_name((kvb_phase)p), r.wall_s[p]);
+            kvb_json_close(&j);
             kvb_tolerance_json(&j, c);
             kvb_verdict_json(&j, &r, &out.v);
             kvb_json_close(&j);

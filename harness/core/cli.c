@@ -44,7 +44,11 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
             fprintf(stderr, "kvbench: %s needs a value, got an empty argument\n", a);
             return 2;
         }
-        if (!strncmp(a, "--benchmark_out", 15)) {
+        if (!strncmp(a, "--benchmark_min_time", 20) || !strncmp(a, "--benchmark_repetitions", 23)) {
+            fprintf(stderr, "kvbench: %s: each case is sampled for --sample-time S seconds of wall time (default %g) "
+                            "and reported once, with the median and noise of its samples\n", a, KVB_SAMPLE_TIME_DEFAULT_S);
+            return 2;
+        } else if (!strncmp(a, "--benchmark_out", 15)) {
             fprintf(stderr, "kvbench: %s: give --json F instead (written whole or not at all, and never over an "
                             "input)\n", a);
             return 2;
@@ -69,6 +73,14 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
                 return 2;
             }
             o->host_mem_limit_gb = gb;
+        } else if (!strcmp(a, "--sample-time") && next) {
+            char *end;
+            const double t = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !(t >= 0.01 && t <= 600)) {
+                fprintf(stderr, "kvbench: --sample-time %s out of range [0.01, 600] seconds\n", argv[i]);
+                return 2;
+            }
+            o->sample_time_s = t;
         } else if (!strcmp(a, "--determinism")) o->determinism = 1;
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];

@@ -21,6 +21,8 @@
 #include "harness/core/nvml_probe.h"
 #include "harness/core/op.h"
 
+#define KVB_SAMPLE_TIME_DEFAULT_S 0.25
+
 typedef struct kvb_options {
     const char *cmd;
     const char *cases_path; /* --cases; NULL: the default (kvb_cases_path) */
@@ -28,6 +30,7 @@ typedef struct kvb_options {
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
+    double sample_time_s;     /* bench --sample-time: wall seconds of samples per case (0: KVB_SAMPLE_TIME_DEFAULT_S) */
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
     const char *filters[64];
     int n_filters;

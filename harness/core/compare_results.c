@@ -131,7 +131,7 @@ static int load(const char *path, bench_file *f)
                          "a median time between 1 ns and 11.6 days", &e->t.median_us) ||
             timing_field(path, e->id, b, "samples", KVB_COMPARE_MIN_SAMPLES, 1e12, 1,
                          "fewer than 3 samples give no estimate of the noise, so the gate could not test a change "
-                         "(bench this case longer: --benchmark_min_time)", &e->t.n))
+                         "(bench this case longer: --sample-time)", &e->t.n))
             return 2;
         double noise_pct;
         if (timing_field(path, e->id, b, "noise_pct", 0, 100 * sqrt(e->t.n), 0,

@@ -3,6 +3,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -13,7 +15,9 @@ namespace {
 std::vector<kvb_bench> g_benches;
 int g_prepared = -1; // index of the case whose state is live
 int g_errors = 0;
-constexpr int MIN_SAMPLES = 3; // what compare needs to judge a change (a median and a noise)
+// at least what compare needs to judge a change (a median and a noise, 3 samples) with room to spare
+constexpr size_t MIN_SAMPLES = 10, MAX_SAMPLES = 100000;
+double g_sample_time_s = 0.25; // wall seconds of sampling per case (kvbench bench --sample-time)
 
 void release_current()
 {
@@ -34,31 +38,33 @@ void run_case(benchmark::State &state, int index)
         }
         g_prepared = index;
     }
+    // The timed loop is the shim's, not Google Benchmark's: one Google Benchmark iteration (Iterations(1))
+    // holds samples taken until the case's wall-time budget is spent (at least MIN_SAMPLES, at most
+    // MAX_SAMPLES), and reports their median as its time. Google Benchmark's own loop stops on the summed
+    // device time alone, while a sample of a short kernel costs many times its device time in wall time
+    // (the reset, the L2 flush, the sync): short kernels took seconds each.
     std::vector<double> samples;
-    samples.reserve(static_cast<size_t>(state.max_iterations));
     if (b.loop_begin) b.loop_begin(b.ctx);
     for (auto _ : state) {
-        double s = b.iterate(b.ctx);
-        if (s < 0) { // a failed launch or CUDA call: this case fails, the run goes on
-            state.SkipWithError(kvb_last_error());
-            g_errors++;
-            break;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (;;) {
+            const double s = b.iterate(b.ctx);
+            if (s < 0) { // a failed launch or CUDA call: this case fails, the run goes on
+                state.SkipWithError(kvb_last_error());
+                g_errors++;
+                break;
+            }
+            samples.push_back(s);
+            const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (samples.size() >= MAX_SAMPLES || (samples.size() >= MIN_SAMPLES && spent >= g_sample_time_s)) break;
         }
-        state.SetIterationTime(s);
-        samples.push_back(s);
+        if (state.error_occurred()) break;
+        std::vector<double> sorted(samples);
+        std::sort(sorted.begin(), sorted.end());
+        const size_t n = sorted.size();
+        state.SetIterationTime(n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
     }
     if (state.error_occurred()) return;
-    // A case slower than the minimum time runs one iteration; its statistics (median, noise) need at least
-    // MIN_SAMPLES samples, taken the same way after Google Benchmark's loop (its own time stays its loop's).
-    while (samples.size() < static_cast<size_t>(MIN_SAMPLES)) {
-        double s = b.iterate(b.ctx);
-        if (s < 0) {
-            state.SkipWithError(kvb_last_error());
-            g_errors++;
-            return;
-        }
-        samples.push_back(s);
-    }
     if (b.label && b.label(b.ctx)[0]) state.SetLabel(b.label(b.ctx));
     kvb_counter counters[KVB_MAX_COUNTERS];
     int n = 0;
@@ -74,6 +80,8 @@ void run_case(benchmark::State &state, int index)
 
 extern "C" void kvb_gbench_context(const char *key, const char *value) { benchmark::AddCustomContext(key, value); }
 
+extern "C" void kvb_gbench_set_sample_time(double seconds) { g_sample_time_s = seconds; }
+
 extern "C" void kvb_gbench_add(const kvb_bench *b) { g_benches.push_back(*b); }
 
 extern "C" int kvb_gbench_run(int argc, char **argv)
@@ -84,6 +92,7 @@ extern "C" int kvb_gbench_run(int argc, char **argv)
         int index = static_cast<int>(i);
         benchmark::RegisterBenchmark(g_benches[i].name, [index](benchmark::State &st) { run_case(st, index); })
             ->UseManualTime()
+            ->Iterations(1)
             ->Unit(benchmark::kMicrosecond);
     }
     benchmark::RunSpecifiedBenchmarks();

@@ -1,6 +1,7 @@
 /* gbench_shim.h: C interface to Google Benchmark (the shim is the project's only C++).
  *
- * One benchmark per case, manual time (each sample is a CUDA-event time from timing.h). The C side
+ * One benchmark per case, manual time (each sample is a CUDA-event time from timing.h), its samples
+ * taken by the shim for a wall-time budget and reported as one iteration of their median. The C side
  * prepares a case once (setup, validation, warm-up) before its first timed loop, validates again
  * and computes counters after each timed loop, and releases it after its last. Counters include
  * median, min, max and noise of the samples of the reported loop; rates are computed from the
@@ -33,6 +34,8 @@ typedef struct kvb_bench {
 
 void kvb_gbench_context(const char *key, const char *value);
 void kvb_gbench_add(const kvb_bench *b);
+/* The wall-time budget of each case's samples (default 0.25 s; at least 10 samples, at most 100000). */
+void kvb_gbench_set_sample_time(double seconds);
 /* argv holds only --benchmark_* flags (and argv[0]); returns the number of benchmarks that
  * reported an error. */
 int kvb_gbench_run(int argc, char **argv);

@@ -97,6 +97,14 @@ typedef struct kvb_cost {
 
 typedef struct kvb_ceilings kvb_ceilings; /* measured device ceilings (ceilings.h) */
 
+/* Where a case's wall time goes: inputs (the seeded fills), reference (the rest of the op's set-up: the C
+ * reference and its invariants), upload (device buffers and copies), validate (the launch before timing,
+ * its comparison and the zeros check), timing (warm-up, the timed loop and the stage-timed launches),
+ * revalidate (the launch after timing, compared with the same reference). */
+typedef enum { KVB_PH_INPUTS, KVB_PH_REFERENCE, KVB_PH_UPLOAD, KVB_PH_VALIDATE, KVB_PH_TIMING, KVB_PH_REVALIDATE,
+               KVB_N_PHASES } kvb_phase;
+const char *kvb_phase_name(kvb_phase p);
+
 typedef struct kvb_run {
     const kvb_case *c;
     const struct kvb_op *op;
@@ -118,6 +126,8 @@ typedef struct kvb_run {
     int stage_timing, n_stages;
     char stage_name[16][48];
     double stage_ms[16];
+    /* wall seconds of each phase of the case (kvb_phase), for the JSON and the progress estimate */
+    double wall_s[KVB_N_PHASES];
     /* host memory the run owns (tensors' h, ref, out and kvb_run_alloc's blocks): freed at teardown */
     void **allocs;
     int n_allocs, cap_allocs;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/progress.h"
 
 static kvb_status fail(kvb_outcome *o, const char *why)
 {
@@ -55,14 +56,30 @@ kvb_status kvb_case_prepare(kvb_run *r, const kvb_case *c, const kvb_ceilings *c
         kvb_guard_leave();
         return fail(o, "aborted");
     }
-    kvb_status st;
+    kvb_status st = KVB_PASS;
     if (kvb_run_setup(r, c, ceil) != KVB_OK) st = fail(o, "setup or reference failed");
-    else if (r->op->ref_check && r->op->ref_check(r) != KVB_OK) st = fail(o, "reference invariant violated");
-    else if (!kvb_gpu_available()) {
+    else if (r->op->ref_check) { /* the reference's invariants: part of the reference phase */
+        const double t = kvb_wall_now();
+        const int rc = r->op->ref_check(r);
+        r->wall_s[KVB_PH_REFERENCE] += kvb_wall_now() - t;
+        if (rc != KVB_OK) st = fail(o, "reference invariant violated");
+    }
+    if (st == KVB_FAIL) {
+        /* nothing more runs */
+    } else if (!kvb_gpu_available()) {
         o->status = st = KVB_SKIP;
         o->why = "no CUDA device: reference computed, GPU run skipped";
-    } else if (kvb_run_gpu_setup(r) != KVB_OK) st = fail(o, "GPU setup failed");
-    else st = validate(r, o);
+    } else {
+        double t = kvb_wall_now();
+        const int rc = kvb_run_gpu_setup(r);
+        r->wall_s[KVB_PH_UPLOAD] = kvb_wall_now() - t;
+        if (rc != KVB_OK) st = fail(o, "GPU setup failed");
+        else {
+            t = kvb_wall_now();
+            st = validate(r, o);
+            r->wall_s[KVB_PH_VALIDATE] += kvb_wall_now() - t;
+        }
+    }
     kvb_guard_leave();
     return st;
 }
@@ -148,7 +165,9 @@ kvb_status kvb_case_revalidate(kvb_run *r, kvb_outcome *o)
         kvb_guard_leave();
         return fail(o, "aborted");
     }
+    const double t = kvb_wall_now();
     kvb_status st = validate(r, o);
+    r->wall_s[KVB_PH_REVALIDATE] += kvb_wall_now() - t;
     kvb_guard_leave();
     return st;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness/core/op.h"
+#include "harness/core/progress.h"
 #if KVB_HAVE_CUDA
 #include "kernels/step/compose.h"
 #endif
@@ -128,9 +129,18 @@ int kvb_run_setup(kvb_run *r, const kvb_case *c, const kvb_ceilings *ceil)
     fault_injection_arm();
     int rc = kvb_host_mem_check(c);
     if (rc) return rc;
+    const double t0 = kvb_wall_now(), fills0 = kvb_fill_seconds();
     rc = r->op->setup(r); /* a failed allocation jumps past this: ref_ready stays 0 */
     r->ref_ready = rc == KVB_OK;
+    r->wall_s[KVB_PH_INPUTS] = kvb_fill_seconds() - fills0;
+    r->wall_s[KVB_PH_REFERENCE] = kvb_wall_now() - t0 - r->wall_s[KVB_PH_INPUTS];
     return rc;
+}
+
+const char *kvb_phase_name(kvb_phase p)
+{
+    static const char *names[KVB_N_PHASES] = {"inputs", "reference", "upload", "validate", "timing", "revalidate"};
+    return p >= 0 && p < KVB_N_PHASES ? names[p] : "?";
 }
 
 int kvb_run_gpu_setup(kvb_run *r)
