@@ -169,7 +169,9 @@ plots:
 	gnuplot -e "datadir='$(PLOT_OUT)'" harness/report/plots.gp
 	@echo "plots: $(PLOT_OUT)/pct_of_ceiling.png"
 
-run: deps
+run:
+	@[ -e /dev/nvidia0 ] || echo "run: no NVIDIA GPU on this machine (no /dev/nvidia0): after the build, the C references over the smoke tier; nothing is timed (exit 3)"
+	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory all
 	@bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
 
