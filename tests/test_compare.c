@@ -31,6 +31,51 @@ static void test_exact(void **state)
     assert_int_equal(r.n_checked, 3);
 }
 
+/* Long tensors go block by block (equal blocks by memcmp): the counts must be those of the element walk,
+ * across block edges, with sampled and skipped slices that straddle blocks, and with non-finite refs. */
+static void test_exact_long_blocks(void **state)
+{
+    (void)state;
+    enum { N = 3 * 4096 + 77, SLICE = 1000 };
+    static uint16_t ref[N], out[N];
+    for (int i = 0; i < N; i++) ref[i] = out[i] = kvb_float_to_bf16((float)(i % 97) - 48.f);
+    ref[10] = out[10] = 0x7FC0;   /* a NaN in both: the reference's, counted once, not a failure */
+    ref[9000] = out[9000] = 0x7F80; /* +Inf in both */
+    kvb_cmp_result r;
+    kvb_compare_exact(out, ref, KVB_BF16, N, N, NULL, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, N);
+    assert_int_equal(r.n_ref_nonfinite, 2);
+    assert_int_equal(r.n_nonfinite, 0);
+    out[4096] ^= 1, out[N - 1] ^= 1; /* the first element of the second block, the last of the tail */
+    kvb_compare_exact(out, ref, KVB_BF16, N, N, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 2);
+    assert_int_equal(r.first[0].index, 4096);
+    assert_int_equal(r.first[1].index, N - 1);
+    /* a sample of slices (every other one): the mismatch in a skipped slice is not counted, its poison is */
+    uint8_t mask[N / SLICE + 1];
+    for (int k = 0; k <= N / SLICE; k++) mask[k] = k % 2 == 0;
+    out[4096] = ref[4096];              /* slice 4: sampled */
+    out[1500] ^= 1;                     /* slice 1: skipped, a finite value: screened, passes */
+    out[3500] = 0x7FC0;                 /* slice 3: skipped, NaN: fails the screen */
+    kvb_compare_exact(out, ref, KVB_BF16, N, SLICE, mask, &r);
+    assert_false(r.pass);
+    /* the screened NaN, the +Inf at 9000 (slice 9, skipped: a non-finite output fails the screen) and the
+     * tail's mismatch (slice 12: sampled) */
+    assert_int_equal(r.n_bad, 3);
+    int64_t sampled = 0;
+    for (int i = 0; i < N; i++) sampled += mask[i / SLICE];
+    assert_int_equal(r.n_checked, sampled);
+    assert_int_equal(r.n_screened, N - sampled);
+    /* verdict only: the first failure settles it */
+    kvb_compare_verdict_only(1);
+    kvb_compare_exact(out, ref, KVB_BF16, N, N, NULL, &r);
+    kvb_compare_verdict_only(0);
+    assert_false(r.pass);
+    assert_true(r.n_bad >= 1);
+}
+
 static void test_float_tolerances(void **state)
 {
     (void)state;
@@ -146,6 +191,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_float_magnitude),
         cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_exact_long_blocks),
         cmocka_unit_test(test_float_tolerances),
         cmocka_unit_test(test_float_nonfinite),
         cmocka_unit_test(test_indexset_tie_tolerant),

@@ -52,6 +52,10 @@ typedef struct kvb_cmp_result {
 
 /* mask: NULL, or one byte per slice of slice_len elements (1 = compare this slice with the reference;
  * 0 = screen it: every element must be finite and not the poison pattern). */
+/* With on = 1, the exact and float comparisons stop at the first element that fails: the result says
+ * only that the tensor fails (its counts cover the part compared). For the zeros check, which asks only
+ * whether outputs of zeros are caught, not where: a cache of gigabytes otherwise takes seconds to walk. */
+void kvb_compare_verdict_only(int on);
 void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
                        const uint8_t *mask, kvb_cmp_result *r);
 void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,

@@ -220,6 +220,9 @@ typedef struct kvb_verdict {
     int pass;
 } kvb_verdict;
 void kvb_run_compare(kvb_run *r, kvb_verdict *v);  /* compare the downloaded outputs */
+/* 1: kvb_run_compare stops at the first tensor that fails, each tensor at its first failing element (the
+ * zeros check: whether a fault is caught, not where) */
+void kvb_run_compare_verdict_only(int on);
 int kvb_run_validate(kvb_run *r, kvb_verdict *v); /* reset, launch once, download, compare */
 int kvb_run_wall_timed(const kvb_run *r);
 /* Compositions (kernels/compose.h): copy a finished step's per-stage device times into r (an op's

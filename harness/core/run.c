@@ -204,6 +204,14 @@ int kvb_run_download(kvb_run *r)
     return KVB_OK;
 }
 
+static int verdict_only; /* kvb_run_compare_verdict_only */
+
+void kvb_run_compare_verdict_only(int on)
+{
+    verdict_only = on;
+    kvb_compare_verdict_only(on);
+}
+
 void kvb_run_compare(kvb_run *r, kvb_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -242,6 +250,7 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
         }
         v->pass &= res->pass;
         v->n++;
+        if (!v->pass && verdict_only) break;
     }
 }
 
