@@ -121,6 +121,7 @@ static int prepare_case(bench_ctx *b)
     kvb_outcome out;
     kvb_status st = kvb_case_prepare(&b->run, b->c, b->ceil, &out);
     b->live = 1;
+    if (kvb_interrupted()) return kvb_fail(KVB_EINVAL, NOT_RUN_INTERRUPTED); /* not timed: dropped like the rest */
     kvb_bench_label(b->c, b->run.note, b->label, sizeof b->label);
     if (st != KVB_PASS) {
         kvb_print_verdict(&b->run, &out.v);

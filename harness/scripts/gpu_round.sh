@@ -11,8 +11,10 @@
 #             their in-suite peers (harness/report/headline.py --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
 # CHECK=0 skips the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
-# holds the cases finished (kvbench writes them on an interrupt). The phases' exit codes are in round.log;
-# the script exits 1 if any failed.
+# holds the cases finished (kvbench writes them on an interrupt). SHARD=K/N runs shard K of N of the check
+# and the bench (kvbench --shard; `kvbench merge` joins the shards' JSON). OUT/wall.md: where the cases'
+# wall time went (harness/report/wall_report.py). The phases' exit codes are in round.log; the script
+# exits 1 if any failed.
 # Back on the development machine, `make publish ROUND=OUT` makes OUT the canonical round.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +59,8 @@ device_facts() {
     } >"$out/device.txt" 2>&1
 }
 run_tests() { KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"; }
-run_check() { "$kv" check --cases "$cases" --json "$out/check.json" "$@" >"$out/check.log" 2>&1; }
+shard=(${SHARD:+--shard "$SHARD"})
+run_check() { "$kv" check --cases "$cases" --json "$out/check.json" "${shard[@]}" "$@" >"$out/check.log" 2>&1; }
 run_sanitize() {
     SANITIZE_PARALLEL=1 KVBENCH="$kv" KVB_CASES="$cases" bash "$here/sanitize.sh" "$out/sanitize" >"$out/sanitize.txt" 2>&1
 }
@@ -71,7 +74,7 @@ run_bench() {
         mapfile -t sel < <(python3 "$here/headline.py" --cases "$out")
     fi
     [ -s "$out/peers.json" ] && peers=(--peers "$out/peers.json")
-    ${BENCH_TIMEOUT:+timeout -s TERM "$BENCH_TIMEOUT"} "$kv" bench --cases "$cases" --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "${sel[@]}" >"$out/bench.log" 2>&1
+    ${BENCH_TIMEOUT:+timeout -s TERM "$BENCH_TIMEOUT"} "$kv" bench --cases "$cases" --json "$out/bench.json" --summary "$out/summary.md" "${peers[@]}" "${shard[@]}" "${sel[@]}" >"$out/bench.log" 2>&1
 }
 
 phase device device_facts
@@ -80,6 +83,9 @@ phase device device_facts
 [ "${SANITIZE:-1}" = 1 ] && phase sanitize run_sanitize
 [ "${PEERS:-1}" = 1 ] && phase peers run_peers
 [ "${BENCH:-1}" = 1 ] && phase bench run_bench "$@"
+walls=()
+for f in "$out/check.json" "$out/bench.json"; do [ -s "$f" ] && walls+=("$f"); done
+[ ${#walls[@]} -gt 0 ] && python3 "$here/wall_report.py" "${walls[@]}" --out "$out/wall.md" >/dev/null
 echo "[$(date -u +%FT%TZ)] round: $(($(date +%s) - round_t0)) s in all" >>"$log"
 tail -n 1 "$log"
 grep -hE '^[0-9]+ passed, [0-9]+ failed' "$out"/tests.log "$out"/check.log 2>/dev/null
