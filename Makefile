@@ -108,7 +108,7 @@ $(KVBLIB): $(LIB_OBJ)
 $(BUILD)/git_rev: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
-$(OBJ)/harness/core/main.o $(OBJ)/harness/core/report.o $(OBJ)/harness/core/bench.o: $(BUILD)/git_rev
+$(OBJ)/harness/core/main.o $(OBJ)/harness/core/report.o $(OBJ)/harness/core/bench.o $(OBJ)/harness/core/shard.o: $(BUILD)/git_rev
 .PHONY: FORCE
 FORCE:
 

@@ -315,6 +315,27 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
+# ---- shards (--shard K/N) ----
+expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
+expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
+expect "--shard 1/65 refused" 2 '--shard 1/65: give K/N, whole numbers with 1 <= K <= N <= 64' -- bench --cases "$cases" --shard 1/65
+expect "--shard x refused" 2 '--shard x: give K/N' -- list --cases "$cases" --shard x
+expect "--shard without its value refused" 2 'unknown option --shard \(or it lacks its value\)' -- list --cases "$cases" --shard
+expect "--shard of ceilings refused" 2 '--shard is an option of list, check and bench, not of ceilings' -- ceilings --shard 1/2
+for spec in "check 3" "bench 4" "all 8"; do
+    set -- $spec
+    "$kvbench" list --cases "$cases" --tier "$1" | sort >"$tmp/list.all"
+    : >"$tmp/list.union"
+    for k in $(seq 1 "$2"); do "$kvbench" list --cases "$cases" --tier "$1" --shard "$k/$2" 2>/dev/null >>"$tmp/list.union"; done
+    if [ -s "$tmp/list.all" ] && sort "$tmp/list.union" | cmp -s - "$tmp/list.all"; then ok "list --tier $1: the union of $2 shards is the list, each case once"
+    else fail "list --tier $1: the union of $2 shards is the list, each case once"; fi
+done
+expect "an empty shard lists nothing, exit 0" 0 'shard 2/2: none of the 1 case selected falls to this shard: nothing to run' -- list --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2
+expect "check of an empty shard: exit 0" 0 '0 passed, 0 failed, 0 skipped' -- check --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2 --json "$tmp/empty.json"
+expect "bench of an empty shard: exit 0, no device needed" 0 'shard 2/2 has no case: nothing timed' -- bench --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2 --json "$tmp/empty_b.json" --summary "$tmp/empty_b.md"
+if grep -q '"benchmarks": \[\]' "$tmp/empty_b.json" && grep -q '"shard": "2/2"' "$tmp/empty_b.json" && grep -q '"cases": \[\]' "$tmp/empty.json" &&
+   grep -q '"shard": "2/2"' "$tmp/empty.json" && grep -q 'Shard 2/2 has no case' "$tmp/empty_b.md"; then ok "... their files: valid, no case, the shard in the context"
+else fail "... their files: valid, no case, the shard in the context"; fi
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

@@ -15,6 +15,7 @@
 #include "harness/core/json_read.h"
 #include "harness/core/peers.h"
 #include "harness/core/progress.h"
+#include "harness/core/shard.h"
 #include "harness/core/timing.h"
 
 #ifndef KVB_GIT_REV
@@ -462,6 +463,10 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_BENCH, &cases);
     if (rc) return rc;
+    if (cases.n == 0 && o->shard_n) { /* an empty shard: result files of no case */
+        kvb_cases_free(&cases);
+        return kvb_bench_write_empty(o);
+    }
     if (cases.n == 0) {
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
@@ -505,6 +510,8 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_gbench_context("gpu", d.name);
     kvb_gbench_context("gpu_driver", d.driver);
     kvb_gbench_context("gpu_clocks", d.clocks);
+    if (o->shard_n) kvb_gbench_context("shard", kvb_shard_name(o->shard_k, o->shard_n));
+    if (getenv("CUDA_VISIBLE_DEVICES")) kvb_gbench_context("cuda_visible_devices", getenv("CUDA_VISIBLE_DEVICES"));
     /* the clocks per case: NVML, when the driver has it */
     g_nvml_missing = kvb_nvml_open(0) ? NULL : kvb_nvml_unavailable_reason();
     kvb_gbench_context("nvml", g_nvml_missing ? g_nvml_missing : "available: clocks, temperature, power and clock-event "

@@ -14,7 +14,7 @@
  * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
  * or a substring of case ids.
  * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default: kvb_cases_path, cli.h),
- * --host-mem-limit GB. Exit statuses: exitcode.h.
+ * --host-mem-limit GB, --shard K/N (shard.h). Exit statuses: exitcode.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +61,9 @@ static void usage(FILE *f)
             "                               (<bin>/../cases, <bin>/../../cases), else ./cases\n"
             "         --host-mem-limit GB   host memory a case may take (default: what the machine has free);\n"
             "                               a case estimated above it fails before anything is allocated\n"
+            "         --shard K/N           (list, check, bench) only shard K of N of the selected cases, split\n"
+            "                               by estimated cost (1 <= K <= N <= 64); a shard may get none (exit 0);\n"
+            "                               list splits as check does, or with --tier bench as bench does\n"
             "result files (--json, --summary) are written whole or not at all (a temporary renamed over them),\n"
             "and never over an input of the same command\n"
             "exit status: 0    everything ran and passed (compare: the gate passes)\n"
@@ -114,6 +117,7 @@ static int cmd_list(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
     if (rc) return rc;
+    if (cases.n == 0 && o->shard_n) return 0; /* an empty shard, said so */
     if (cases.n == 0) {
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
