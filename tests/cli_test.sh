@@ -315,7 +315,7 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
-# ---- shards (--shard K/N) ----
+# ---- shards (--shard K/N) and merge ----
 expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
 expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
 expect "--shard 1/65 refused" 2 '--shard 1/65: give K/N, whole numbers with 1 <= K <= N <= 64' -- bench --cases "$cases" --shard 1/65
@@ -336,6 +336,60 @@ expect "bench of an empty shard: exit 0, no device needed" 0 'shard 2/2 has no c
 if grep -q '"benchmarks": \[\]' "$tmp/empty_b.json" && grep -q '"shard": "2/2"' "$tmp/empty_b.json" && grep -q '"cases": \[\]' "$tmp/empty.json" &&
    grep -q '"shard": "2/2"' "$tmp/empty.json" && grep -q 'Shard 2/2 has no case' "$tmp/empty_b.md"; then ok "... their files: valid, no case, the shard in the context"
 else fail "... their files: valid, no case, the shard in the context"; fi
+# merge: check shards (every case SKIP without a GPU, PASS with one) re-summed, in one process's order
+sel=(--cases "$cases" --tier smoke topk index_scan packed_load)
+"$kvbench" check "${sel[@]}" --json "$tmp/whole.json" >/dev/null 2>&1
+for k in 1 2 3; do "$kvbench" check "${sel[@]}" --shard "$k/3" --json "$tmp/shard$k.json" >/dev/null 2>&1; done
+expect "merge check shards" 0 'kvbench merge: [0-9]+ check cases from 4 files into' -- merge "$tmp/merged.json" "$tmp/shard1.json" "$tmp/shard2.json" "$tmp/shard3.json" "$tmp/empty.json"
+if command -v python3 >/dev/null; then
+    if python3 - "$tmp/whole.json" "$tmp/merged.json" <<'PY'
+import json, sys
+w, m = (json.load(open(p)) for p in sys.argv[1:])
+s = dict(m["summary"])
+assert s.pop("interrupted") is False and w["summary"]["interrupted"] is False
+assert s == {k: w["summary"][k] for k in s} and len(s) == 4, (s, w["summary"])
+assert [c["id"] for c in m["cases"]] == [c["id"] for c in w["cases"]]
+assert [c["status"] for c in m["cases"]] == [c["status"] for c in w["cases"]]
+assert "shard" not in m["context"] and [e["shard"] for e in m["context"]["merged"]] == ["1/3", "2/3", "3/3", "2/2"]
+assert sum(e["cases"] for e in m["context"]["merged"]) == len(w["cases"]) > 3
+PY
+    then ok "... counts re-summed, every case once, in the order of one process"; else fail "... counts re-summed, every case once, in the order of one process"; fi
+fi
+cp "$tmp/shard1.json" "$tmp/shard1_copy.json"
+expect "merge refuses a case in two inputs" 2 "case '.*' is in both $tmp/shard1.json and $tmp/shard1_copy.json" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/shard1_copy.json"
+expect "merge refuses a file given twice" 2 "$tmp/shard2.json is given twice" -- merge "$tmp/m2.json" "$tmp/shard2.json" "$tmp/shard2.json"
+expect "merge refuses OUT over an input" 2 "OUT $tmp/shard1.json is the same file as the input $tmp/shard1.json" -- merge "$tmp/shard1.json" "$tmp/shard2.json" "$tmp/shard1.json"
+if cmp -s "$tmp/shard1.json" "$tmp/shard1_copy.json"; then ok "... and the input is untouched"; else fail "... and the input is untouched"; fi
+expect "merge refuses files of both kinds" 2 "$tmp/shard1.json is a check result file, $tmp/empty_b.json a bench one" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/empty_b.json"
+sed 's/"git_revision": "[^"]*"/"git_revision": "0000000"/' "$tmp/shard2.json" >"$tmp/shard2_rev.json"
+expect "merge refuses different revisions" 2 "$tmp/shard2_rev.json revision 0000000: results of different revisions are not merged" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/shard2_rev.json"
+expect "merge refuses a missing file" 2 "$tmp/nope.json" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/nope.json"
+expect "merge refuses a file that is not a result" 2 "$tmp/peers.json: not a kvbench result file" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/peers.json"
+expect "merge --summary of check results refused" 2 'only bench results have a summary table' -- merge "$tmp/m2.json" "$tmp/shard1.json" --summary "$tmp/m2.md"
+if [ ! -e "$tmp/m2.json" ]; then ok "... a refused merge writes nothing"; else fail "... a refused merge writes nothing"; fi
+# merge: the canonical round's bench JSON split in two by the shards' listing, merged back, reads as the whole
+round=$(cd "$(dirname "$kvbench")/../.." && pwd)/results/h200
+if command -v python3 >/dev/null && [ -f "$round/bench.json" ] && [ -f "$root/harness/report/plot_report.py" ]; then
+    mapfile -t ids < <(python3 -c 'import json,sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]: print(b["name"].split("/manual_time")[0])' "$round/bench.json")
+    for k in 1 2; do "$kvbench" list --cases "$cases" --shard "$k/2" "${ids[@]}" 2>/dev/null | sed -E 's/^[a-z]+ +//' >"$tmp/ids$k"; done
+    python3 - "$round/bench.json" "$tmp" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in (1, 2):
+    ids = set(open("%s/ids%d" % (sys.argv[2], k)).read().split("\n")) - {""}
+    part = [b for b in d["benchmarks"] if b["name"].split("/manual_time")[0] in ids]
+    json.dump({"context": dict(d["context"], shard="%d/2" % k), "benchmarks": part}, open("%s/b%d.json" % (sys.argv[2], k), "w"), indent=1)
+PY
+    mkdir -p "$tmp/round"
+    expect "merge bench shards with --summary" 0 "kvbench merge: ${#ids[@]} bench cases from 2 files" -- merge "$tmp/round/bench.json" "$tmp/b1.json" "$tmp/b2.json" --summary "$tmp/round/summary.md"
+    expect "... compare ORIGINAL MERGED passes" 0 "compare: 0 slower, 0 faster, ${#ids[@]} same, .*: pass" -- compare "$round/bench.json" "$tmp/round/bench.json"
+    if [ "$(grep -c '^| `' "$tmp/round/summary.md")" -eq "$(grep -c '^| `' "$round/summary.md")" ] && [ -s "$tmp/ids1" ] && [ -s "$tmp/ids2" ] &&
+       python3 "$root/harness/report/plot_report.py" "$tmp/round/bench.json" "$tmp/plot" >/dev/null 2>&1 && [ -s "$tmp/plot/plot.dat" ] &&
+       python3 "$root/harness/report/headline.py" "$tmp/round" >"$tmp/headline.txt" 2>&1 && ! grep -q 'not measured' "$tmp/headline.txt"; then
+        ok "... its summary has every row; plot_report.py and headline.py read it"
+    else fail "... its summary has every row; plot_report.py and headline.py read it"; fi
+fi
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

@@ -134,6 +134,8 @@ int kvb_cmd_bench(const kvb_options *o);
 /* bench of an empty shard (shard.c): --json a bench file of no case (its context, "benchmarks": []),
  * --summary a table of no row; no device needed. 0, or 1 when a file could not be written. */
 int kvb_bench_write_empty(const kvb_options *o);
+/* merge.c: `kvbench merge OUT.json IN.json...`, the arguments after "merge" */
+int kvb_merge_main(int argc, char **argv);
 /* kvb_compare_main: compare_results.h */
 
 #endif

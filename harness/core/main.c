@@ -8,6 +8,7 @@
  *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
  *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
  *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
+ *   kvbench merge    OUT.json IN.json... [--summary F]   result files of shards (--shard K/N) into one
  *
  *   kvbench --version                            the revision and the CUDA runtime it was built with
  *
@@ -51,6 +52,10 @@ static void usage(FILE *f)
             "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
             "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
             "                                            of BASE on purpose, BASE's other cases are left out\n"
+            "  merge    OUT.json IN.json [IN.json ...] [--summary F]\n"
+            "                                            result files of one kind (check or bench) and revision, of\n"
+            "                                            disjoint cases (the shards of a run), into one; bench:\n"
+            "                                            --summary F, the summary table; exit 2 on a refused input\n"
             "  --version                                 the git revision and the CUDA runtime of this build\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
             "        or a substring of case ids; a filter that selects no case is refused; a case given twice\n"
@@ -149,8 +154,9 @@ int main(int argc, char **argv)
 {
     /* arguments reach messages and JSON files: valid UTF-8 only */
     if (kvb_args_utf8(argc, argv)) return 2;
-    /* compare has options of its own: it parses its arguments itself */
+    /* compare and merge have options of their own: they parse their arguments themselves */
     if (argc >= 2 && !strcmp(argv[1], "compare")) return kvb_compare_main(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "merge")) return kvb_merge_main(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) return cmd_version();
     kvb_options o;
     int rc = kvb_parse_options(argc, argv, &o);
