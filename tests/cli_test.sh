@@ -315,13 +315,16 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
-# ---- shards (--shard K/N) and merge ----
+# ---- shards (--shard K/N), merge and the timing lock ----
 expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
 expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
 expect "--shard 1/65 refused" 2 '--shard 1/65: give K/N, whole numbers with 1 <= K <= N <= 64' -- bench --cases "$cases" --shard 1/65
 expect "--shard x refused" 2 '--shard x: give K/N' -- list --cases "$cases" --shard x
 expect "--shard without its value refused" 2 'unknown option --shard \(or it lacks its value\)' -- list --cases "$cases" --shard
 expect "--shard of ceilings refused" 2 '--shard is an option of list, check and bench, not of ceilings' -- ceilings --shard 1/2
+expect "--timing-lock of check refused" 2 '--timing-lock is an option of bench, not of check' -- check --cases "$cases" --timing-lock "$tmp/t.lock" topk
+expect "--timing-lock that cannot be opened" 2 "--timing-lock cannot open $tmp: " -- bench --cases "$cases" --timing-lock "$tmp" topk
+expect "--timing-lock over --json refused" 2 'and --timing-lock .* are the same file' -- bench --cases "$cases" --json "$tmp/tl.json" --timing-lock "$tmp/tl.json" topk
 for spec in "check 3" "bench 4" "all 8"; do
     set -- $spec
     "$kvbench" list --cases "$cases" --tier "$1" | sort >"$tmp/list.all"

@@ -171,6 +171,8 @@ static void test_shard_option(void **state)
     assert_int_equal(parse(&o, "check|--shard|6/5"), 2);
     assert_int_equal(parse(&o, "check|--shard"), 2);       /* no value */
     assert_int_equal(parse(&o, "profile|--shard|1/2"), 2); /* list, check and bench only */
+    assert_int_equal(parse(&o, "bench|--timing-lock|/tmp/x.lock"), 0);
+    assert_int_equal(parse(&o, "check|--timing-lock|/tmp/x.lock"), 2); /* bench only */
     assert_string_equal(kvb_shard_name(3, 12), "3/12");
 }
 

@@ -17,6 +17,7 @@
 #include "harness/core/progress.h"
 #include "harness/core/shard.h"
 #include "harness/core/timing.h"
+#include "harness/core/timing_lock.h"
 
 #ifndef KVB_GIT_REV
 #define KVB_GIT_REV "unknown"
@@ -34,6 +35,7 @@ typedef struct bench_ctx {
     kvb_sample_stats st; /* the reported loop, for the summary */
     kvb_clock_record clocks; /* the last loop's */
     int done, failed;
+    int lock_mode; /* --timing-lock: what this case's timing holds (timing_lock.h), until bench_release */
     char error[1600];
     char label[1200];
     struct bench_ctx *all; /* every case of the run, for goals against another impl */
@@ -131,6 +133,9 @@ static int prepare_case(bench_ctx *b)
     const int zeros = kvb_run_zeros_caught(&b->run);
     if (zeros < 0) return bench_fail(b, "the zeros check failed", kvb_last_error());
     if (!zeros) return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
+    const int lock = kvb_timing_lock_acquire(kvb_run_timing_exclusive(&b->run), &b->lock_mode);
+    if (lock > 0) return kvb_fail(KVB_EINVAL, NOT_RUN_INTERRUPTED);
+    if (lock < 0) return bench_fail(b, "the timing lock failed", kvb_last_error());
     jmp_buf jb;
     if (setjmp(*kvb_guard_enter(&jb))) {
         kvb_guard_leave();
@@ -256,6 +261,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     add_counter(out, n_out, "max_us", b->st.max * 1e6);
     add_counter(out, n_out, "noise_pct", 100.0 * b->st.noise);
     add_counter(out, n_out, "samples", n);
+    if (b->lock_mode) add_counter(out, n_out, "timed_exclusive", b->lock_mode == KVB_LOCK_EXCLUSIVE);
     add_clock_counters(out, n_out, &b->clocks);
     if (b->cost.bytes_h2d > 0) add_counter(out, n_out, "h2d_GBps", b->cost.bytes_h2d / t * 1e-9);
     if (b->cost.bytes_dev > 0) add_counter(out, n_out, "dev_GBps", b->cost.bytes_dev / t * 1e-9);
@@ -298,6 +304,7 @@ static const char *bench_label(void *p) { return ((bench_ctx *)p)->label; }
 static void bench_release(void *p)
 {
     bench_ctx *b = p;
+    kvb_timing_lock_release();
     if (b->live) kvb_run_teardown(&b->run);
     b->live = 0;
     kvb_nvtx_pop();
@@ -501,7 +508,10 @@ int kvb_cmd_bench(const kvb_options *o)
         return 2;
     }
     static kvb_ceilings ceil;
+    int ceil_lock; /* its pinned copies read host memory: measured alone (no lock: measured anyway) */
+    kvb_timing_lock_acquire(1, &ceil_lock);
     kvb_ceilings_measure(&ceil);
+    kvb_timing_lock_release();
     kvb_ceilings_print(&ceil);
     kvb_device_info d;
     kvb_gpu_info(&d);
@@ -512,6 +522,7 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_gbench_context("gpu_clocks", d.clocks);
     if (o->shard_n) kvb_gbench_context("shard", kvb_shard_name(o->shard_k, o->shard_n));
     if (getenv("CUDA_VISIBLE_DEVICES")) kvb_gbench_context("cuda_visible_devices", getenv("CUDA_VISIBLE_DEVICES"));
+    if (o->timing_lock) kvb_gbench_context("timing_lock", o->timing_lock);
     /* the clocks per case: NVML, when the driver has it */
     g_nvml_missing = kvb_nvml_open(0) ? NULL : kvb_nvml_unavailable_reason();
     kvb_gbench_context("nvml", g_nvml_missing ? g_nvml_missing : "available: clocks, temperature, power and clock-event "

@@ -41,7 +41,7 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         const int valued = !strcmp(a, "--tier") || !strcmp(a, "--cases") || !strcmp(a, "--json") ||
                            !strcmp(a, "--dump") || !strcmp(a, "--summary") || !strcmp(a, "--peers") || !strcmp(a, "--fault") ||
-                           !strcmp(a, "--shard");
+                           !strcmp(a, "--shard") || !strcmp(a, "--timing-lock");
         if (valued && next && !*next) {
             fprintf(stderr, "kvbench: %s needs a value, got an empty argument\n", a);
             return 2;
@@ -77,7 +77,8 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
                         KVB_SHARD_MAX);
                 return 2;
             }
-        } else if (!strcmp(a, "--determinism")) o->determinism = 1;
+        } else if (!strcmp(a, "--timing-lock") && next) o->timing_lock = argv[++i];
+        else if (!strcmp(a, "--determinism")) o->determinism = 1;
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
         else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
@@ -106,6 +107,10 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
     const int list = !strcmp(o->cmd, "list"), check = !strcmp(o->cmd, "check"), bench = !strcmp(o->cmd, "bench");
     if (o->shard_n && !list && !check && !bench) {
         fprintf(stderr, "kvbench: --shard is an option of list, check and bench, not of %s\n", o->cmd);
+        return 2;
+    }
+    if (o->timing_lock && !bench) {
+        fprintf(stderr, "kvbench: --timing-lock is an option of bench, not of %s\n", o->cmd);
         return 2;
     }
     return 0;
@@ -188,6 +193,12 @@ int kvb_check_paths(const kvb_options *o)
         fprintf(stderr, "kvbench: --json %s and --summary %s are the same file\n", o->json, o->summary);
         return 2;
     }
+    /* a result file is renamed over its target: a lock on the file it replaced would lock nothing */
+    for (int k = 0; k < 2 && o->timing_lock; k++)
+        if (outs[k] && (kvb_same_file(outs[k], o->timing_lock) || !strcmp(outs[k], o->timing_lock))) {
+            fprintf(stderr, "kvbench: %s %s and --timing-lock %s are the same file\n", names[k], outs[k], o->timing_lock);
+            return 2;
+        }
     return 0;
 }
 

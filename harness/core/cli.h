@@ -30,6 +30,7 @@ typedef struct kvb_options {
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
     int shard_k, shard_n; /* --shard K/N (list, check, bench): run shard K of N of the selected cases (shard.h); 0: all */
+    const char *timing_lock; /* bench --timing-lock FILE: each case's timing holds flock(2) on FILE (timing_lock.h) */
     const char *filters[64];
     int n_filters;
     char *gb_argv[64];

@@ -23,6 +23,7 @@
 
 #include "harness/core/cli.h"
 #include "harness/core/compare_results.h"
+#include "harness/core/timing_lock.h"
 
 #ifndef KVB_GIT_REV
 #define KVB_GIT_REV "unknown"
@@ -44,6 +45,9 @@ static void usage(FILE *f)
             "                                            validate, time through Google Benchmark, validate again;\n"
             "                                            --peers: external peers timed in the same round\n"
             "                                            (harness/torch_peers.py)\n"
+            "           --timing-lock FILE               each case's timing holds flock(2) on FILE: exclusive when it\n"
+            "                                            reads pinned host memory, else shared (processes timing on\n"
+            "                                            several GPUs of one host: host-bound cases are timed alone)\n"
             "  ceilings [--json F]                       measure copy and read bandwidths and the bf16 matrix rate\n"
             "  profile  CASE                             one launch of CASE between cudaProfilerStart/Stop\n"
             "  compare  BASE.json NEW.json [--threshold PCT] [--json F] [--subset]\n"
@@ -166,6 +170,10 @@ int main(int argc, char **argv)
     }
     if (rc) return rc;
     if ((rc = kvb_check_paths(&o))) return rc;
+    if (o.timing_lock && kvb_timing_lock_open(o.timing_lock) != KVB_OK) {
+        fprintf(stderr, "kvbench: --timing-lock %s\n", kvb_last_error());
+        return 2;
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(o.cmd, "list")) return cmd_list(&o);
     if (!strcmp(o.cmd, "kernels")) return cmd_kernels();

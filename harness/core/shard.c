@@ -136,6 +136,7 @@ int kvb_bench_write_empty(const kvb_options *o)
         kvb_json_str(&j, "kvbench_command_line", o->cmdline);
         kvb_json_str(&j, "shard", shard);
         if (visible) kvb_json_str(&j, "cuda_visible_devices", visible);
+        if (o->timing_lock) kvb_json_str(&j, "timing_lock", o->timing_lock);
         kvb_json_close(&j);
         kvb_json_arr(&j, "benchmarks");
         kvb_json_close(&j);
