@@ -315,7 +315,7 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
-# ---- shards (--shard K/N), merge and the timing lock ----
+# ---- shards (--shard K/N), merge, the timing lock and the sharded main job ----
 expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
 expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
 expect "--shard 1/65 refused" 2 '--shard 1/65: give K/N, whole numbers with 1 <= K <= N <= 64' -- bench --cases "$cases" --shard 1/65
@@ -393,6 +393,32 @@ PY
         ok "... its summary has every row; plot_report.py and headline.py read it"
     else fail "... its summary has every row; plot_report.py and headline.py read it"; fi
 fi
+# the sharded main job without a GPU: each shard's log says why nothing ran, exit 3 at once
+if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then
+    GPUS=2 bash "$root/harness/scripts/main_job.sh" "$kvbench" "$tmp/run" >"$tmp/run.log" 2>&1
+    rc=$?
+    if [ $rc -eq 3 ] && grep -q 'main job: check exit 3, bench exit 3' "$tmp/run.log" &&
+       grep -q 'shard 2/2: bench tier not run: .*nothing measured' "$tmp/run/shards/bench.2.log" &&
+       ls "$tmp"/run/shards/check.1.log "$tmp"/run/shards/check.2.log "$tmp"/run/shards/bench.1.log >/dev/null 2>&1; then
+        ok "GPUS=2 main job without a GPU: exit 3, both shards' logs"
+    else fail "GPUS=2 main job without a GPU: exit 3, both shards' logs (exit $rc)"; sed 's/^/    /' "$tmp/run.log" | head -n 8; fi
+    out=$(GPUS=1 SHARDS=2 bash "$root/harness/scripts/main_job.sh" "$kvbench" "$tmp/run1" 2>&1)
+    rc=$?
+    if [ $rc -eq 3 ] && grep -q 'check tier 2 shards not run' <<<"$out" && [ -f "$tmp/run1/shards/check.2.log" ]; then
+        ok "GPUS=1 SHARDS=2 main job without a GPU: exit 3"
+    else fail "GPUS=1 SHARDS=2 main job without a GPU: exit 3 (exit $rc)"; fi
+    if [ -f "$root/Makefile" ]; then
+        out=$(cd "$root" && env -u MAKEFLAGS -u MFLAGS make --no-print-directory run GPUS=2 RESULTS="$tmp/mrun" 2>&1)
+        if grep -q 'main job: check exit 3, bench exit 3' <<<"$out" && grep -q 'Error 3' <<<"$out" &&
+           [ -f "$tmp/mrun/shards/check.1.log" ] && [ -f "$tmp/mrun/shards/check.2.log" ]; then ok "make run GPUS=2 without a GPU: the job exits 3, both shards' logs"
+        else fail "make run GPUS=2 without a GPU: the job exits 3, both shards' logs"; printf '%s\n' "$out" | tail -n 5 | sed 's/^/    /'; fi
+    fi
+    out=$(GPUS=0 bash "$root/harness/scripts/main_job.sh" "$kvbench" "$tmp/run0" 2>&1)
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q 'GPUS=0: give a whole number in \[1, 64\]' <<<"$out"; then ok "main job GPUS=0 refused"
+    else fail "main job GPUS=0 refused (exit $rc)"; fi
+fi
+
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"
