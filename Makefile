@@ -8,7 +8,8 @@
 #   make publish ROUND=dir   a GPU round (harness/scripts/gpu_round.sh OUT) becomes the canonical results/h200/
 #   make headline   README.md's headline table and the family notes' figures, regenerated from results/h200/
 #   make sanitize [SANITIZE_OUT=dir] [FILTER=..]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over the sanitize tier (GPU)
-#   make run        the main job: deps, build, check, bench (what can run on this machine)
+#   make run [GPUS=N] [SHARDS=M]  the main job: deps, build, check, bench (what can run on this machine);
+#                   GPUS=N: a process per GPU, each tier in M shards (default N), merged into one result
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
 #   make ptxas      the compiler's resource report for every kernel (registers, smem, spills)
@@ -108,7 +109,7 @@ $(KVBLIB): $(LIB_OBJ)
 $(BUILD)/git_rev: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(GIT_REV)' | cmp -s - $@ || echo '$(GIT_REV)' > $@
-$(OBJ)/harness/core/main.o $(OBJ)/harness/core/report.o $(OBJ)/harness/core/bench.o: $(BUILD)/git_rev
+$(OBJ)/harness/core/main.o $(OBJ)/harness/core/report.o $(OBJ)/harness/core/bench.o $(OBJ)/harness/core/shard.o: $(BUILD)/git_rev
 .PHONY: FORCE
 FORCE:
 
@@ -169,11 +170,14 @@ plots:
 	gnuplot -e "datadir='$(PLOT_OUT)'" harness/report/plots.gp
 	@echo "plots: $(PLOT_OUT)/pct_of_ceiling.png"
 
+# GPUS=N: one process per GPU, each tier split into SHARDS (default N) shards and merged (main_job.sh)
+GPUS   ?= 1
+SHARDS ?=
 run:
 	@[ -e /dev/nvidia0 ] || echo "run: no NVIDIA GPU on this machine (no /dev/nvidia0): after the build, the C references over the smoke tier; nothing is timed (exit 3)"
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory all
-	@bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
+	@GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
 
 # ---- bundle for the GPU machine ----
 bundle: all

@@ -315,6 +315,100 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
+# ---- shards (--shard K/N), merge, the timing lock and the sharded main job ----
+expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
+expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
+expect "--shard 1/65 refused" 2 '--shard 1/65: give K/N, whole numbers with 1 <= K <= N <= 64' -- bench --cases "$cases" --shard 1/65
+expect "--shard x refused" 2 '--shard x: give K/N' -- list --cases "$cases" --shard x
+expect "--shard without its value refused" 2 'unknown option --shard \(or it lacks its value\)' -- list --cases "$cases" --shard
+expect "--shard of ceilings refused" 2 '--shard is an option of list, check and bench, not of ceilings' -- ceilings --shard 1/2
+expect "--timing-lock of check refused" 2 '--timing-lock is an option of bench, not of check' -- check --cases "$cases" --timing-lock "$tmp/t.lock" topk
+expect "--timing-lock that cannot be opened" 2 "--timing-lock cannot open $tmp: " -- bench --cases "$cases" --timing-lock "$tmp" topk
+expect "--timing-lock over --json refused" 2 'and --timing-lock .* are the same file' -- bench --cases "$cases" --json "$tmp/tl.json" --timing-lock "$tmp/tl.json" topk
+for spec in "check 3" "bench 4" "all 8"; do
+    set -- $spec
+    "$kvbench" list --cases "$cases" --tier "$1" | sort >"$tmp/list.all"
+    : >"$tmp/list.union"
+    for k in $(seq 1 "$2"); do "$kvbench" list --cases "$cases" --tier "$1" --shard "$k/$2" 2>/dev/null >>"$tmp/list.union"; done
+    if [ -s "$tmp/list.all" ] && sort "$tmp/list.union" | cmp -s - "$tmp/list.all"; then ok "list --tier $1: the union of $2 shards is the list, each case once"
+    else fail "list --tier $1: the union of $2 shards is the list, each case once"; fi
+done
+expect "an empty shard lists nothing, exit 0" 0 'shard 2/2: none of the 1 case selected falls to this shard: nothing to run' -- list --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2
+expect "check of an empty shard: exit 0" 0 '0 passed, 0 failed, 0 skipped' -- check --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2 --json "$tmp/empty.json"
+expect "bench of an empty shard: exit 0, no device needed" 0 'shard 2/2 has no case: nothing timed' -- bench --cases "$cases" "topk rows=3 n=100 k=7" --shard 2/2 --json "$tmp/empty_b.json" --summary "$tmp/empty_b.md"
+if grep -q '"benchmarks": \[\]' "$tmp/empty_b.json" && grep -q '"shard": "2/2"' "$tmp/empty_b.json" && grep -q '"cases": \[\]' "$tmp/empty.json" &&
+   grep -q '"shard": "2/2"' "$tmp/empty.json" && grep -q 'Shard 2/2 has no case' "$tmp/empty_b.md"; then ok "... their files: valid, no case, the shard in the context"
+else fail "... their files: valid, no case, the shard in the context"; fi
+# merge: check shards (every case SKIP without a GPU, PASS with one) re-summed, in one process's order
+sel=(--cases "$cases" --tier smoke topk index_scan packed_load)
+"$kvbench" check "${sel[@]}" --json "$tmp/whole.json" >/dev/null 2>&1
+for k in 1 2 3; do "$kvbench" check "${sel[@]}" --shard "$k/3" --json "$tmp/shard$k.json" >/dev/null 2>&1; done
+expect "merge check shards" 0 'kvbench merge: [0-9]+ check cases from 4 files into' -- merge "$tmp/merged.json" "$tmp/shard1.json" "$tmp/shard2.json" "$tmp/shard3.json" "$tmp/empty.json"
+if command -v python3 >/dev/null; then
+    if python3 - "$tmp/whole.json" "$tmp/merged.json" <<'PY'
+import json, sys
+w, m = (json.load(open(p)) for p in sys.argv[1:])
+s = dict(m["summary"])
+assert s.pop("interrupted") is False and w["summary"]["interrupted"] is False
+assert s == {k: w["summary"][k] for k in s} and len(s) == 4, (s, w["summary"])
+assert [c["id"] for c in m["cases"]] == [c["id"] for c in w["cases"]]
+assert [c["status"] for c in m["cases"]] == [c["status"] for c in w["cases"]]
+assert "shard" not in m["context"] and [e["shard"] for e in m["context"]["merged"]] == ["1/3", "2/3", "3/3", "2/2"]
+assert sum(e["cases"] for e in m["context"]["merged"]) == len(w["cases"]) > 3
+PY
+    then ok "... counts re-summed, every case once, in the order of one process"; else fail "... counts re-summed, every case once, in the order of one process"; fi
+fi
+cp "$tmp/shard1.json" "$tmp/shard1_copy.json"
+expect "merge refuses a case in two inputs" 2 "case '.*' is in both $tmp/shard1.json and $tmp/shard1_copy.json" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/shard1_copy.json"
+expect "merge refuses a file given twice" 2 "$tmp/shard2.json is given twice" -- merge "$tmp/m2.json" "$tmp/shard2.json" "$tmp/shard2.json"
+expect "merge refuses OUT over an input" 2 "OUT $tmp/shard1.json is the same file as the input $tmp/shard1.json" -- merge "$tmp/shard1.json" "$tmp/shard2.json" "$tmp/shard1.json"
+if cmp -s "$tmp/shard1.json" "$tmp/shard1_copy.json"; then ok "... and the input is untouched"; else fail "... and the input is untouched"; fi
+expect "merge refuses files of both kinds" 2 "$tmp/shard1.json is a check result file, $tmp/empty_b.json a bench one" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/empty_b.json"
+sed 's/"git_revision": "[^"]*"/"git_revision": "0000000"/' "$tmp/shard2.json" >"$tmp/shard2_rev.json"
+expect "merge refuses different revisions" 2 "$tmp/shard2_rev.json revision 0000000: results of different revisions are not merged" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/shard2_rev.json"
+expect "merge refuses a missing file" 2 "$tmp/nope.json" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/nope.json"
+expect "merge refuses a file that is not a result" 2 "$tmp/peers.json: not a kvbench result file" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/peers.json"
+expect "merge --summary of check results refused" 2 'only bench results have a summary table' -- merge "$tmp/m2.json" "$tmp/shard1.json" --summary "$tmp/m2.md"
+if [ ! -e "$tmp/m2.json" ]; then ok "... a refused merge writes nothing"; else fail "... a refused merge writes nothing"; fi
+# merge: the canonical round's bench JSON split in two by the shards' listing, merged back, reads as the whole
+round=$(cd "$(dirname "$kvbench")/../.." && pwd)/results/h200
+if command -v python3 >/dev/null && [ -f "$round/bench.json" ] && [ -f "$root/harness/report/plot_report.py" ]; then
+    mapfile -t ids < <(python3 -c 'import json,sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]: print(b["name"].split("/manual_time")[0])' "$round/bench.json")
+    for k in 1 2; do "$kvbench" list --cases "$cases" --shard "$k/2" "${ids[@]}" 2>/dev/null | sed -E 's/^[a-z]+ +//' >"$tmp/ids$k"; done
+    python3 - "$round/bench.json" "$tmp" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in (1, 2):
+    ids = set(open("%s/ids%d" % (sys.argv[2], k)).read().split("\n")) - {""}
+    part = [b for b in d["benchmarks"] if b["name"].split("/manual_time")[0] in ids]
+    json.dump({"context": dict(d["context"], shard="%d/2" % k), "benchmarks": part}, open("%s/b%d.json" % (sys.argv[2], k), "w"), indent=1)
+PY
+    mkdir -p "$tmp/round"
+    expect "merge bench shards with --summary" 0 "kvbench merge: ${#ids[@]} bench cases from 2 files" -- merge "$tmp/round/bench.json" "$tmp/b1.json" "$tmp/b2.json" --summary "$tmp/round/summary.md"
+    expect "... compare ORIGINAL MERGED passes" 0 "compare: 0 slower, 0 faster, ${#ids[@]} same, .*: pass" -- compare "$round/bench.json" "$tmp/round/bench.json"
+    if [ "$(grep -c '^| `' "$tmp/round/summary.md")" -eq "$(grep -c '^| `' "$round/summary.md")" ] && [ -s "$tmp/ids1" ] && [ -s "$tmp/ids2" ] &&
+       python3 "$root/harness/report/plot_report.py" "$tmp/round/bench.json" "$tmp/plot" >/dev/null 2>&1 && [ -s "$tmp/plot/plot.dat" ] &&
+       python3 "$root/harness/report/headline.py" "$tmp/round" >"$tmp/headline.txt" 2>&1 && ! grep -q 'not measured' "$tmp/headline.txt"; then
+        ok "... its summary has every row; plot_report.py and headline.py read it"
+    else fail "... its summary has every row; plot_report.py and headline.py read it"; fi
+fi
+# the main job without a GPU, sharded or not: it says so first, runs the smoke tier's references and the
+# reference self-tests, and exits 3 (nothing measured) without starting a shard
+if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then
+    GPUS=2 bash "$root/harness/scripts/main_job.sh" "$kvbench" "$tmp/run" >"$tmp/run.log" 2>&1
+    rc=$?
+    if [ $rc -eq 3 ] && head -n 1 "$tmp/run.log" | grep -q '^main job: no GPU here' &&
+       grep -qE '^0 passed, 0 failed, [1-9][0-9]* skipped' "$tmp/run.log" && grep -q 'reference self-test programs' "$tmp/run.log" &&
+       [ ! -d "$tmp/run/shards" ]; then
+        ok "GPUS=2 main job without a GPU: says so first, the smoke references, exit 3"
+    else fail "GPUS=2 main job without a GPU: says so first, the smoke references, exit 3 (exit $rc)"; sed 's/^/    /' "$tmp/run.log" | head -n 8; fi
+    out=$(GPUS=0 bash "$root/harness/scripts/main_job.sh" "$kvbench" "$tmp/run0" 2>&1)
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q 'GPUS=0: give a whole number in \[1, 64\]' <<<"$out"; then ok "main job GPUS=0 refused"
+    else fail "main job GPUS=0 refused (exit $rc)"; fi
+fi
+
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

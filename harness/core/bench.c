@@ -15,7 +15,9 @@
 #include "harness/core/json_read.h"
 #include "harness/core/peers.h"
 #include "harness/core/progress.h"
+#include "harness/core/shard.h"
 #include "harness/core/timing.h"
+#include "harness/core/timing_lock.h"
 
 #ifndef KVB_GIT_REV
 #define KVB_GIT_REV "unknown"
@@ -34,6 +36,7 @@ typedef struct bench_ctx {
     kvb_sample_stats st; /* the reported loop, for the summary */
     kvb_clock_record clocks; /* the last loop's */
     int done, failed;
+    int lock_mode; /* --timing-lock: what this case's timing holds (timing_lock.h), until bench_release */
     char error[1600];
     char label[1200];
     struct bench_ctx *all; /* every case of the run, for goals against another impl */
@@ -134,6 +137,9 @@ static int prepare_case(bench_ctx *b)
     b->run.wall_s[KVB_PH_VALIDATE] += kvb_wall_now() - t0;
     if (zeros < 0) return bench_fail(b, "the zeros check failed", kvb_last_error());
     if (!zeros) return bench_fail(b, "validation is blind", "outputs of zeros pass this case's comparison");
+    const int lock = kvb_timing_lock_acquire(kvb_run_timing_exclusive(&b->run), &b->lock_mode);
+    if (lock > 0) return kvb_fail(KVB_EINVAL, NOT_RUN_INTERRUPTED);
+    if (lock < 0) return bench_fail(b, "the timing lock failed", kvb_last_error());
     jmp_buf jb;
     if (setjmp(*kvb_guard_enter(&jb))) {
         kvb_guard_leave();
@@ -263,6 +269,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     add_counter(out, n_out, "max_us", b->st.max * 1e6);
     add_counter(out, n_out, "noise_pct", 100.0 * b->st.noise);
     add_counter(out, n_out, "samples", n);
+    if (b->lock_mode) add_counter(out, n_out, "timed_exclusive", b->lock_mode == KVB_LOCK_EXCLUSIVE);
     add_clock_counters(out, n_out, &b->clocks);
     if (b->cost.bytes_h2d > 0) add_counter(out, n_out, "h2d_GBps", b->cost.bytes_h2d / t * 1e-9);
     if (b->cost.bytes_dev > 0) add_counter(out, n_out, "dev_GBps", b->cost.bytes_dev / t * 1e-9);
@@ -310,6 +317,7 @@ static const char *bench_label(void *p) { return ((bench_ctx *)p)->label; }
 static void bench_release(void *p)
 {
     bench_ctx *b = p;
+    kvb_timing_lock_release();
     if (b->live) kvb_run_teardown(&b->run);
     b->live = 0;
     kvb_nvtx_pop();
@@ -475,6 +483,10 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_BENCH, &cases);
     if (rc) return rc;
+    if (cases.n == 0 && o->shard_n) { /* an empty shard: result files of no case */
+        kvb_cases_free(&cases);
+        return kvb_bench_write_empty(o);
+    }
     if (cases.n == 0) {
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
@@ -509,7 +521,10 @@ int kvb_cmd_bench(const kvb_options *o)
         return 2;
     }
     static kvb_ceilings ceil;
+    int ceil_lock; /* its pinned copies read host memory: measured alone (no lock: measured anyway) */
+    kvb_timing_lock_acquire(1, &ceil_lock);
     kvb_ceilings_measure(&ceil);
+    kvb_timing_lock_release();
     kvb_ceilings_print(&ceil);
     kvb_device_info d;
     kvb_gpu_info(&d);
@@ -521,6 +536,9 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_gbench_context("gpu", d.name);
     kvb_gbench_context("gpu_driver", d.driver);
     kvb_gbench_context("gpu_clocks", d.clocks);
+    if (o->shard_n) kvb_gbench_context("shard", kvb_shard_name(o->shard_k, o->shard_n));
+    if (getenv("CUDA_VISIBLE_DEVICES")) kvb_gbench_context("cuda_visible_devices", getenv("CUDA_VISIBLE_DEVICES"));
+    if (o->timing_lock) kvb_gbench_context("timing_lock", o->timing_lock);
     /* the clocks per case: NVML, when the driver has it */
     g_nvml_missing = kvb_nvml_open(0) ? NULL : kvb_nvml_unavailable_reason();
     kvb_gbench_context("nvml", g_nvml_missing ? g_nvml_missing : "available: clocks, temperature, power and clock-event "

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/shard.h"
 
 /* ---- options ---- */
 
@@ -39,7 +40,8 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         const int valued = !strcmp(a, "--tier") || !strcmp(a, "--cases") || !strcmp(a, "--json") ||
-                           !strcmp(a, "--dump") || !strcmp(a, "--summary") || !strcmp(a, "--peers") || !strcmp(a, "--fault");
+                           !strcmp(a, "--dump") || !strcmp(a, "--summary") || !strcmp(a, "--peers") || !strcmp(a, "--fault") ||
+                           !strcmp(a, "--shard") || !strcmp(a, "--timing-lock");
         if (valued && next && !*next) {
             fprintf(stderr, "kvbench: %s needs a value, got an empty argument\n", a);
             return 2;
@@ -81,7 +83,14 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
                 return 2;
             }
             o->sample_time_s = t;
-        } else if (!strcmp(a, "--determinism")) o->determinism = 1;
+        } else if (!strcmp(a, "--shard") && next) {
+            if (kvb_shard_parse(argv[++i], &o->shard_k, &o->shard_n)) {
+                fprintf(stderr, "kvbench: --shard %s: give K/N, whole numbers with 1 <= K <= N <= %d\n", argv[i],
+                        KVB_SHARD_MAX);
+                return 2;
+            }
+        } else if (!strcmp(a, "--timing-lock") && next) o->timing_lock = argv[++i];
+        else if (!strcmp(a, "--determinism")) o->determinism = 1;
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
         else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
@@ -106,6 +115,15 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
             fprintf(stderr, "kvbench: more than 64 filters\n");
             return 2;
         }
+    }
+    const int list = !strcmp(o->cmd, "list"), check = !strcmp(o->cmd, "check"), bench = !strcmp(o->cmd, "bench");
+    if (o->shard_n && !list && !check && !bench) {
+        fprintf(stderr, "kvbench: --shard is an option of list, check and bench, not of %s\n", o->cmd);
+        return 2;
+    }
+    if (o->timing_lock && !bench) {
+        fprintf(stderr, "kvbench: --timing-lock is an option of bench, not of %s\n", o->cmd);
+        return 2;
     }
     return 0;
 }
@@ -187,6 +205,12 @@ int kvb_check_paths(const kvb_options *o)
         fprintf(stderr, "kvbench: --json %s and --summary %s are the same file\n", o->json, o->summary);
         return 2;
     }
+    /* a result file is renamed over its target: a lock on the file it replaced would lock nothing */
+    for (int k = 0; k < 2 && o->timing_lock; k++)
+        if (outs[k] && (kvb_same_file(outs[k], o->timing_lock) || !strcmp(outs[k], o->timing_lock))) {
+            fprintf(stderr, "kvbench: %s %s and --timing-lock %s are the same file\n", names[k], outs[k], o->timing_lock);
+            return 2;
+        }
     return 0;
 }
 
@@ -239,6 +263,24 @@ static void no_match(const char *flt, const kvb_case_list *all, int tier)
     } else {
         fprintf(stderr, "kvbench: no case matches '%s': no case id holds it\n", flt);
     }
+}
+
+/* --shard K/N: the selection's shard K. Split by the estimate of the command that runs it: bench's
+ * (timed) for bench, and for list of the bench tier alone (what bench selects by default); check's
+ * otherwise. */
+static int keep_shard(const kvb_options *o, int tier, kvb_case_list *out)
+{
+    const int timed = !strcmp(o->cmd, "bench") || (!strcmp(o->cmd, "list") && tier == KVB_TIER_BENCH);
+    const int selected = out->n;
+    if (kvb_shard_keep(out, o->shard_k, o->shard_n, timed) != KVB_OK) {
+        fprintf(stderr, "kvbench: --shard %d/%d: %s\n", o->shard_k, o->shard_n, kvb_last_error());
+        kvb_cases_free(out);
+        return 2;
+    }
+    if (out->n == 0)
+        fprintf(stderr, "kvbench: shard %d/%d: none of the %d case%s selected falls to this shard: nothing to run\n",
+                o->shard_k, o->shard_n, selected, KVB_PLURAL(selected));
+    return 0;
 }
 
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
@@ -309,5 +351,5 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
             return 2;
         }
     kvb_cases_free(&all);
-    return 0;
+    return o->shard_n ? keep_shard(o, tier, out) : 0;
 }

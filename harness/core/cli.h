@@ -32,6 +32,8 @@ typedef struct kvb_options {
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
     double sample_time_s;     /* bench --sample-time: wall seconds of samples per case (0: KVB_SAMPLE_TIME_DEFAULT_S) */
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
+    int shard_k, shard_n; /* --shard K/N (list, check, bench): run shard K of N of the selected cases (shard.h); 0: all */
+    const char *timing_lock; /* bench --timing-lock FILE: each case's timing holds flock(2) on FILE (timing_lock.h) */
     const char *filters[64];
     int n_filters;
     char *gb_argv[64];
@@ -55,7 +57,9 @@ int kvb_check_paths(const kvb_options *o);
  * (default_tier unless --tier) that a filter selects (all of them without a filter). Refused (2, a
  * message on stderr): a bad case line or case file, a filter that selects no case. A case given twice
  * (the same case line twice, or a case line that is also a selected file case) is kept once, the first
- * given, and said so on stderr. */
+ * given, and said so on stderr. With --shard K/N, then only shard K's cases (shard.h), split by bench's
+ * estimate for bench (and for list --tier bench), by check's otherwise; a shard that gets none is
+ * said so on stderr and returns 0 with out->n == 0. */
 int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out);
 int kvb_is_case_line(const char *arg);
 
@@ -131,6 +135,11 @@ int kvb_bench_clock_summary(FILE *f, const kvb_bench_result *res, int n, const c
 int kvb_cmd_check(const kvb_options *o);
 int kvb_cmd_profile(const kvb_options *o);
 int kvb_cmd_bench(const kvb_options *o);
+/* bench of an empty shard (shard.c): --json a bench file of no case (its context, "benchmarks": []),
+ * --summary a table of no row; no device needed. 0, or 1 when a file could not be written. */
+int kvb_bench_write_empty(const kvb_options *o);
+/* merge.c: `kvbench merge OUT.json IN.json...`, the arguments after "merge" */
+int kvb_merge_main(int argc, char **argv);
 /* kvb_compare_main: compare_results.h */
 
 #endif

@@ -8,13 +8,14 @@
  *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
  *   kvbench profile  CASE                        validate, warm up, then exactly one profiled launch
  *   kvbench compare  BASE.json NEW.json [--threshold PCT] [--subset]   the regression gate
+ *   kvbench merge    OUT.json IN.json... [--summary F]   result files of shards (--shard K/N) into one
  *
  *   kvbench --version                            the revision and the CUDA runtime it was built with
  *
  * FILTER is a case line (`kernel key=value ...`, run as given), a kernel name (that kernel's cases)
  * or a substring of case ids.
  * Common options: --tier smoke|check|bench|sanitize|all, --cases PATH (default: kvb_cases_path, cli.h),
- * --host-mem-limit GB. Exit statuses: exitcode.h.
+ * --host-mem-limit GB, --shard K/N (shard.h). Exit statuses: exitcode.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "harness/core/cli.h"
 #include "harness/core/compare_results.h"
+#include "harness/core/timing_lock.h"
 
 #ifndef KVB_GIT_REV
 #define KVB_GIT_REV "unknown"
@@ -44,6 +46,9 @@ static void usage(FILE *f)
             "                                            samples for S s of wall time a case (default 0.25, >= 10)\n"
             "                                            --peers: external peers timed in the same round\n"
             "                                            (harness/torch_peers.py)\n"
+            "           --timing-lock FILE               each case's timing holds flock(2) on FILE: exclusive when it\n"
+            "                                            reads pinned host memory, else shared (processes timing on\n"
+            "                                            several GPUs of one host: host-bound cases are timed alone)\n"
             "  ceilings [--json F]                       measure copy and read bandwidths and the bf16 matrix rate\n"
             "  profile  CASE                             one launch of CASE between cudaProfilerStart/Stop\n"
             "  compare  BASE.json NEW.json [--threshold PCT] [--json F] [--subset]\n"
@@ -52,6 +57,10 @@ static void usage(FILE *f)
             "                                            MISSING, FAILED, NEW; exit 1 on a regression, a missing or a\n"
             "                                            failed case, 2 on an unusable file; --subset: NEW ran part\n"
             "                                            of BASE on purpose, BASE's other cases are left out\n"
+            "  merge    OUT.json IN.json [IN.json ...] [--summary F]\n"
+            "                                            result files of one kind (check or bench) and revision, of\n"
+            "                                            disjoint cases (the shards of a run), into one; bench:\n"
+            "                                            --summary F, the summary table; exit 2 on a refused input\n"
             "  --version                                 the git revision and the CUDA runtime of this build\n"
             "FILTER: a case line in quotes (\"gather_copy B=8 hit=0.6\"), a kernel name (its cases only)\n"
             "        or a substring of case ids; a filter that selects no case is refused; a case given twice\n"
@@ -62,6 +71,9 @@ static void usage(FILE *f)
             "                               (<bin>/../cases, <bin>/../../cases), else ./cases\n"
             "         --host-mem-limit GB   host memory a case may take (default: what the machine has free);\n"
             "                               a case estimated above it fails before anything is allocated\n"
+            "         --shard K/N           (list, check, bench) only shard K of N of the selected cases, split\n"
+            "                               by estimated cost (1 <= K <= N <= 64); a shard may get none (exit 0);\n"
+            "                               list splits as check does, or with --tier bench as bench does\n"
             "result files (--json, --summary) are written whole or not at all (a temporary renamed over them),\n"
             "and never over an input of the same command\n"
             "exit status: 0    everything ran and passed (compare: the gate passes)\n"
@@ -115,6 +127,7 @@ static int cmd_list(const kvb_options *o)
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
     if (rc) return rc;
+    if (cases.n == 0 && o->shard_n) return 0; /* an empty shard, said so */
     if (cases.n == 0) {
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
@@ -146,8 +159,9 @@ int main(int argc, char **argv)
 {
     /* arguments reach messages and JSON files: valid UTF-8 only */
     if (kvb_args_utf8(argc, argv)) return 2;
-    /* compare has options of its own: it parses its arguments itself */
+    /* compare and merge have options of their own: they parse their arguments themselves */
     if (argc >= 2 && !strcmp(argv[1], "compare")) return kvb_compare_main(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "merge")) return kvb_merge_main(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) return cmd_version();
     kvb_options o;
     int rc = kvb_parse_options(argc, argv, &o);
@@ -157,6 +171,10 @@ int main(int argc, char **argv)
     }
     if (rc) return rc;
     if ((rc = kvb_check_paths(&o))) return rc;
+    if (o.timing_lock && kvb_timing_lock_open(o.timing_lock) != KVB_OK) {
+        fprintf(stderr, "kvbench: --timing-lock %s\n", kvb_last_error());
+        return 2;
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(o.cmd, "list")) return cmd_list(&o);
     if (!strcmp(o.cmd, "kernels")) return cmd_kernels();

@@ -1,10 +1,12 @@
 /* report.c: how results are shown: verdict tables and their JSON, the run's context, reproduce
  * lines (cli.h). The .npy dumps: dump.c. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/shard.h"
 
 #ifndef KVB_GIT_REV
 #define KVB_GIT_REV "unknown"
@@ -78,6 +80,9 @@ void kvb_context_json(kvb_json *j, const kvb_options *o, const kvb_ceilings *cei
         kvb_json_str(j, "gpu", "none");
         kvb_json_str(j, "gpu_unavailable", kvb_gpu_unavailable_reason());
     }
+    if (o->shard_n) kvb_json_str(j, "shard", kvb_shard_name(o->shard_k, o->shard_n));
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES"); /* with a process per GPU, the device index */
+    if (visible) kvb_json_str(j, "cuda_visible_devices", visible);
     if (ceil) kvb_ceilings_json(ceil, j);
     kvb_json_close(j);
 }

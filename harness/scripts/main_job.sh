@@ -4,11 +4,28 @@
 # run there, in about a minute: the C references over the smoke tier and the reference self-tests
 # (nothing is compared with a device, nothing is timed). Exit status as kvbench's (kvbench --help): 0 all
 # ran and passed, 1 a step failed, 3 nothing was measured (no GPU; the references ran and passed).
+#
+# GPUS=N (default 1) and SHARDS=M (default N): each tier is split into M shards (kvbench --shard K/M), run
+# by one process per GPU at a time (CUDA_VISIBLE_DEVICES: the i-th of the caller's list, else i), shard
+# K on GPU (K-1) mod N: N=1, M=2 runs two shards one after the other on one GPU. Every bench shard takes
+# the same --timing-lock, so host-bound cases are timed while no other shard is timing. Each shard's JSON
+# and log are under RESULTS/shards/; `kvbench merge` makes RESULTS/check.json, bench.json and
+# summary.md of them, and each tier says its wall time. A shard that fails (or refuses its input) fails
+# the job; one that measured nothing while others did fails it too (part of the tier was not measured).
+# Side by side, each process's references take their share of the cores (OMP_NUM_THREADS, unless set).
+# Without a usable GPU the shards are not started (the references would take long, split or not): each
+# shard's log says why, and the job exits 3 at once. GPUS=1 without SHARDS is the one-process job.
 set -u
 kvbench=${1:-build/bin/kvbench}
 results=${2:-results/local}
-bin=$(dirname "$kvbench")
+gpus=${GPUS:-1}
+shards=${SHARDS:-$gpus}
+for v in "GPUS=$gpus" "SHARDS=$shards"; do
+    case ${v#*=} in '' | *[!0-9]* | 0*) echo "main job: $v: give a whole number in [1, 64]" >&2; exit 2 ;; esac
+    [ "${v#*=}" -le 64 ] || { echo "main job: $v: give a whole number in [1, 64]" >&2; exit 2; }
+done
 mkdir -p "$results"
+bin=$(dirname "$kvbench")
 t_job=$(date +%s)
 t_phase=$t_job
 said() { echo "main job: $1, $(($(date +%s) - t_phase)) s"; t_phase=$(date +%s); }
@@ -35,12 +52,108 @@ if [ $ceil_rc -eq 3 ]; then
 fi
 [ $ceil_rc -eq 0 ] || { cat "$results/ceilings.log"; exit 1; }
 said "ceilings"
-"$kvbench" check --json "$results/check.json"
-check_rc=$?
-said "check tier (exit $check_rc)"
-"$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md"
-bench_rc=$?
-said "bench tier (exit $bench_rc)"
-echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ ($(($(date +%s) - t_job)) s)"
+
+if [ "$gpus" -eq 1 ] && [ "$shards" -eq 1 ]; then
+    "$kvbench" check --json "$results/check.json"
+    check_rc=$?
+    said "check tier (exit $check_rc)"
+    "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md"
+    bench_rc=$?
+    said "bench tier (exit $bench_rc)"
+    echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ ($(($(date +%s) - t_job)) s)"
+    for rc in $check_rc $bench_rc; do [ $rc -eq 0 ] || [ $rc -eq 3 ] || exit 1; done
+    [ $check_rc -eq 0 ] && [ $bench_rc -eq 0 ] || exit 3
+    exit 0
+fi
+
+dir=$results/shards
+mkdir -p "$dir"
+# the references are OpenMP-parallel over every core: processes running side by side share the cores
+if [ -z "${OMP_NUM_THREADS:-}" ] && [ "$gpus" -gt 1 ]; then
+    cores=$(nproc 2>/dev/null || echo "$gpus")
+    export OMP_NUM_THREADS=$((cores / gpus > 0 ? cores / gpus : 1))
+fi
+rm -f "$dir"/*.json "$dir"/*.log "$dir"/*.md "$dir"/*.rc "$dir"/*.pid "$dir/stop"
+# SIGINT/SIGTERM: each running kvbench ends after its case with its JSON (kvbench's own handling), no
+# shard starts after it, the tier's shards are merged, and the job ends with 128 + the signal
+interrupted=0
+stop() {
+    interrupted=$1
+    : >"$dir/stop"
+    local f
+    for f in "$dir"/*.pid; do [ -f "$f" ] && kill -s "$2" "$(cat "$f")" 2>/dev/null; done
+}
+trap 'stop 130 INT' INT
+trap 'stop 143 TERM' TERM
+IFS=, read -r -a visible <<<"${CUDA_VISIBLE_DEVICES:-}"
+device() { # the device of GPU slot $1: the caller's CUDA_VISIBLE_DEVICES entry, else the index
+    if [ ${#visible[@]} -gt 0 ]; then echo "${visible[$(($1 % ${#visible[@]}))]}"; else echo "$1"; fi
+}
+cp "$results/ceilings.log" "$dir/ceilings.log" # measured above, on the first visible device
+
+# run_tier TIER EXTRA...: every shard of the tier, GPUs in parallel, a GPU's shards in sequence; then the
+# merge. Sets tier_rc: 0 measured and passed, 1 a shard or the merge failed, 3 nothing measured.
+run_tier() {
+    local tier=$1 start=$SECONDS g k rc
+    shift
+    if [ $ceil_rc -eq 3 ]; then # no usable device: nothing to measure, said in each shard's log
+        for k in $(seq 1 "$shards"); do
+            echo "shard $k/$shards: $tier tier not run: $(grep -m1 'nothing measured' "$dir/ceilings.log")" >"$dir/$tier.$k.log"
+        done
+        tier_rc=3
+        echo "main job: $tier tier $shards shards not run (no usable GPU), $((SECONDS - start)) s"
+        return
+    fi
+    for g in $(seq 0 $((gpus - 1))); do
+        # a GPU's shards in turn; this loop outlives a signal (kvbench takes it) to record the exit status
+        ( trap '' INT TERM
+          for k in $(seq $((g + 1)) "$gpus" "$shards"); do
+              [ -e "$dir/stop" ] && break
+              summary=()
+              [ "$tier" = bench ] && summary=(--summary "$dir/$tier.$k.md")
+              CUDA_VISIBLE_DEVICES=$(device "$g") "$kvbench" "$tier" --shard "$k/$shards" --json "$dir/$tier.$k.json" \
+                  ${summary[@]+"${summary[@]}"} "$@" >"$dir/$tier.$k.log" 2>&1 &
+              echo $! >"$dir/$tier.$k.pid"
+              wait $!
+              echo $? >"$dir/$tier.$k.rc"
+              rm -f "$dir/$tier.$k.pid"
+          done ) &
+    done
+    while [ -n "$(jobs -rp)" ]; do wait; done # a trapped signal ends a wait early
+    local measured=0 unmeasured=0 failed=0 inputs=()
+    for k in $(seq 1 "$shards"); do
+        rc=$(cat "$dir/$tier.$k.rc" 2>/dev/null || echo none)
+        rm -f "$dir/$tier.$k.rc"
+        [ -f "$dir/$tier.$k.json" ] && inputs+=("$dir/$tier.$k.json")
+        if [ "$rc" = none ]; then [ $interrupted -ne 0 ] || { failed=$((failed + 1)); echo "main job: $tier shard $k/$shards did not run"; }
+        elif [ "$rc" -ge 128 ] && [ $interrupted -ne 0 ]; then :
+        elif [ "$rc" -eq 3 ]; then unmeasured=$((unmeasured + 1))
+        elif [ "$rc" -ne 0 ]; then failed=$((failed + 1)); echo "main job: $tier shard $k/$shards exit $rc ($dir/$tier.$k.log)"
+        elif ! grep -q 'nothing to run$' "$dir/$tier.$k.log"; then measured=$((measured + 1)); fi
+    done
+    local merged=(--summary "$results/summary.md")
+    [ "$tier" = bench ] || merged=()
+    if [ ${#inputs[@]} -gt 0 ] && ! "$kvbench" merge "$results/$tier.json" "${inputs[@]}" ${merged[@]+"${merged[@]}"}; then
+        failed=$((failed + 1))
+    fi
+    if [ $interrupted -ne 0 ]; then tier_rc=$interrupted
+    elif [ $failed -gt 0 ]; then tier_rc=1
+    elif [ $measured -eq 0 ]; then tier_rc=3
+    elif [ $unmeasured -gt 0 ]; then
+        echo "main job: $tier: $unmeasured of $shards shards measured nothing (no usable GPU there?)"
+        tier_rc=1
+    else tier_rc=0; fi
+    echo "main job: $tier tier $shards shard$([ "$shards" -eq 1 ] || echo s) on $gpus GPU$([ "$gpus" -eq 1 ] || echo s), $((SECONDS - start)) s"
+}
+run_tier check
+check_rc=$tier_rc
+if [ $interrupted -ne 0 ]; then
+    echo "main job: interrupted: check exit $check_rc, bench not run; the results hold the cases finished"
+    exit $interrupted
+fi
+run_tier bench --timing-lock "$dir/timing.lock"
+bench_rc=$tier_rc
+[ $interrupted -eq 0 ] || { echo "main job: interrupted: the results hold the cases finished"; exit $interrupted; }
+echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ (shards: $dir/)"
 for rc in $check_rc $bench_rc; do [ $rc -eq 0 ] || [ $rc -eq 3 ] || exit 1; done
 [ $check_rc -eq 0 ] && [ $bench_rc -eq 0 ] || exit 3

@@ -1,0 +1,158 @@
+/* shard.c: see shard.h. */
+#include "harness/core/shard.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness/core/cli.h"
+#include "harness/core/op.h"
+
+#ifndef KVB_GIT_REV
+#define KVB_GIT_REV "unknown"
+#endif
+
+/* The estimate: KVB_COST_CASE_S per case (its fixed part: device buffers, streams, a launch, the
+ * comparison's set-up), plus the op's peak host memory (kvb_op.host_bytes) at KVB_COST_SETUP_BPS (inputs
+ * generated, references computed, uploaded, downloaded and compared: each a pass over host memory, so
+ * its size tracks the set-up time), plus KVB_COST_TIMED_S for bench (the warm-up, Google Benchmark's
+ * loops of 0.2 s of device time with an L2 flush and an idle wait per sample, the validation after
+ * them). Fitted to per-case wall times on H200s, two processes side by side with 16 cores each: the
+ * check tier (754 cases, 334 s; median 35 ms, 6 s for 2 GB) and the 40 headline bench cases (383 s). */
+#define KVB_COST_CASE_S 0.03
+#define KVB_COST_SETUP_BPS 0.3e9
+#define KVB_COST_TIMED_S 3.0
+
+double kvb_case_cost_estimate(const kvb_case *c, int timed)
+{
+    double bytes = c->op ? (double)kvb_case_host_bytes(c) : 0;
+    if (!(bytes < 1e15)) bytes = 1e15; /* a saturated estimate (SIZE_MAX): large, but still summable */
+    return KVB_COST_CASE_S + bytes / KVB_COST_SETUP_BPS + (timed ? KVB_COST_TIMED_S : 0);
+}
+
+const char *kvb_shard_name(int k, int n)
+{
+    static char buf[32];
+    snprintf(buf, sizeof buf, "%d/%d", k, n);
+    return buf;
+}
+
+int kvb_shard_parse(const char *s, int *k, int *n)
+{
+    long v[2];
+    const char *p = s;
+    for (int i = 0; i < 2; i++) {
+        if (*p < '0' || *p > '9') return -1;
+        v[i] = 0;
+        for (; *p >= '0' && *p <= '9'; p++)
+            if ((v[i] = v[i] * 10 + (*p - '0')) > 1000) return -1;
+        if (*p != (i ? '\0' : '/')) return -1;
+        p++;
+    }
+    if (v[0] < 1 || v[1] > KVB_SHARD_MAX || v[0] > v[1]) return -1;
+    *k = (int)v[0], *n = (int)v[1];
+    return 0;
+}
+
+typedef struct ranked {
+    double cost;
+    int index;
+} ranked;
+
+static int by_cost_desc(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
+{
+    if (n < 1 || n > KVB_SHARD_MAX) return kvb_fail(KVB_EINVAL, "%d shards out of range [1, %d]", n, KVB_SHARD_MAX);
+    ranked *r = malloc(sizeof *r * (size_t)(l->n ? l->n : 1));
+    if (!r) return kvb_fail(KVB_ENOMEM, "out of memory splitting %d cases into shards", l->n);
+    for (int i = 0; i < l->n; i++) r[i] = (ranked){kvb_case_cost_estimate(&l->v[i], timed), i};
+    qsort(r, (size_t)l->n, sizeof *r, by_cost_desc);
+    double load[KVB_SHARD_MAX] = {0};
+    for (int i = 0; i < l->n; i++) {
+        int s = 0;
+        for (int t = 1; t < n; t++)
+            if (load[t] < load[s]) s = t;
+        shard_of[r[i].index] = s;
+        load[s] += r[i].cost;
+    }
+    free(r);
+    return KVB_OK;
+}
+
+int kvb_shard_keep(kvb_case_list *l, int k, int n, int timed)
+{
+    if (k < 1 || k > n) return kvb_fail(KVB_EINVAL, "shard %d/%d out of range", k, n);
+    int *shard_of = malloc(sizeof *shard_of * (size_t)(l->n ? l->n : 1));
+    if (!shard_of) return kvb_fail(KVB_ENOMEM, "out of memory splitting %d cases into shards", l->n);
+    int rc = kvb_shard_assign(l, n, timed, shard_of);
+    kvb_case_list kept = {0};
+    for (int i = 0; rc == KVB_OK && i < l->n; i++)
+        if (shard_of[i] == k - 1) rc = kvb_cases_add(&kept, &l->v[i]);
+    free(shard_of);
+    if (rc != KVB_OK) {
+        kvb_cases_free(&kept);
+        return rc;
+    }
+    kvb_cases_free(l);
+    *l = kept;
+    return KVB_OK;
+}
+
+/* ---- bench of an empty shard: its files, no device needed ---- */
+
+int kvb_bench_write_empty(const kvb_options *o)
+{
+    const char *shard = kvb_shard_name(o->shard_k, o->shard_n), *visible = getenv("CUDA_VISIBLE_DEVICES");
+    kvb_outfile jout, sout;
+    FILE *jf = NULL, *sf = NULL;
+    if (o->json && !(jf = kvb_outfile_open(&jout, o->json))) {
+        fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+        return 2;
+    }
+    if (o->summary && !(sf = kvb_outfile_open(&sout, o->summary))) {
+        fprintf(stderr, "kvbench: --summary %s\n", kvb_last_error());
+        if (jf) kvb_outfile_discard(&jout);
+        return 2;
+    }
+    printf("kvbench bench: shard %s has no case: nothing timed\n", shard);
+    int status = 0;
+    if (jf) {
+        char date[64];
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        kvb_json j;
+        kvb_json_begin(&j, jf);
+        kvb_json_obj(&j, "context");
+        kvb_json_str(&j, "date", date);
+        kvb_json_str(&j, "kvbench_git_revision", KVB_GIT_REV);
+        kvb_json_str(&j, "kvbench_command_line", o->cmdline);
+        kvb_json_str(&j, "shard", shard);
+        if (visible) kvb_json_str(&j, "cuda_visible_devices", visible);
+        if (o->timing_lock) kvb_json_str(&j, "timing_lock", o->timing_lock);
+        kvb_json_close(&j);
+        kvb_json_arr(&j, "benchmarks");
+        kvb_json_close(&j);
+        kvb_json_end(&j);
+        if (kvb_outfile_commit(&jout) != KVB_OK) {
+            fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+            status = 1;
+        }
+    }
+    if (sf) {
+        fprintf(sf, "| case | median us | min..max us | noise | rate | %% of ceiling | vs peers (same run) | goal |\n");
+        fprintf(sf, "|---|---:|---:|---:|---:|---:|---|---|\n\nShard %s has no case: nothing was timed.\n", shard);
+        if (kvb_outfile_commit(&sout) != KVB_OK) {
+            fprintf(stderr, "kvbench: --summary %s\n", kvb_last_error());
+            status = 1;
+        }
+    }
+    return status;
+}

@@ -1,0 +1,201 @@
+/* test_shard.c: --shard K/N (shard.h). For several selections and every N in 1..8 the N shards cover
+ * every selected case exactly once, keep the selection's order, come out the same every time, and are
+ * balanced: the largest shard's estimated cost is at most the ideal share plus the largest single case.
+ * Then the split's tie rules, the option's parsing, and the estimate's shape. No device needed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "harness/core/cli.h"
+#include "harness/core/shard.h"
+#include "tests/testlib.h"
+
+/* argv of a command line: the words of `line` split at '|' */
+static int parse(kvb_options *o, const char *line)
+{
+    static char buf[2048];
+    static char *argv[64];
+    snprintf(buf, sizeof buf, "kvbench|%s", line);
+    int argc = 0;
+    for (char *p = buf, *bar;; p = bar + 1) {
+        argv[argc++] = p;
+        if (!(bar = strchr(p, '|'))) break;
+        *bar = '\0';
+    }
+    return kvb_parse_options(argc, argv, o);
+}
+
+/* the cases `line` (with " --shard K/N" appended when n > 0) selects, as its command selects them */
+static void select_cases(const char *line, int k, int n, kvb_case_list *l)
+{
+    char full[1024];
+    if (n) snprintf(full, sizeof full, "%s|--shard|%d/%d", line, k, n);
+    else snprintf(full, sizeof full, "%s", line);
+    kvb_options o;
+    assert_int_equal(parse(&o, full), 0);
+    o.cases_path = kvb_test_cases_dir();
+    const int bench = !strncmp(line, "bench", 5), list = !strncmp(line, "list", 4);
+    assert_int_equal(kvb_select_cases(&o, bench ? KVB_TIER_BENCH : list ? KVB_TIER_ALL : KVB_TIER_CHECK, l), 0);
+}
+
+static void test_shards_cover_each_case_once_in_order_balanced(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *line;
+        int timed;
+    } sel[] = {
+        {"check", 0},                                /* the check tier */
+        {"bench", 1},                                /* the bench tier, split by the timed estimate */
+        {"list|--tier|bench", 1},                    /* list of the bench tier: as bench splits it */
+        {"check|--tier|smoke", 0},
+        {"check|decode_attn|int2_decode_attn", 0},   /* kernel filters */
+        {"list|impl=kernel|--tier|all", 0},          /* a substring over every tier */
+        {"check|topk rows=3 n=100 k=7|gather_copy", 0}, /* a case line and a filter */
+    };
+    for (size_t s = 0; s < sizeof sel / sizeof *sel; s++) {
+        kvb_case_list all;
+        select_cases(sel[s].line, 0, 0, &all);
+        assert_true(all.n > 0);
+        double total = 0, largest = 0;
+        for (int i = 0; i < all.n; i++) {
+            const double c = kvb_case_cost_estimate(&all.v[i], sel[s].timed);
+            total += c;
+            if (c > largest) largest = c;
+        }
+        int *seen = calloc((size_t)all.n, sizeof *seen);
+        assert_non_null(seen);
+        for (int n = 1; n <= 8; n++) {
+            memset(seen, 0, sizeof *seen * (size_t)all.n);
+            int covered = 0;
+            double heaviest = 0;
+            for (int k = 1; k <= n; k++) {
+                kvb_case_list part, again = {0};
+                select_cases(sel[s].line, k, n, &part);
+                if (n == 5) { /* deterministic: the same split again */
+                    select_cases(sel[s].line, k, n, &again);
+                    assert_int_equal(part.n, again.n);
+                }
+                double cost = 0;
+                int last = -1;
+                for (int i = 0; i < part.n; i++) {
+                    if (again.n) assert_string_equal(part.v[i].id, again.v[i].id);
+                    const int at = kvb_cases_find(&all, part.v[i].id);
+                    if (at < 0) fail_msg("%s: shard %d/%d has '%s', not selected", sel[s].line, k, n, part.v[i].id);
+                    if (seen[at]++) fail_msg("%s: '%s' in two shards of %d", sel[s].line, part.v[i].id, n);
+                    if (at <= last) fail_msg("%s: shard %d/%d out of the selection's order", sel[s].line, k, n);
+                    last = at;
+                    cost += kvb_case_cost_estimate(&part.v[i], sel[s].timed);
+                }
+                covered += part.n;
+                if (cost > heaviest) heaviest = cost;
+                kvb_cases_free(&part);
+                kvb_cases_free(&again);
+            }
+            assert_int_equal(covered, all.n);
+            if (heaviest > total / n + largest + 1e-9 * total)
+                fail_msg("%s: %d shards: the largest holds %.1f s, above the ideal %.1f s + the largest case %.1f s",
+                         sel[s].line, n, heaviest, total / n, largest);
+        }
+        free(seen);
+        kvb_cases_free(&all);
+    }
+}
+
+/* equal costs: the earlier case first, each to the lowest of the lightest shards (round robin here);
+ * a heavier case first of all, and the next ones to the other shards until they catch up */
+static void test_split_order_and_ties(void **state)
+{
+    (void)state;
+    kvb_case_list l = {0};
+    assert_int_equal(kvb_cases_parse_text(&l,
+                                          "topk rows=1 n=1000 k=10 seed=1 tier=check\n"
+                                          "topk rows=1 n=1000 k=10 seed=2 tier=check\n"
+                                          "topk rows=1 n=1000 k=10 seed=3 tier=check\n"
+                                          "topk rows=1 n=1000 k=10 seed=4 tier=check\n"
+                                          "topk rows=1 n=1000 k=10 seed=5 tier=check\n"
+                                          "topk rows=1 n=1000 k=10 seed=6 tier=check\n"
+                                          "topk rows=4096 n=131072 k=4096 tier=check\n",
+                                          "test"),
+                     KVB_OK);
+    const double small = kvb_case_cost_estimate(&l.v[0], 0), big = kvb_case_cost_estimate(&l.v[6], 0);
+    assert_true(big > 3 * small);
+    assert_true(kvb_case_cost_estimate(&l.v[0], 1) > small); /* timing costs more */
+    int s[7];
+    assert_int_equal(kvb_shard_assign(&l, 3, 0, s), KVB_OK);
+    /* the big case to shard 0, then the small ones to shards 1, 2, 1, 2, ... while shard 0 stays heavier */
+    assert_int_equal(s[6], 0);
+    const int want[6] = {1, 2, 1, 2, 1, 2};
+    for (int i = 0; i < 6; i++) assert_int_equal(s[i], want[i]);
+    /* without the big case: round robin in order */
+    l.n = 6;
+    assert_int_equal(kvb_shard_assign(&l, 4, 0, s), KVB_OK);
+    const int robin[6] = {0, 1, 2, 3, 0, 1};
+    for (int i = 0; i < 6; i++) assert_int_equal(s[i], robin[i]);
+    l.n = 7;
+    /* keep: shard 1 of 3 is the big case alone; shard 2 holds seeds 1, 3, 5 in order */
+    kvb_case_list copy = {0};
+    for (int i = 0; i < l.n; i++) assert_int_equal(kvb_cases_add(&copy, &l.v[i]), KVB_OK);
+    assert_int_equal(kvb_shard_keep(&copy, 2, 3, 0), KVB_OK);
+    assert_int_equal(copy.n, 3);
+    assert_string_equal(copy.v[0].id, l.v[0].id);
+    assert_string_equal(copy.v[2].id, l.v[4].id);
+    assert_int_equal(kvb_cases_find(&copy, l.v[2].id), 1); /* the kept list is indexed */
+    kvb_cases_free(&copy);
+    /* more shards than cases: the rest are empty */
+    l.n = 2;
+    assert_int_equal(kvb_shard_assign(&l, 8, 0, s), KVB_OK);
+    assert_int_equal(s[0], 0);
+    assert_int_equal(s[1], 1);
+    l.n = 7;
+    kvb_cases_free(&l);
+}
+
+static void test_shard_option(void **state)
+{
+    (void)state;
+    int k, n;
+    assert_int_equal(kvb_shard_parse("1/1", &k, &n), 0);
+    assert_int_equal(kvb_shard_parse("64/64", &k, &n), 0);
+    assert_int_equal(k, 64);
+    assert_int_equal(kvb_shard_parse("3/8", &k, &n), 0);
+    assert_int_equal(k * 10 + n, 38);
+    static const char *const bad[] = {"0/2", "3/2", "1/65", "1/0", "/2", "1/", "1", "a/b", "1/2/3", "+1/2", "-1/2",
+                                      "1 /2", "1/2 ", "01/2x", "99999999999/2", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (kvb_shard_parse(bad[i], &k, &n) == 0) fail_msg("--shard '%s' accepted", bad[i]);
+    kvb_options o;
+    assert_int_equal(parse(&o, "check|--shard|2/5"), 0);
+    assert_int_equal(o.shard_k, 2);
+    assert_int_equal(o.shard_n, 5);
+    assert_int_equal(parse(&o, "check|--shard|6/5"), 2);
+    assert_int_equal(parse(&o, "check|--shard"), 2);       /* no value */
+    assert_int_equal(parse(&o, "profile|--shard|1/2"), 2); /* list, check and bench only */
+    assert_int_equal(parse(&o, "bench|--timing-lock|/tmp/x.lock"), 0);
+    assert_int_equal(parse(&o, "check|--timing-lock|/tmp/x.lock"), 2); /* bench only */
+    assert_string_equal(kvb_shard_name(3, 12), "3/12");
+}
+
+/* an empty shard is no error: selected, nothing in it */
+static void test_empty_shard(void **state)
+{
+    (void)state;
+    kvb_case_list l;
+    select_cases("check|topk rows=3 n=100 k=7", 2, 2, &l);
+    assert_int_equal(l.n, 0);
+    kvb_cases_free(&l);
+    select_cases("check|topk rows=3 n=100 k=7", 1, 2, &l);
+    assert_int_equal(l.n, 1);
+    kvb_cases_free(&l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shards_cover_each_case_once_in_order_balanced),
+        cmocka_unit_test(test_split_order_and_ties),
+        cmocka_unit_test(test_shard_option),
+        cmocka_unit_test(test_empty_shard),
+    };
+    return cmocka_run_group_tests_name("shards", tests, NULL, NULL);
+}
