@@ -32,6 +32,7 @@ typedef struct bench_ctx {
     kvb_cost cost;
     double ceiling_s; /* the ceiling's time for the same work, this run */
     int live;
+    double cost_est;    /* kvb_case_cost_estimate: the progress line's estimate */
     double timing_from; /* kvb_wall_now() when the warm-up began: the timing phase runs to bench_finish */
     kvb_sample_stats st; /* the reported loop, for the summary */
     kvb_clock_record clocks; /* the last loop's */
@@ -112,7 +113,10 @@ static int bench_prepare(void *p)
         kvb_nvtx_push(b->c->id); /* bench_release pops it */
         return kvb_fail(KVB_EINVAL, NOT_RUN_INTERRUPTED);
     }
-    kvb_progress("bench", (int)(b - b->all) + 1, b->n_all, b->c->id);
+    const int index = (int)(b - b->all);
+    double done = 0, total = 0; /* the progress line's estimate of what is left */
+    for (int k = 0; k < b->n_all; k++) total += b->all[k].cost_est, done += k < index ? b->all[k].cost_est : 0;
+    kvb_progress_cost("bench", index + 1, b->n_all, b->c->id, done, total);
     int rc = prepare_case(b);
     kvb_progress_clear();
     return rc;
@@ -574,6 +578,7 @@ int kvb_cmd_bench(const kvb_options *o)
         b[i].peers = &peers;
         b[i].all = b;
         b[i].n_all = cases.n;
+        b[i].cost_est = kvb_case_cost_estimate(&cases.v[i], 1);
         kvb_bench gb = {.name = cases.v[i].id, .ctx = &b[i], .prepare = bench_prepare, .loop_begin = bench_loop_begin,
                         .iterate = bench_iterate, .finish = bench_finish, .release = bench_release, .label = bench_label};
         kvb_gbench_add(&gb);

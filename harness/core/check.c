@@ -6,6 +6,7 @@
 
 #include "harness/core/cli.h"
 #include "harness/core/progress.h"
+#include "harness/core/shard.h"
 
 #if KVB_HAVE_CUDA
 #include <cuda_profiler_api.h>
@@ -45,11 +46,14 @@ int kvb_cmd_check(const kvb_options *o)
     kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
     kvb_host_pool_plan(&cases);
     int passed = 0, failed = 0, skipped = 0, not_dumped = 0, done = 0;
+    double cost_total = 0, cost_done = 0; /* the progress line's estimate of what is left */
+    for (int i = 0; i < cases.n; i++) cost_total += kvb_case_cost_estimate(&cases.v[i], 0);
     for (int i = 0; i < cases.n && !kvb_interrupted(); i++, done++) {
         const kvb_case *c = &cases.v[i];
         kvb_run r;
         kvb_outcome out;
-        kvb_progress("check", i + 1, cases.n, c->id);
+        kvb_progress_cost("check", i + 1, cases.n, c->id, cost_done, cost_total);
+        cost_done += kvb_case_cost_estimate(c, 0);
         kvb_nvtx_push(c->id);
         kvb_status st = o->fault_zeros ? kvb_case_validate_zeros(&r, c, &out) : kvb_case_prepare(&r, c, NULL, &out);
         kvb_nvtx_pop();

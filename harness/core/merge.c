@@ -71,19 +71,21 @@ static void *own(arena *a, size_t bytes)
 {
     if (a->n == a->cap) {
         int cap = a->cap ? 2 * a->cap : 32;
-        void **p = realloc(a->p, sizeof *p * (size_t)cap);
+        void **p = kvb_xalloc((size_t)cap, sizeof *p, "the merged JSON's nodes");
         if (!p) return NULL;
+        if (a->n) memcpy(p, a->p, sizeof *p * (size_t)a->n);
+        kvb_xfree(a->p);
         a->p = p, a->cap = cap;
     }
-    void *m = calloc(1, bytes ? bytes : 1);
+    void *m = kvb_xalloc(1, bytes ? bytes : 1, "the merged JSON");
     if (m) a->p[a->n++] = m;
     return m;
 }
 
 static void arena_free(arena *a)
 {
-    for (int i = 0; i < a->n; i++) free(a->p[i]);
-    free(a->p);
+    for (int i = 0; i < a->n; i++) kvb_xfree(a->p[i]);
+    kvb_xfree(a->p);
 }
 
 /* an object or array node with room for cap members (n = 0) */
@@ -283,12 +285,12 @@ static void ceilings_line(FILE *f, const kvb_jval *ctx)
 
 static int write_summary(FILE *f, const input *in, int n_in, const item *it, int n)
 {
-    kvb_bench_result *res = calloc((size_t)(n ? n : 1), sizeof *res);
-    kvb_case *cs = calloc((size_t)(n ? n : 1), sizeof *cs);
-    kvb_peers *peers = calloc((size_t)(n ? n : 1), sizeof *peers);
-    if (!res || !cs || !peers) {
-        free(res), free(cs), free(peers);
-        return kvb_fail(KVB_ENOMEM, "out of memory for the summary of %d cases", n);
+    kvb_bench_result *res = kvb_xalloc((size_t)(n ? n : 1), sizeof *res, "the summary's results");
+    kvb_case *cs = res ? kvb_xalloc((size_t)(n ? n : 1), sizeof *cs, "the summary's cases") : NULL;
+    kvb_peers *peers = cs ? kvb_xalloc((size_t)(n ? n : 1), sizeof *peers, "the summary's peers") : NULL;
+    if (!peers) {
+        kvb_xfree(res), kvb_xfree(cs);
+        return KVB_ENOMEM;
     }
     int rows = 0;
     for (int i = 0; i < n; i++) {
@@ -325,8 +327,14 @@ static int write_summary(FILE *f, const input *in, int n_in, const item *it, int
         kvb_peers *q = &peers[rows];
         for (int k = 0; c->op && k < b->n; k++) {
             if (strncmp(b->keys[k], "peer_us_", 8) || b->items[k].type != KVB_J_NUM) continue;
-            kvb_peer *v = realloc(q->v, sizeof *v * (size_t)(q->n + 1));
-            if (!v) break;
+            kvb_peer *v = kvb_xalloc((size_t)(q->n + 1), sizeof *v, "the summary's peers of a case");
+            if (!v) {
+                for (int r = 0; r <= rows; r++) kvb_xfree(peers[r].v);
+                kvb_xfree(peers), kvb_xfree(cs), kvb_xfree(res);
+                return KVB_ENOMEM;
+            }
+            if (q->n) memcpy(v, q->v, sizeof *v * (size_t)q->n);
+            kvb_xfree(q->v);
             q->v = v;
             memset(&v[q->n], 0, sizeof *v);
             snprintf(v[q->n].kernel, sizeof v[q->n].kernel, "%s", c->op->name);
@@ -389,8 +397,8 @@ static int write_summary(FILE *f, const input *in, int n_in, const item *it, int
         if (s && !nvml_missing) nvml_missing = s;
     }
     kvb_bench_clock_summary(f, res, rows, nvml_missing, n_in ? ctx_num(in[0].ctx, "gpu_power_limit_w") : -1);
-    for (int i = 0; i < rows; i++) free(peers[i].v);
-    free(peers), free(cs), free(res);
+    for (int i = 0; i < rows; i++) kvb_xfree(peers[i].v);
+    kvb_xfree(peers), kvb_xfree(cs), kvb_xfree(res);
     return KVB_OK;
 }
 

@@ -71,8 +71,8 @@ static int by_cost_desc(const void *a, const void *b)
 int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
 {
     if (n < 1 || n > KVB_SHARD_MAX) return kvb_fail(KVB_EINVAL, "%d shards out of range [1, %d]", n, KVB_SHARD_MAX);
-    ranked *r = malloc(sizeof *r * (size_t)(l->n ? l->n : 1));
-    if (!r) return kvb_fail(KVB_ENOMEM, "out of memory splitting %d cases into shards", l->n);
+    ranked *r = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *r, "the cases' costs for the shards");
+    if (!r) return KVB_ENOMEM;
     for (int i = 0; i < l->n; i++) r[i] = (ranked){kvb_case_cost_estimate(&l->v[i], timed), i};
     qsort(r, (size_t)l->n, sizeof *r, by_cost_desc);
     double load[KVB_SHARD_MAX] = {0};
@@ -83,20 +83,20 @@ int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
         shard_of[r[i].index] = s;
         load[s] += r[i].cost;
     }
-    free(r);
+    kvb_xfree(r);
     return KVB_OK;
 }
 
 int kvb_shard_keep(kvb_case_list *l, int k, int n, int timed)
 {
     if (k < 1 || k > n) return kvb_fail(KVB_EINVAL, "shard %d/%d out of range", k, n);
-    int *shard_of = malloc(sizeof *shard_of * (size_t)(l->n ? l->n : 1));
-    if (!shard_of) return kvb_fail(KVB_ENOMEM, "out of memory splitting %d cases into shards", l->n);
+    int *shard_of = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *shard_of, "the cases' shards");
+    if (!shard_of) return KVB_ENOMEM;
     int rc = kvb_shard_assign(l, n, timed, shard_of);
     kvb_case_list kept = {0};
     for (int i = 0; rc == KVB_OK && i < l->n; i++)
         if (shard_of[i] == k - 1) rc = kvb_cases_add(&kept, &l->v[i]);
-    free(shard_of);
+    kvb_xfree(shard_of);
     if (rc != KVB_OK) {
         kvb_cases_free(&kept);
         return rc;
