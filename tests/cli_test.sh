@@ -179,6 +179,10 @@ expect "compare passes within the threshold" 0 '^same .* x B=1' -- compare "$tmp
 expect "compare --threshold before the files" 0 'threshold 20.0%' -- compare --threshold 20 "$tmp/base.json" "$tmp/slow.json"
 expect "compare --threshold after the files" 0 'threshold 20.0%' -- compare "$tmp/base.json" "$tmp/slow.json" --threshold 20
 expect "compare fails on a missing case" 1 '^MISSING .* y B=2' -- compare "$tmp/base.json" "$tmp/missing.json"
+# bench names a case "<id>/iterations:1/manual_time" (one Google Benchmark iteration holds the samples); earlier
+# results "<id>/manual_time": the same case
+sed 's|/manual_time|/iterations:1/manual_time|g' "$tmp/same.json" >"$tmp/iter.json"
+expect "compare matches <id>/iterations:1/manual_time with <id>/manual_time" 0 '0 missing' -- compare "$tmp/base.json" "$tmp/iter.json"
 expect "compare --subset leaves out what NEW did not run" 0 '1 case of BASE not in NEW, left out' -- compare --subset "$tmp/base.json" "$tmp/missing.json"
 expect "compare --subset still fails a regression" 1 '^SLOWER .* x B=1' -- compare "$tmp/base.json" "$tmp/slow.json" --subset
 expect "compare rejects a file that is not JSON" 2 'gather_copy.cases' -- compare "$tmp/base.json" "$cases/gather_copy.cases"

@@ -60,13 +60,13 @@ static int unusable(const char *fmt, ...)
     return 2;
 }
 
-/* The id is the benchmark name without Google Benchmark's "/manual_time" suffix. */
+/* The id is the benchmark name up to Google Benchmark's suffixes ("/manual_time", "/iterations:1/manual_time"):
+ * a case id holds no '/' (its values are numbers and words). */
 static char *case_id(const char *name)
 {
     char *id = strdup(name);
     if (!id) return NULL;
-    char *slash = strstr(id, "/manual_time");
-    if (slash && !slash[12]) *slash = 0;
+    id[strcspn(id, "/")] = 0;
     return id;
 }
 

@@ -1,7 +1,7 @@
 /* compare_results.h: `kvbench compare BASE.json NEW.json`, the regression gate over two files
  * written by `kvbench bench --json` (Google Benchmark JSON with the suite's counters).
  *
- * Per case id (the benchmark name without "/manual_time"):
+ * Per case id (the benchmark name without Google Benchmark's "/..." suffixes):
  *   MISSING   in BASE, not in NEW                                       fails the gate
  *   FAILED    NEW reports an error (setup, validation before or after timing)   fails the gate
  *   SLOWER    median up by more than the threshold, and significant     fails the gate
