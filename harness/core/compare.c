@@ -47,13 +47,17 @@ static int screen_unsampled(const void *out, kvb_dtype t, int64_t i, kvb_cmp_res
     return 1;
 }
 
-/* A float element's bits say whether it is finite: the exponent field all ones is Inf or NaN. */
+/* A float element's bits say whether it is finite: the exponent field all ones is Inf or NaN. Vectorized
+ * (GCC vectorizes these loops fully only at -O3): a cache of gigabytes is scanned at every comparison. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
 static int64_t count_nonfinite(const void *p, kvb_dtype t, int64_t first, int64_t len)
 {
     int64_t n = 0;
     if (t == KVB_BF16 || t == KVB_FP16) {
         const uint16_t *u = (const uint16_t *)p + first, e = t == KVB_BF16 ? 0x7F80 : 0x7C00;
-        for (int64_t i = 0; i < len; i++) n += (u[i] & e) == e;
+        for (int64_t i = 0; i < len; i++) n += (uint16_t)(u[i] & e) == e;
     } else if (t == KVB_FP32) {
         const uint32_t *u = (const uint32_t *)p + first;
         for (int64_t i = 0; i < len; i++) n += (u[i] & 0x7F800000u) == 0x7F800000u;
@@ -64,39 +68,56 @@ static int64_t count_nonfinite(const void *p, kvb_dtype t, int64_t first, int64_
     return n;
 }
 
+/* The element walk of kvb_compare_exact over [start, start + len). */
+static void exact_walk(const void *out, const void *ref, kvb_dtype t, int64_t start, int64_t len, int64_t slice_len,
+                       const uint8_t *mask, kvb_cmp_result *r)
+{
+    const size_t es = kvb_dtype_size(t);
+    const uint8_t *o = out, *f = ref;
+    for (int64_t i = start; i < start + len; i++) {
+        if (!slice_on(mask, slice_len, i)) {
+            screen_unsampled(out, t, i, r);
+            continue;
+        }
+        r->n_checked++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(out, t, i)) && isfinite(kvb_load_as_double(ref, t, i)))
+            r->n_nonfinite++;
+        if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(ref, t, i))) r->n_ref_nonfinite++;
+        if (memcmp(o + (size_t)i * es, f + (size_t)i * es, es) != 0) {
+            double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
+            note_bad(r, i, a, b);
+            if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
+        }
+    }
+}
+
 void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
                        const uint8_t *mask, kvb_cmp_result *r)
 {
     reset(r, KVB_CMP_EXACT);
-    size_t es = kvb_dtype_size(t);
+    const size_t es = kvb_dtype_size(t);
     const uint8_t *o = out, *f = ref;
     /* Blocks that are bitwise equal are the common case (caches of gigabytes, copies): one memcmp and a
-     * scan of the reference's bits for non-finite values settle them. A block that differs, or that
-     * straddles sampled and skipped slices, is walked element by element. */
-    enum { BLOCK = 4096 };
-    for (int64_t start = 0; start < n; start += BLOCK) {
-        const int64_t len = n - start < BLOCK ? n - start : BLOCK;
-        const int one_slice = !mask || start / slice_len == (start + len - 1) / slice_len;
-        if (one_slice && slice_on(mask, slice_len, start) && !memcmp(o + (size_t)start * es, f + (size_t)start * es, (size_t)len * es)) {
-            r->n_checked += len;
-            r->n_ref_nonfinite += count_nonfinite(ref, t, start, len); /* out is the same: not counted as out's */
-            continue;
+     * scan of the reference's bits for non-finite values settle them, block by block in parallel. A block
+     * that differs, or that straddles sampled and skipped slices, is walked element by element, in order
+     * (the first mismatches are the first in the tensor). Groups of GROUP blocks bound the flags' memory. */
+    enum { BLOCK = 4096, GROUP = 1024 };
+    for (int64_t g0 = 0; g0 < n; g0 += (int64_t)BLOCK * GROUP) {
+        uint8_t equal[GROUP];
+        const int nb = (int)((n - g0 + BLOCK - 1) / BLOCK < GROUP ? (n - g0 + BLOCK - 1) / BLOCK : GROUP);
+        int64_t checked = 0, ref_nonfinite = 0;
+#pragma omp parallel for schedule(static) reduction(+ : checked, ref_nonfinite) if (nb > 16)
+        for (int b = 0; b < nb; b++) {
+            const int64_t start = g0 + (int64_t)b * BLOCK, len = n - start < BLOCK ? n - start : BLOCK;
+            const int one_slice = !mask || start / slice_len == (start + len - 1) / slice_len;
+            equal[b] = one_slice && slice_on(mask, slice_len, start) &&
+                       !memcmp(o + (size_t)start * es, f + (size_t)start * es, (size_t)len * es);
+            if (equal[b]) checked += len, ref_nonfinite += count_nonfinite(ref, t, start, len); /* out is the same */
         }
-        for (int64_t i = start; i < start + len; i++) {
-            if (!slice_on(mask, slice_len, i)) {
-                screen_unsampled(out, t, i, r);
-                continue;
-            }
-            r->n_checked++;
-            if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(out, t, i)) &&
-                isfinite(kvb_load_as_double(ref, t, i)))
-                r->n_nonfinite++;
-            if (kvb_dtype_is_float(t) && !isfinite(kvb_load_as_double(ref, t, i))) r->n_ref_nonfinite++;
-            if (memcmp(o + (size_t)i * es, f + (size_t)i * es, es) != 0) {
-                double a = kvb_load_as_double(out, t, i), b = kvb_load_as_double(ref, t, i);
-                note_bad(r, i, a, b);
-                if (isfinite(a) && isfinite(b) && fabs(a - b) > r->max_abs) r->max_abs = fabs(a - b);
-            }
+        r->n_checked += checked, r->n_ref_nonfinite += ref_nonfinite;
+        for (int b = 0; b < nb && !(r->n_bad && g_first_bad_settles); b++) {
+            const int64_t start = g0 + (int64_t)b * BLOCK;
+            if (!equal[b]) exact_walk(out, ref, t, start, n - start < BLOCK ? n - start : BLOCK, slice_len, mask, r);
         }
         if (r->n_bad && g_first_bad_settles) break;
     }
