@@ -158,14 +158,16 @@ part_bundle_no_sanitizer() {
 }
 
 # The parts in the order their output is printed, their names in the progress lines, and the order they
-# start in: the longest first, so that the short ones fill in at the end.
+# start in: first the CLI tests, the longest of the parts that run one process at a time, and the leak
+# check, then the allocation-failure run as soon as the leak check is done, the short ones last (the leak
+# check and the fuzz smoke run several processes, so they also fill in whatever processor is free).
 declare -A title after pid
 if [ -f "$root/Makefile" ]; then
     parts=(cmocka cli step_report plot fuzz leak alloc)
-    start_order=(leak cmocka cli fuzz alloc plot step_report)
+    start_order=(cli leak alloc cmocka fuzz plot step_report)
 else
     parts=(cmocka cli step_report plot fuzz bundle_no_sanitizer)
-    start_order=(cmocka cli fuzz plot step_report bundle_no_sanitizer)
+    start_order=(cli cmocka fuzz plot step_report bundle_no_sanitizer)
 fi
 title=([cmocka]="cmocka programs" [cli]="cli tests" [step_report]="step_report tests" [plot]="plot tests"
     [fuzz]="fuzz smoke" [leak]="leak check" [alloc]="alloc-fault smoke" [bundle_no_sanitizer]="leak, alloc-fault")
