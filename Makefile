@@ -1,6 +1,7 @@
 # kvbench: one entry point.
 #   make            build kvbench and the tests (CUDA parts when nvcc is found)
-#   make test       unit + GPU tests; ends with "N passed, N failed, N skipped"
+#   make test       unit + GPU tests, KVB_TEST_JOBS parts at a time (default: the number of processors);
+#                   ends with "N passed, N failed, N skipped"
 #   make check      kvbench check (CUDA vs reference; references only without a GPU)
 #   make bench      kvbench bench over the bench tier, JSON + summary under results/local/
 #   make step-report STEP_RESULTS=dir [GPU=H200]  decode_step tables.md + stages.png from dir/*bench.json (each file a run)
@@ -256,7 +257,8 @@ fuzz-smoke:
 
 # ---- host memory under AddressSanitizer, on the CPU path (no device): leaks and allocation failures ----
 #   make leak-check        kvbench check over the smoke and sanitize tiers under LeakSanitizer, one process per
-#                          case; ends "leak: N passed, N failed" (or "leak: ... skipped" without the toolchain)
+#                          case, KVB_TEST_JOBS at a time (default: the number of processors); ends
+#                          "leak: N passed, N failed" (or "leak: ... skipped" without the toolchain)
 #   make alloc-fault       each checked host allocation site of every sanitize-tier case failed in turn
 #                          (tests/alloc_fault.sh; ALLOC_FAULT_ARGS=--every: each allocation); never a crash or a
 #                          leak; ends "alloc-fault: N injections over N cases, N crashes, N leaks, N unnamed"
