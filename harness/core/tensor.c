@@ -69,12 +69,14 @@ double kvb_uniform01(uint64_t seed, uint64_t stream, uint64_t i)
 /* The key of a (seed, stream) sequence: element i hashes key + i (mix3), so a fill hashes once an element. */
 static uint64_t sequence_key(uint64_t seed, uint64_t stream) { return kvb_hash64(seed ^ kvb_hash64(stream)); }
 
+uint64_t kvb_sequence_key(uint64_t seed, uint64_t stream) { return sequence_key(seed, stream); }
+
 /* Box-Muller on pair j of the sequence: one hash gives both uniforms (23 bits each, odd multiples of
  * 2^-24: never 0 or 1, exact in float), and the pair gives two normals, the cosine one at index 2j and
  * the sine one at 2j + 1. Single precision is ample for inputs stored as bf16 or fp32, and about four
  * times faster than double-precision log and cos on every element: the fills of a long-context case
  * are gigabytes. |z| <= sqrt(2 ln 2^24) = 5.77. */
-static void normal_pair(uint64_t key, uint64_t j, float *z0, float *z1)
+void kvb_normal_pair(uint64_t key, uint64_t j, float *z0, float *z1)
 {
     const uint64_t h = kvb_hash64(key + j);
     const float u1 = (float)(2 * (h >> 41) + 1) * 0x1p-24f, u2 = (float)(2 * (h & 0x7FFFFF) + 1) * 0x1p-24f;
@@ -86,7 +88,7 @@ static void normal_pair(uint64_t key, uint64_t j, float *z0, float *z1)
 double kvb_normal01(uint64_t seed, uint64_t stream, uint64_t i)
 {
     float z0, z1;
-    normal_pair(sequence_key(seed, stream), i >> 1, &z0, &z1);
+    kvb_normal_pair(sequence_key(seed, stream), i >> 1, &z0, &z1);
     return i & 1 ? z1 : z0;
 }
 
@@ -142,17 +144,17 @@ static double now_s(void)
         const int64_t lead_ = (first) & 1, pairs_ = ((n) - lead_) / 2;                                        \
         float z0_, z1_;                                                                                       \
         if (lead_ && (n) > 0) {                                                                               \
-            normal_pair(key_, (uint64_t)(first) >> 1, &z0_, &z1_);                                            \
+            kvb_normal_pair(key_, (uint64_t)(first) >> 1, &z0_, &z1_);                                            \
             x[0] = convert(z1_);                                                                              \
         }                                                                                                     \
         _Pragma("omp parallel for schedule(static) private(z0_, z1_)")                                        \
         for (int64_t p_ = 0; p_ < pairs_; p_++) {                                                             \
-            normal_pair(key_, (uint64_t)((first) + lead_) / 2 + (uint64_t)p_, &z0_, &z1_);                    \
+            kvb_normal_pair(key_, (uint64_t)((first) + lead_) / 2 + (uint64_t)p_, &z0_, &z1_);                    \
             x[lead_ + 2 * p_] = convert(z0_);                                                                 \
             x[lead_ + 2 * p_ + 1] = convert(z1_);                                                             \
         }                                                                                                     \
         if ((n) > lead_ + 2 * pairs_) {                                                                       \
-            normal_pair(key_, (uint64_t)((first) + (n) - 1) >> 1, &z0_, &z1_);                                \
+            kvb_normal_pair(key_, (uint64_t)((first) + (n) - 1) >> 1, &z0_, &z1_);                                \
             x[(n) - 1] = convert(z0_);                                                                        \
         }                                                                                                     \
     } while (0)

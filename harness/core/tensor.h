@@ -31,6 +31,10 @@ uint64_t kvb_hash64(uint64_t x);                       /* splitmix64 finalizer *
 uint64_t kvb_stream_of(const char *name);              /* FNV-1a of a tensor name */
 double kvb_uniform01(uint64_t seed, uint64_t stream, uint64_t i); /* in (0, 1) */
 double kvb_normal01(uint64_t seed, uint64_t stream, uint64_t i);  /* N(0, 1) */
+/* The same normals a pair at a time, for fills with their own per-element rules: kvb_normal01(seed, stream,
+ * 2j) and (.., 2j + 1) are *z0 and *z1 of kvb_normal_pair(kvb_sequence_key(seed, stream), j, ..). */
+uint64_t kvb_sequence_key(uint64_t seed, uint64_t stream);
+void kvb_normal_pair(uint64_t key, uint64_t j, float *z0, float *z1);
 
 /* Sequential generator for shuffles and choices. */
 typedef struct kvb_rng { uint64_t state; } kvb_rng;

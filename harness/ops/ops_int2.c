@@ -116,26 +116,35 @@ static int validate_matmul(const kvb_case *c)
 
 /* ---- inputs ---- */
 
+/* Element i of a K or V fill from its normal z (unused by the grid dist). */
+static kvb_bf16 kv_element(int64_t i, double z, int64_t n, int D, int dist, uint64_t seed, uint64_t st, int key)
+{
+    const int64_t d = i % D, t = (i / D) % n;
+    double v;
+    if (dist == DIST_GRID) {
+        if ((key ? d : t) % 7 == 3) v = 1.0;
+        else v = 0.5 * floor(7.0 * kvb_uniform01(seed, st, (uint64_t)i));
+    } else {
+        v = z;
+        if (dist == DIST_OUTLIER || dist == DIST_SPIKY) {
+            if (key && kvb_hash64(seed ^ (0xC0FFEEull + (uint64_t)d)) % 8 == 0) v = 8.0 * v + 4.0;
+            if (!key && kvb_hash64(seed ^ (0xBEEFull + (uint64_t)t)) % 16 == 0) v = 6.0 * v;
+        }
+        if (dist == DIST_SPIKY && kvb_uniform01(seed, st + 1, (uint64_t)i) < 1.0 / 512) v *= 16.0;
+    }
+    return kvb_double_to_bf16(v);
+}
+
 void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint64_t seed, const char *name, int key)
 {
-    const uint64_t st = kvb_stream_of(name);
+    const uint64_t st = kvb_stream_of(name), k = kvb_sequence_key(seed, st);
     const int64_t total = heads * n * D;
+    /* a pair of normals at a time (kvb_normal_pair: element i's normal is kvb_normal01(seed, st, i)) */
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < total; i++) {
-        const int64_t d = i % D, t = (i / D) % n;
-        double v;
-        if (dist == DIST_GRID) {
-            if ((key ? d : t) % 7 == 3) v = 1.0;
-            else v = 0.5 * floor(7.0 * kvb_uniform01(seed, st, (uint64_t)i));
-        } else {
-            v = kvb_normal01(seed, st, (uint64_t)i);
-            if (dist == DIST_OUTLIER || dist == DIST_SPIKY) {
-                if (key && kvb_hash64(seed ^ (0xC0FFEEull + (uint64_t)d)) % 8 == 0) v = 8.0 * v + 4.0;
-                if (!key && kvb_hash64(seed ^ (0xBEEFull + (uint64_t)t)) % 16 == 0) v = 6.0 * v;
-            }
-            if (dist == DIST_SPIKY && kvb_uniform01(seed, st + 1, (uint64_t)i) < 1.0 / 512) v *= 16.0;
-        }
-        x[i] = kvb_double_to_bf16(v);
+    for (int64_t j = 0; j < (total + 1) / 2; j++) {
+        float z[2];
+        kvb_normal_pair(k, (uint64_t)j, &z[0], &z[1]);
+        for (int e = 0; e < 2 && 2 * j + e < total; e++) x[2 * j + e] = kv_element(2 * j + e, z[e], n, D, dist, seed, st, key);
     }
     if (dist == DIST_NONFINITE && total > 7) x[key ? 5 : 7] = key ? (kvb_bf16)0x7FC0 : (kvb_bf16)0x7F80;
 }
