@@ -130,6 +130,8 @@ static double g_fill_s;
 
 double kvb_fill_seconds(void) { return g_fill_s; }
 
+void kvb_fill_seconds_add(double s) { g_fill_s += s; }
+
 static double now_s(void)
 {
     struct timespec t;

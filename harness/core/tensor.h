@@ -52,6 +52,8 @@ void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, in
                          double mean, double std);
 /* Wall seconds spent in the fills above since the process started (a case's "inputs" phase). */
 double kvb_fill_seconds(void);
+/* A fill of its own (an op's input with per-element rules) adds its wall time here, outside any parallel region. */
+void kvb_fill_seconds_add(double s);
 
 /* The element written where a sampled reference was not computed: NaN for the floating dtypes, every
  * bit set for the integers (-1 as int32). */

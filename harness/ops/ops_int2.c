@@ -26,6 +26,7 @@
 #include "harness/core/ceilings.h"
 #include "harness/ops/ops.h"
 #include "harness/ops/ops_int2.h"
+#include "harness/core/progress.h"
 #if KVB_HAVE_CUDA
 #include "kernels/int2/int2.h"
 #endif
@@ -139,6 +140,7 @@ void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uin
 {
     const uint64_t st = kvb_stream_of(name), k = kvb_sequence_key(seed, st);
     const int64_t total = heads * n * D;
+    const double t0 = kvb_wall_now();
     /* a pair of normals at a time (kvb_normal_pair: element i's normal is kvb_normal01(seed, st, i)) */
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < (total + 1) / 2; j++) {
@@ -147,6 +149,7 @@ void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uin
         for (int e = 0; e < 2 && 2 * j + e < total; e++) x[2 * j + e] = kv_element(2 * j + e, z[e], n, D, dist, seed, st, key);
     }
     if (dist == DIST_NONFINITE && total > 7) x[key ? 5 : 7] = key ? (kvb_bf16)0x7FC0 : (kvb_bf16)0x7F80;
+    kvb_fill_seconds_add(kvb_wall_now() - t0); /* the case's inputs phase */
 }
 
 void int2_op_fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed)
