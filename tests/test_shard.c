@@ -1,9 +1,11 @@
 /* test_shard.c: --shard K/N (shard.h). For several selections and every N in 1..8 the N shards cover
  * every selected case exactly once, keep the selection's order, come out the same every time, and are
- * balanced: the largest shard's estimated cost is at most the ideal share plus the largest single case.
+ * balanced: the largest shard's estimated cost is at most the ideal share plus the largest group (the
+ * cases of one shape, differing only in impl=, which share a shard).
  * Then the split's tie rules, the option's parsing, and the estimate's shape. No device needed. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "harness/core/cli.h"
@@ -38,6 +40,14 @@ static void select_cases(const char *line, int k, int n, kvb_case_list *l)
     assert_int_equal(kvb_select_cases(&o, bench ? KVB_TIER_BENCH : list ? KVB_TIER_ALL : KVB_TIER_CHECK, l), 0);
 }
 
+/* two ids of one shape: equal up to their impl= key (the last) */
+static int same_shape(const char *a, const char *b)
+{
+    const char *ia = strstr(a, " impl="), *ib = strstr(b, " impl=");
+    const size_t la = ia ? (size_t)(ia - a) : strlen(a), lb = ib ? (size_t)(ib - b) : strlen(b);
+    return la == lb && !strncmp(a, b, la);
+}
+
 static void test_shards_cover_each_case_once_in_order_balanced(void **state)
 {
     (void)state;
@@ -58,13 +68,16 @@ static void test_shards_cover_each_case_once_in_order_balanced(void **state)
         select_cases(sel[s].line, 0, 0, &all);
         assert_true(all.n > 0);
         double total = 0, largest = 0;
-        for (int i = 0; i < all.n; i++) {
-            const double c = kvb_case_cost_estimate(&all.v[i], sel[s].timed);
-            total += c;
-            if (c > largest) largest = c;
+        for (int i = 0; i < all.n; i++) total += kvb_case_cost_estimate(&all.v[i], sel[s].timed);
+        for (int i = 0; i < all.n; i++) { /* the largest group: the cases of one shape */
+            double g = 0;
+            for (int j = 0; j < all.n; j++)
+                if (same_shape(all.v[i].id, all.v[j].id)) g += kvb_case_cost_estimate(&all.v[j], sel[s].timed);
+            if (g > largest) largest = g;
         }
-        int *seen = calloc((size_t)all.n, sizeof *seen);
+        int *seen = calloc((size_t)all.n, sizeof *seen), *shard_at = calloc((size_t)all.n, sizeof *shard_at);
         assert_non_null(seen);
+        assert_non_null(shard_at);
         for (int n = 1; n <= 8; n++) {
             memset(seen, 0, sizeof *seen * (size_t)all.n);
             int covered = 0;
@@ -83,6 +96,7 @@ static void test_shards_cover_each_case_once_in_order_balanced(void **state)
                     const int at = kvb_cases_find(&all, part.v[i].id);
                     if (at < 0) fail_msg("%s: shard %d/%d has '%s', not selected", sel[s].line, k, n, part.v[i].id);
                     if (seen[at]++) fail_msg("%s: '%s' in two shards of %d", sel[s].line, part.v[i].id, n);
+                    shard_at[at] = k;
                     if (at <= last) fail_msg("%s: shard %d/%d out of the selection's order", sel[s].line, k, n);
                     last = at;
                     cost += kvb_case_cost_estimate(&part.v[i], sel[s].timed);
@@ -93,11 +107,17 @@ static void test_shards_cover_each_case_once_in_order_balanced(void **state)
                 kvb_cases_free(&again);
             }
             assert_int_equal(covered, all.n);
+            for (int i = 0; i < all.n; i++)
+                for (int j = 0; j < i; j++)
+                    if (same_shape(all.v[i].id, all.v[j].id) && shard_at[i] != shard_at[j])
+                        fail_msg("%s: %d shards: '%s' and '%s' (one shape) in shards %d and %d", sel[s].line, n,
+                                 all.v[j].id, all.v[i].id, shard_at[j], shard_at[i]);
             if (heaviest > total / n + largest + 1e-9 * total)
-                fail_msg("%s: %d shards: the largest holds %.1f s, above the ideal %.1f s + the largest case %.1f s",
+                fail_msg("%s: %d shards: the largest holds %.1f s, above the ideal %.1f s + the largest group %.1f s",
                          sel[s].line, n, heaviest, total / n, largest);
         }
         free(seen);
+        free(shard_at);
         kvb_cases_free(&all);
     }
 }

@@ -68,21 +68,50 @@ static int by_cost_desc(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
+/* Cases that differ only in impl= compute the same shape: the summary states their ratio as measured in the
+ * same run, so they go to one shard together. The id's impl= key is its last. */
+static size_t shape_len(const char *id)
+{
+    const char *impl = strstr(id, " impl=");
+    return impl ? (size_t)(impl - id) : strlen(id);
+}
+
 int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
 {
     if (n < 1 || n > KVB_SHARD_MAX) return kvb_fail(KVB_EINVAL, "%d shards out of range [1, %d]", n, KVB_SHARD_MAX);
     ranked *r = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *r, "the cases' costs for the shards");
-    if (!r) return KVB_ENOMEM;
-    for (int i = 0; i < l->n; i++) r[i] = (ranked){kvb_case_cost_estimate(&l->v[i], timed), i};
-    qsort(r, (size_t)l->n, sizeof *r, by_cost_desc);
-    double load[KVB_SHARD_MAX] = {0};
+    int *group = r ? kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *group, "the cases' shapes for the shards") : NULL;
+    if (!group) {
+        kvb_xfree(r);
+        return KVB_ENOMEM;
+    }
+    /* group[i]: the first case of i's shape; a group's cost is its cases' sum, ranked under its first case */
+    int n_groups = 0;
     for (int i = 0; i < l->n; i++) {
+        const size_t len = shape_len(l->v[i].id);
+        group[i] = i;
+        for (int j = 0; j < i; j++)
+            if (group[j] == j && shape_len(l->v[j].id) == len && !strncmp(l->v[i].id, l->v[j].id, len)) {
+                group[i] = j;
+                break;
+            }
+        const double c = kvb_case_cost_estimate(&l->v[i], timed);
+        if (group[i] == i) r[n_groups++] = (ranked){c, i};
+        else
+            for (int g = 0; g < n_groups; g++)
+                if (r[g].index == group[i]) r[g].cost += c;
+    }
+    qsort(r, (size_t)n_groups, sizeof *r, by_cost_desc);
+    double load[KVB_SHARD_MAX] = {0};
+    for (int g = 0; g < n_groups; g++) {
         int s = 0;
         for (int t = 1; t < n; t++)
             if (load[t] < load[s]) s = t;
-        shard_of[r[i].index] = s;
-        load[s] += r[i].cost;
+        shard_of[r[g].index] = s;
+        load[s] += r[g].cost;
     }
+    for (int i = 0; i < l->n; i++) shard_of[i] = shard_of[group[i]]; /* a group's first case comes first */
+    kvb_xfree(group);
     kvb_xfree(r);
     return KVB_OK;
 }

@@ -1,12 +1,13 @@
 /* shard.h: splitting the selected cases among processes (`--shard K/N`: one process per GPU, or shards
  * run one after another), and the estimate of a case's wall time that balances the split.
  *
- * The split is greedy longest-processing-time: the cases sorted by estimated cost, descending (ties:
- * the earlier case first), each given to the shard with the least estimated cost so far (ties: the
- * lowest shard). It is a function of the selected cases, their order and N alone, so N processes given
+ * The split is greedy longest-processing-time over shapes: the cases that differ only in impl= form one
+ * group (the summary's in-suite ratios are measured in one run), the groups sorted by estimated cost,
+ * descending (ties: the group of the earlier case first), each given to the shard with the least
+ * estimated cost so far (ties: the lowest shard). It is a function of the selected cases, their order and N alone, so N processes given
  * the same command line and case files agree on it without talking to each other. A shard's cases keep
  * their order in the selection. The largest shard's estimated cost is at most the ideal share (the
- * total / N) plus the largest single case.
+ * total / N) plus the largest group.
  */
 #ifndef KVB_SHARD_H
 #define KVB_SHARD_H
