@@ -132,7 +132,7 @@ static inline kvb_bf16 kvb_double_to_bf16(double x)
     /* Normal bf16 range, [2^-126, 2^127): round the double's 52-bit fraction to bf16's 7 bits on its bit
      * pattern (add half an ulp less one, plus the kept last bit for ties to even; a carry into the exponent
      * is the right result); the rounded value is a bf16, so it converts to float exactly. The fills of the
-     * inputs convert billions of values: this path is ten times faster than the general one below. */
+     * inputs convert billions of values: integer operations here, frexp and scalbn in the general path. */
     uint64_t bits;
     memcpy(&bits, &x, sizeof bits);
     const uint64_t mag = bits & 0x7FFFFFFFFFFFFFFFull;

@@ -17,10 +17,11 @@
 /* The estimate: KVB_COST_CASE_S per case (its fixed part: device buffers, streams, a launch, the
  * comparison's set-up), plus the op's peak host memory (kvb_op.host_bytes) at KVB_COST_SETUP_BPS (inputs
  * generated, references computed, uploaded, downloaded and compared: each a pass over host memory, so
- * its size tracks the set-up time), plus KVB_COST_TIMED_S for bench (the warm-up, Google Benchmark's
- * loops of 0.2 s of device time with an L2 flush and an idle wait per sample, the validation after
- * them). Fitted to per-case wall times on H200s, two processes side by side with 16 cores each: the
- * check tier (754 cases, 334 s; median 35 ms, 6 s for 2 GB) and the 40 headline bench cases (383 s). */
+ * its size tracks the set-up time), plus KVB_COST_TIMED_S for bench (the zeros check, the warm-up, the
+ * samples, the stage-timed launches, the validation after timing). Fitted to per-case wall times on
+ * H200s, two processes side by side with 16 cores each, before the samples became a 0.25 s wall-time
+ * budget: the check tier (754 cases; median 35 ms, 6 s for 2 GB) and the 40 headline bench cases. Rough:
+ * it balances shards and scales the progress line's estimate, nothing more. */
 #define KVB_COST_CASE_S 0.03
 #define KVB_COST_SETUP_BPS 0.3e9
 #define KVB_COST_TIMED_S 3.0

@@ -73,9 +73,9 @@ uint64_t kvb_sequence_key(uint64_t seed, uint64_t stream) { return sequence_key(
 
 /* Box-Muller on pair j of the sequence: one hash gives both uniforms (23 bits each, odd multiples of
  * 2^-24: never 0 or 1, exact in float), and the pair gives two normals, the cosine one at index 2j and
- * the sine one at 2j + 1. Single precision is ample for inputs stored as bf16 or fp32, and about four
- * times faster than double-precision log and cos on every element: the fills of a long-context case
- * are gigabytes. |z| <= sqrt(2 ln 2^24) = 5.77. */
+ * the sine one at 2j + 1. Single precision is ample for inputs stored as bf16 or fp32, and one log and
+ * one sincos serve two elements: the fills of a long-context case are gigabytes, and they were most of
+ * its set-up in double precision. |z| <= sqrt(2 ln 2^24) = 5.77. */
 void kvb_normal_pair(uint64_t key, uint64_t j, float *z0, float *z1)
 {
     const uint64_t h = kvb_hash64(key + j);
