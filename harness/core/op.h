@@ -220,6 +220,8 @@ typedef struct kvb_verdict {
     int pass;
 } kvb_verdict;
 void kvb_run_compare(kvb_run *r, kvb_verdict *v);  /* compare the downloaded outputs */
+/* compare one output (t->out) with its reference by its rule (t->cmp), as kvb_run_compare does */
+void kvb_run_compare_tensor(kvb_run *r, const kvb_tensor *t, kvb_cmp_result *res);
 /* 1: kvb_run_compare stops at the first tensor that fails, each tensor at its first failing element (the
  * zeros check: whether a fault is caught, not where) */
 void kvb_run_compare_verdict_only(int on);

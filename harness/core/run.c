@@ -204,6 +204,29 @@ int kvb_run_download(kvb_run *r)
     return KVB_OK;
 }
 
+void kvb_run_compare_tensor(kvb_run *r, const kvb_tensor *t, kvb_cmp_result *res)
+{
+    if (t->cmp == KVB_CMP_EXACT)
+        kvb_compare_exact(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
+    else if (t->cmp == KVB_CMP_FLOAT && t->tol_mag)
+        kvb_compare_float_mag(t->out, t->ref, t->dtype, t->n, t->tol, t->tol_mag, t->slice_len, t->slice_mask, res);
+    else if (t->cmp == KVB_CMP_FLOAT)
+        kvb_compare_float(t->out, t->ref, t->dtype, t->n, t->tol, t->slice_len, t->slice_mask, res);
+    else if (t->cmp == KVB_CMP_INDEXSET) {
+        int64_t k = t->shape[t->ndim - 1], slice_rows = t->slice_mask ? t->slice_len / k : 1;
+        kvb_compare_indexset_sampled(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k,
+                                     t->set_tol, slice_rows, t->slice_mask, res);
+    } else if (t->cmp == KVB_CMP_GATHER) {
+        const kvb_tensor *src = kvb_run_find(r, t->gather_src), *idx = kvb_run_find(r, t->gather_idx);
+        int64_t width = t->shape[t->ndim - 1], k = t->shape[t->ndim - 2];
+        int64_t n_src = src->shape[src->ndim - 2];
+        kvb_compare_gather(t->out, src->h, idx->out, t->dtype, t->n / (k * width), k, width, n_src, t->gather_group, res);
+    } else {
+        memset(res, 0, sizeof *res);
+        res->pass = 1;
+    }
+}
+
 static int verdict_only; /* kvb_run_compare_verdict_only */
 
 void kvb_run_compare_verdict_only(int on)
@@ -232,22 +255,7 @@ void kvb_run_compare(kvb_run *r, kvb_verdict *v)
         if ((t->role != KVB_OUT && t->role != KVB_INOUT) || t->cmp == KVB_CMP_NONE || (t->flags & KVB_T_NO_REF)) continue;
         kvb_cmp_result *res = &v->res[v->n];
         snprintf(v->name[v->n], sizeof v->name[v->n], "%s", t->name);
-        if (t->cmp == KVB_CMP_EXACT)
-            kvb_compare_exact(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
-        else if (t->cmp == KVB_CMP_FLOAT && t->tol_mag)
-            kvb_compare_float_mag(t->out, t->ref, t->dtype, t->n, t->tol, t->tol_mag, t->slice_len, t->slice_mask, res);
-        else if (t->cmp == KVB_CMP_FLOAT)
-            kvb_compare_float(t->out, t->ref, t->dtype, t->n, t->tol, t->slice_len, t->slice_mask, res);
-        else if (t->cmp == KVB_CMP_INDEXSET) {
-            int64_t k = t->shape[t->ndim - 1], slice_rows = t->slice_mask ? t->slice_len / k : 1;
-            kvb_compare_indexset_sampled(t->out, t->ref, t->scores, t->scores_dtype, t->n / k, t->scores_n, k,
-                                         t->set_tol, slice_rows, t->slice_mask, res);
-        } else if (t->cmp == KVB_CMP_GATHER) {
-            const kvb_tensor *src = kvb_run_find(r, t->gather_src), *idx = kvb_run_find(r, t->gather_idx);
-            int64_t width = t->shape[t->ndim - 1], k = t->shape[t->ndim - 2];
-            int64_t n_src = src->shape[src->ndim - 2];
-            kvb_compare_gather(t->out, src->h, idx->out, t->dtype, t->n / (k * width), k, width, n_src, t->gather_group, res);
-        }
+        kvb_run_compare_tensor(r, t, res);
         v->pass &= res->pass;
         v->n++;
         if (!v->pass && verdict_only) break;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: validate every check-tier case, then benchmark the bench tier, results under RESULTS,
-# each phase's wall time said as it ends. On a machine without a GPU it says so first and runs what can
+# The main job: validate every check-tier case, time the external peers (torch_peers.py, where PyTorch
+# is), benchmark the bench tier with them, then the summary, wall.md (where the cases' wall time went) and
+# the plots (where gnuplot is); results under RESULTS, each phase's wall time said as it ends. On a machine without a GPU it says so first and runs what can
 # run there, in about a minute: the C references over the smoke tier and the reference self-tests
 # (nothing is compared with a device, nothing is timed). Exit status as kvbench's (kvbench --help): 0 all
 # ran and passed, 1 a step failed, 3 nothing was measured (no GPU; the references ran and passed).
@@ -26,6 +27,9 @@ for v in "GPUS=$gpus" "SHARDS=$shards"; do
 done
 mkdir -p "$results"
 bin=$(dirname "$kvbench")
+here=$(cd "$(dirname "$0")" && pwd)
+# the Python reports and peers: beside this script in a bundle, in harness/{scripts,report} in the tree
+script() { local f; for f in "$here/$1" "$here/../report/$1"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
 t_job=$(date +%s)
 t_phase=$t_job
 said() { echo "main job: $1, $(($(date +%s) - t_phase)) s"; t_phase=$(date +%s); }
@@ -53,14 +57,48 @@ fi
 [ $ceil_rc -eq 0 ] || { cat "$results/ceilings.log"; exit 1; }
 said "ceilings"
 
+# The external peers, timed on this GPU in this job, or said why not (the bench then has none)
+peers=()
+run_peers() {
+    rm -f "$results/peers.json"
+    if ! python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+        echo "main job: peers not timed: no python3 with PyTorch and CUDA here (the summary has no external peers)"
+        return
+    fi
+    PYTHONUNBUFFERED=1 python3 "$(script torch_peers.py)" --out "$results/peers.json" >"$results/peers.log" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ] && [ -s "$results/peers.json" ]; then peers=(--peers "$results/peers.json")
+    else echo "main job: peers failed (exit $rc, $results/peers.log): the bench runs without them"; fi
+    said "peers (exit $rc)"
+}
+# After the bench: where the wall time went, and the plots where gnuplot is
+reports() {
+    local walls=() f
+    for f in "$results/check.json" "$results/bench.json"; do [ -s "$f" ] && walls+=("$f"); done
+    [ ${#walls[@]} -gt 0 ] && python3 "$(script wall_report.py)" "${walls[@]}" --out "$results/wall.md" >/dev/null &&
+        echo "main job: where the cases' wall time went: $results/wall.md"
+    if [ ! -s "$results/bench.json" ]; then return; fi
+    if ! command -v gnuplot >/dev/null; then
+        echo "main job: no plots here (no gnuplot): make plots PLOT_RESULTS=$results/bench.json PLOT_OUT=DIR makes them"
+    elif python3 "$(script plot_report.py)" "$results/bench.json" "$results" >"$results/plots.log" 2>&1 &&
+        gnuplot -e "datadir='$results'" "$(script plots.gp)" >>"$results/plots.log" 2>&1; then
+        echo "main job: plots: $results/pct_of_ceiling.png"
+    else
+        echo "main job: the plots failed ($results/plots.log)"
+    fi
+    said "reports"
+}
+
 if [ "$gpus" -eq 1 ] && [ "$shards" -eq 1 ]; then
     "$kvbench" check --json "$results/check.json"
     check_rc=$?
     said "check tier (exit $check_rc)"
-    "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md"
+    run_peers
+    "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md" ${peers[@]+"${peers[@]}"}
     bench_rc=$?
     said "bench tier (exit $bench_rc)"
-    echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ ($(($(date +%s) - t_job)) s)"
+    reports
+    echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ ($(($(date +%s) - t_job)) s in all)"
     for rc in $check_rc $bench_rc; do [ $rc -eq 0 ] || [ $rc -eq 3 ] || exit 1; done
     [ $check_rc -eq 0 ] && [ $bench_rc -eq 0 ] || exit 3
     exit 0
@@ -151,9 +189,13 @@ if [ $interrupted -ne 0 ]; then
     echo "main job: interrupted: check exit $check_rc, bench not run; the results hold the cases finished"
     exit $interrupted
 fi
-run_tier bench --timing-lock "$dir/timing.lock"
+t_phase=$(date +%s)
+[ $ceil_rc -eq 3 ] || run_peers
+run_tier bench --timing-lock "$dir/timing.lock" ${peers[@]+"${peers[@]}"}
 bench_rc=$tier_rc
 [ $interrupted -eq 0 ] || { echo "main job: interrupted: the results hold the cases finished"; exit $interrupted; }
-echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ (shards: $dir/)"
+t_phase=$(date +%s)
+reports
+echo "main job: check exit $check_rc, bench exit $bench_rc; results in $results/ (shards: $dir/; $(($(date +%s) - t_job)) s in all)"
 for rc in $check_rc $bench_rc; do [ $rc -eq 0 ] || [ $rc -eq 3 ] || exit 1; done
 [ $check_rc -eq 0 ] && [ $bench_rc -eq 0 ] || exit 3

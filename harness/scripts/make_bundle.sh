@@ -4,7 +4,8 @@
 #   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, lapacke and
 #             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
-#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/*.py (optional peers)
+#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/main_job.sh (`make run`'s job:
+#             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/*.py (optional peers)
 # The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
 # (too large to carry).
 # BUNDLE_FROM_HOST=REGEX leaves more libraries to the GPU machine (matched on the soname), for one
@@ -21,7 +22,7 @@ cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_test.py "$out/tests/"
 cp -r tests/data "$out/tests/data" # plot_test.py's fixture
 cp harness/report/plots.gp "$out/" # beside plot_report.py (harness/report/*.py below), for `plot_test.py`'s gnuplot test
-cp harness/scripts/gpu_round.sh harness/scripts/gate.sh "$out/"
+cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate.sh "$out/"
 cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/report/*.py harness/scripts/*.py "$out/" # optional external peers timed in the same run (torch_peers.py)
 cp profiles/int2_v3_trace.py "$out/" # int2_v3_round.sh trace: the medians of v3's per-block trace

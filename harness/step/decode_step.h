@@ -7,10 +7,11 @@
  * kernels on the device, by their references on the host), the reference of its attention path, its
  * stages on the GPU (a block_attention), and its bytes.
  *
- * The reference of the attention path is computed twice: at setup from the host's q, knew, vnew (the
- * whole step on a CPU), and before each comparison from the device's own q, knew, vnew (themselves
- * compared with the host's): the state and att are then judged with the kernels' own tolerances, and
- * a selection near a tie is judged where it is made.
+ * The reference of the attention path: without a device, at setup from the host's q, knew, vnew (the
+ * whole step on a CPU); with one, before each comparison from the device's own q, knew, vnew once they
+ * pass their comparison with the host's: the state and att are then judged with the kernels' own
+ * tolerances, and a selection near a tie is judged where it is made. The same device outputs as at the
+ * last comparison (the launch after timing) reuse the reference computed then.
  */
 #ifndef KVB_HARNESS_DECODE_STEP_H
 #define KVB_HARNESS_DECODE_STEP_H
@@ -53,7 +54,8 @@ typedef struct step_priv {
     kvb_bf16 *att;       /* [B, Hq, D]: the reference attention output */
     void *ms;            /* the method's private state */
     int from_device;     /* ref_attend called with the device's q, knew, vnew (its outputs downloaded) */
-    int ref_pending;     /* the state depends on the host's q and a device builds it: the reference follows */
+    char *last_inputs;   /* the device outputs the last reference was computed from (reference_inputs) */
+    int last_valid;      /* 1: the references in the run are that one's */
 #if KVB_HAVE_CUDA
     block_step_plan plan, plan_timed;
     block_attention attn[2];
@@ -65,6 +67,9 @@ typedef struct step_priv {
 struct step_method {
     const char *name;
     const char *about; /* one line: the state and the attention path */
+    /* The output (beside q, knew, vnew) that ref_attend reads from the device when p->from_device, e.g.
+     * the pages it chose; NULL: none. */
+    const char *device_choice;
     /* The method's keys into s (after the block's): refusals name the key and its range. */
     int (*shape)(const kvb_case *c, step_case *s);
     /* Its state tensors and their host contents (the prefill's result); p->ms may be set. */

@@ -190,6 +190,7 @@ const step_method step_method_rocketkv = {
     .name = "rocketkv",
     .about = "SnapKV++-kept K, V and page min/max; kv_append | page_meta_append, hybrid_score + page top-k, "
              "sparse_attn_pages",
+    .device_choice = "pages",
     .shape = shape_rk,
     .setup = setup_rk,
     .ref_attend = ref_attend_rk,

@@ -530,6 +530,7 @@ const step_method step_method_shadowkv = {
     .name = "shadowkv",
     .about = "low-rank keys, landmarks, outliers and a chunk buffer on the device, values in pinned host memory; "
              "landmark_score, index_scan, gather_copy V | gather_copy_d2d K + batch_gemm_rotary, decode_attn",
+    .device_choice = "chunks",
     .shape = shape_skv,
     .setup = setup_skv,
     .host_prefill = host_prefill_skv,
