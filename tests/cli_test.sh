@@ -381,8 +381,21 @@ if command -v python3 >/dev/null && [ -f "$round/bench.json" ] && [ -f "$root/ha
 for b in json.load(open(sys.argv[1]))["benchmarks"]: print(b["name"].split("/manual_time")[0])' "$round/bench.json")
     for k in 1 2; do "$kvbench" list --cases "$cases" --shard "$k/2" "${ids[@]}" 2>/dev/null | sed -E 's/^[a-z]+ +//' >"$tmp/ids$k"; done
     python3 - "$round/bench.json" "$tmp" <<'PY'
-import json, sys
+import json, re, sys
 d = json.load(open(sys.argv[1]))
+# a bench of this build writes each goal's words as "goal_text" (and "goal_us" of a goal against another
+# impl); a round written before has them only in its summary: taken from there, so that the merged
+# summary can be held to the original's goal cells
+goals = {}
+for line in open(sys.argv[1].replace("bench.json", "summary.md")):
+    m = re.match(r"^\| `([^`]+)` \|.*\| [0-9.]+x of ([0-9.]+) us \((.*)\) \|$", line)
+    if m and m.group(1) not in goals:
+        goals[m.group(1)] = (float(m.group(2)), m.group(3))
+for b in d["benchmarks"]:
+    g = goals.get(b["name"].split("/")[0])
+    if g and "goal_text" not in b:
+        b["goal_text"] = g[1]
+        b.setdefault("goal_us", g[0])
 for k in (1, 2):
     ids = set(open("%s/ids%d" % (sys.argv[2], k)).read().split("\n")) - {""}
     part = [b for b in d["benchmarks"] if b["name"].split("/manual_time")[0] in ids]
@@ -396,6 +409,11 @@ PY
        python3 "$root/harness/report/headline.py" "$tmp/round" >"$tmp/headline.txt" 2>&1 && ! grep -q 'not measured' "$tmp/headline.txt"; then
         ok "... its summary has every row; plot_report.py and headline.py read it"
     else fail "... its summary has every row; plot_report.py and headline.py read it"; fi
+    goal_cells() { sed -nE 's/^\| `([^`]+)` \|.*\| ([0-9.]+x of [0-9.]+ us \(.*\)) \|$/\1 \2/p' "$1" | sort; }
+    if [ "$(goal_cells "$tmp/round/summary.md" | grep -c ' us (')" -gt 0 ] &&
+       diff <(goal_cells "$round/summary.md") <(goal_cells "$tmp/round/summary.md") >/dev/null; then
+        ok "... its goal cells, with the goals' words, are the original's"
+    else fail "... its goal cells, with the goals' words, are the original's"; fi
 fi
 # the main job without a GPU, sharded or not: it says so first, runs the smoke tier's references and the
 # reference self-tests, and exits 3 (nothing measured) without starting a shard

@@ -312,6 +312,39 @@ static void test_100k_cases_compare_fast(void **state)
     assert_true(s < 1.0);
 }
 
+static kvb_goal goal_of_x(const char *id, void *ctx)
+{
+    (void)ctx;
+    if (!strcmp(id, "x B=1")) return (kvb_goal){"80% of the \"read\" rate", 90};
+    if (!strcmp(id, "z B=3")) return (kvb_goal){"20x faster than impl=dense", 12.5};
+    return (kvb_goal){NULL, 0};
+}
+
+/* bench: each case gets its goal's words (escaped, read back as written) and its goal's time where no
+ * counter held it; nothing is dropped without a prefix */
+static void test_goal_text_added(void **state)
+{
+    (void)state;
+    char a[512], b[512], all[1200];
+    snprintf(all, sizeof all, "%s, %s", entry(a, sizeof a, "x B=1", 100, 1, 100), entry(b, sizeof b, "z B=3", 7.25, 0.5, 40));
+    char *f = strdup(file_of("goals.json", all));
+    assert_int_equal(kvb_bench_json_finish(f, NULL, goal_of_x, NULL), KVB_OK);
+    kvb_jval v;
+    assert_int_equal(kvb_json_read_file(f, &v), KVB_OK);
+    const kvb_jval *arr = kvb_jget(&v, "benchmarks");
+    assert_int_equal(arr->n, 2);
+    assert_string_equal(kvb_jstr(&arr->items[0], "goal_text"), "80% of the \"read\" rate");
+    assert_string_equal(kvb_jstr(&arr->items[1], "goal_text"), "20x faster than impl=dense");
+    assert_true(kvb_jnum(&arr->items[1], "goal_us", 0) == 12.5); /* no counter had it */
+    assert_true(kvb_jnum(&arr->items[0], "median_us", 0) == 100);
+    kvb_json_free(&v);
+    assert_int_equal(kvb_bench_json_finish(f, NULL, goal_of_x, NULL), KVB_OK); /* again: not added twice */
+    assert_int_equal(kvb_json_read_file(f, &v), KVB_OK);
+    kvb_json_free(&v);
+    assert_int_equal(gate(f, f, 0.05), 0); /* and compare reads it */
+    free(f);
+}
+
 /* bench, interrupted: the cases not run leave the file, the others stay as they were. */
 static void test_drop_interrupted_cases(void **state)
 {
@@ -378,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_json_output_never_clobbers_an_input),
         cmocka_unit_test(test_100k_cases_compare_fast),
         cmocka_unit_test(test_drop_interrupted_cases),
+        cmocka_unit_test(test_goal_text_added),
     };
     int rc = cmocka_run_group_tests_name("compare_results", tests, NULL, NULL);
     char cmd[300];

@@ -482,6 +482,24 @@ static void context_num(const char *key, const char *fmt, double v)
     kvb_gbench_context(key, buf);
 }
 
+/* The goal of a timed case, by id, for the JSON (kvb_bench_json_finish): as the summary states it */
+typedef struct goal_cases {
+    const bench_ctx *b;
+    int n;
+} goal_cases;
+
+static kvb_goal goal_of_case(const char *id, void *ctx)
+{
+    const goal_cases *g = ctx;
+    for (int i = 0; i < g->n; i++) {
+        const kvb_cost *c = &g->b[i].cost;
+        if (!g->b[i].done || g->b[i].failed || c->goal_us <= 0 || strcmp(g->b[i].c->id, id)) continue;
+        if (c->goal_text) return (kvb_goal){c->goal_text, c->goal_us};
+        return (kvb_goal){"goal", c->goal_us};
+    }
+    return (kvb_goal){NULL, 0};
+}
+
 int kvb_cmd_bench(const kvb_options *o)
 {
     kvb_case_list cases;
@@ -607,12 +625,10 @@ int kvb_cmd_bench(const kvb_options *o)
         }
     }
     if (o->json) {
-        /* interrupted: the cases not run leave the file, which holds the cases that finished; otherwise
-         * the file is read back once: what replaces o->json is whole, valid JSON */
-        kvb_jval check;
-        int rc = interrupted ? kvb_bench_json_drop_errors(jout.tmp, NOT_RUN_INTERRUPTED)
-                             : kvb_json_read_file_flags(jout.tmp, &check, KVB_JSON_NONFINITE);
-        if (!interrupted && rc == KVB_OK) kvb_json_free(&check);
+        /* read back once and rewritten whole: each timed case gets its goal's words (merge's summary
+         * shows them), and interrupted, the cases not run leave the file, which holds those that finished */
+        goal_cases gc = {b, cases.n};
+        int rc = kvb_bench_json_finish(jout.tmp, interrupted ? NOT_RUN_INTERRUPTED : NULL, goal_of_case, &gc);
         if (rc == KVB_OK) rc = kvb_outfile_commit(&jout);
         else kvb_outfile_discard(&jout);
         if (rc != KVB_OK) {

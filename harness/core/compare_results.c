@@ -349,7 +349,27 @@ int kvb_compare_main(int argc, char **argv)
     return kvb_compare_files_subset(files[0], files[1], threshold_pct / 100.0, subset, json_out, stdout);
 }
 
-int kvb_bench_json_drop_errors(const char *path, const char *prefix)
+/* Appends key: value to the object v (allocated as the reader allocates: kvb_json_free frees it); a
+ * string value is copied. */
+static int json_add(kvb_jval *v, const char *key, kvb_jval value)
+{
+    kvb_jval *items = realloc(v->items, sizeof *items * (size_t)(v->n + 1));
+    if (items) v->items = items;
+    char **keys = items ? realloc(v->keys, sizeof *keys * (size_t)(v->n + 1)) : NULL;
+    if (keys) v->keys = keys;
+    char *k = keys ? strdup(key) : NULL, *t = k && value.type == KVB_J_STR ? strdup(value.str) : NULL;
+    if (!k || (value.type == KVB_J_STR && !t)) {
+        free(k);
+        return kvb_fail(KVB_ENOMEM, "out of memory adding %s to a result", key);
+    }
+    if (t) value.str = t;
+    v->keys[v->n] = k;
+    v->items[v->n] = value;
+    v->n++;
+    return KVB_OK;
+}
+
+int kvb_bench_json_finish(const char *path, const char *drop_prefix, kvb_goal_fn goal_of, void *ctx)
 {
     kvb_jval root;
     int rc = kvb_json_read_file_flags(path, &root, KVB_JSON_NONFINITE);
@@ -364,17 +384,33 @@ int kvb_bench_json_drop_errors(const char *path, const char *prefix)
     int kept = 0;
     for (int i = 0; i < arr->n; i++) {
         const char *msg = kvb_jstr(&arr->items[i], "error_message");
-        if (msg && !strncmp(msg, prefix, strlen(prefix))) kvb_json_free(&arr->items[i]);
+        if (drop_prefix && msg && !strncmp(msg, drop_prefix, strlen(drop_prefix))) kvb_json_free(&arr->items[i]);
         else arr->items[kept++] = arr->items[i];
     }
     arr->n = kept;
+    for (int i = 0; goal_of && rc == KVB_OK && i < arr->n; i++) {
+        kvb_jval *b = &arr->items[i];
+        const char *name = kvb_jstr(b, "name");
+        if (b->type != KVB_J_OBJ || !name || kvb_jget(b, "goal_text")) continue;
+        char id[1024]; /* a case id (case.h KVB_ID_MAX) */
+        snprintf(id, sizeof id, "%.*s", (int)strcspn(name, "/"), name);
+        const kvb_goal g = goal_of(id, ctx);
+        if (g.text) rc = json_add(b, "goal_text", (kvb_jval){.type = KVB_J_STR, .str = (char *)g.text});
+        if (!rc && g.us > 0 && !kvb_jget(b, "goal_us"))
+            rc = json_add(b, "goal_us", (kvb_jval){.type = KVB_J_NUM, .num = g.us});
+    }
     kvb_outfile out;
-    FILE *f = kvb_outfile_open(&out, path);
-    if (!f) rc = KVB_EIO;
-    else {
+    FILE *f = rc ? NULL : kvb_outfile_open(&out, path);
+    if (!rc && !f) rc = KVB_EIO;
+    else if (f) {
         kvb_json_write_tree(f, &root);
         rc = kvb_outfile_commit(&out);
     }
     kvb_json_free(&root);
     return rc;
+}
+
+int kvb_bench_json_drop_errors(const char *path, const char *prefix)
+{
+    return kvb_bench_json_finish(path, prefix, NULL, NULL);
 }

@@ -67,5 +67,16 @@ int kvb_compare_main(int argc, char **argv); /* arguments after "compare" */
  * error_message starts with `prefix` (the cases not run), so that it holds the cases that finished.
  * KVB_OK, or an error with kvb_last_error() set. */
 int kvb_bench_json_drop_errors(const char *path, const char *prefix);
+/* bench: rewrite the Google Benchmark JSON at path: without the benchmarks whose error_message starts
+ * with drop_prefix (NULL: none dropped), and with each case's goal as goal_of(its case id, ctx) gives it:
+ * "goal_text", the goal's words (the counters hold numbers only), and "goal_us" where no counter has it
+ * (a goal against another impl, known once that impl ran): merge's summary shows both. KVB_OK, or an
+ * error with kvb_last_error() set. */
+typedef struct kvb_goal {
+    const char *text; /* NULL: no goal */
+    double us;        /* > 0: the goal's time */
+} kvb_goal;
+typedef kvb_goal (*kvb_goal_fn)(const char *id, void *ctx);
+int kvb_bench_json_finish(const char *path, const char *drop_prefix, kvb_goal_fn goal_of, void *ctx);
 
 #endif

@@ -12,8 +12,8 @@
  * (the order one process selects them in; a case line given on the command line, absent from the case
  * files, first), else the inputs' order.
  * --summary F (bench): the summary table bench writes, rebuilt from the JSON's counters (bench.c
- * kvb_bench_summary_row): the JSON holds no goal's text (its cell says "goal"), nor a goal stated
- * against an impl or peer that did not run in the case's process, and the external peers are listed
+ * kvb_bench_summary_row), the goal's words from each case's "goal_text"; a goal stated against an impl
+ * or peer that did not run in the case's process is not in the JSON, and the external peers are listed
  * in name order.
  * Exit: 0 written, 1 OUT or F could not be written, 2 refused.
  */
@@ -319,6 +319,7 @@ static int write_summary(FILE *f, const input *in, int n_in, const item *it, int
         x->cost.bytes_dev = counter(b, "dev_GBps", 0) * 1e9 * t;
         x->cost.flops = counter(b, "TFLOPs", 0) * 1e12 * t;
         x->cost.goal_us = counter(b, "goal_us", 0);
+        x->cost.goal_text = kvb_jstr(b, "goal_text"); /* bench writes the goal's words beside its counters */
         clock_sample(b, "start", &x->clocks.start);
         clock_sample(b, "end", &x->clocks.end);
         x->clocks.sm_max_mhz = ctx_num(in[it[i].in].ctx, "clock_sm_max_mhz");
