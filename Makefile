@@ -32,7 +32,13 @@ GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=c
 # KVB_TRACE=1: int2_decode_attn v3's per-block trace compiled in (-DKVB_INT2_TRACE=1), a build of its own
 # (build/trace/) so that its objects never mix with a production build's, which carries no trace code
 KVB_TRACE ?=
-BUILD   := $(if $(filter 1,$(KVB_TRACE)),build/trace,build)
+# KVB_CPU_ONLY=1: the CPU parts alone (no nvcc), a build of its own (build/cpu/): `make run` on a machine
+# without a GPU, which compiles no kernel it could not run
+KVB_CPU_ONLY ?=
+ifeq ($(KVB_CPU_ONLY),1)
+  NVCC :=
+endif
+BUILD   := $(if $(filter 1,$(KVB_TRACE)),build/trace,$(if $(filter 1,$(KVB_CPU_ONLY)),build/cpu,build))
 BUNDLE  := $(if $(filter 1,$(KVB_TRACE)),$(BUILD)/bundle,bundle)
 OBJ     := $(BUILD)/obj
 GIT_REV := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
@@ -175,10 +181,14 @@ plots:
 GPUS   ?= 1
 SHARDS ?=
 run:
-	@[ -e /dev/nvidia0 ] || echo "run: no NVIDIA GPU on this machine (no /dev/nvidia0): after the build, the C references over the smoke tier; nothing is timed (exit 3)"
-	@$(MAKE) --no-print-directory deps
-	@$(MAKE) --no-print-directory all
-	@GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS)
+	@if [ -e /dev/nvidia0 ]; then \
+	  $(MAKE) --no-print-directory deps && $(MAKE) --no-print-directory all && \
+	  GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS); \
+	else \
+	  echo "run: no NVIDIA GPU on this machine (no /dev/nvidia0): the CPU parts alone are built (build/cpu/), then the C references over the smoke tier; nothing is timed (exit 3)"; \
+	  $(MAKE) --no-print-directory deps && $(MAKE) --no-print-directory KVB_CPU_ONLY=1 all && \
+	  GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh build/cpu/bin/kvbench $(RESULTS); \
+	fi
 
 # ---- bundle for the GPU machine ----
 bundle: all
