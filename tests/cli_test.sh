@@ -235,7 +235,7 @@ if [ "$ran" -eq 3 ]; then # nothing to measure here: said with exit status 3
     expect "ceilings without a device" 3 'nothing measured' -- ceilings
     expect "profile without a device" 3 'nothing was profiled' -- profile --cases "$cases" "topk rows=1 n=1 k=1"
     expect "bench without a device" 3 'nothing was timed \(1 case selected\)' -- bench --cases "$cases" "topk rows=1 n=1 k=1"
-    expect "the reason names the missing driver or device" 3 'kvbench: no CUDA device(: no NVIDIA driver found \(libcuda.so.1 not loadable\)| found|: the NVIDIA driver supports|: built without the CUDA toolkit)' -- ceilings
+    expect "the reason names the missing driver or device" 3 'kvbench: no CUDA device(: no NVIDIA driver found \(libcuda.so.1 not loadable\)| found|: the NVIDIA driver supports|: built without CUDA)' -- ceilings
 fi
 
 # where the cases are: beside the binary (a bundle's bin/../cases, the build tree's bin/../../cases), from

@@ -268,7 +268,7 @@ void kvb_nvtx_pop(void) { nvtxDomainRangePop(nvtx_domain()); }
 int kvb_gpu_available(void)
 {
     if (g_state < 0) {
-        snprintf(g_reason, sizeof g_reason, "no CUDA device: built without the CUDA toolkit (nvcc not found at build time)");
+        snprintf(g_reason, sizeof g_reason, "no CUDA device: built without CUDA (no nvcc at build time, or make KVB_CPU_ONLY=1)");
         fprintf(stderr, "kvbench: %s: GPU work is skipped\n", g_reason);
         g_state = 0;
     }
