@@ -18,13 +18,14 @@
  * comparison's set-up), plus the op's peak host memory (kvb_op.host_bytes) at KVB_COST_SETUP_BPS (inputs
  * generated, references computed, uploaded, downloaded and compared: each a pass over host memory, so
  * its size tracks the set-up time), plus KVB_COST_TIMED_S for bench (the zeros check, the warm-up, the
- * samples, the stage-timed launches, the validation after timing). Fitted to per-case wall times on
- * H200s, two processes side by side with 16 cores each, before the samples became a 0.25 s wall-time
- * budget: the check tier (754 cases; median 35 ms, 6 s for 2 GB) and the 40 headline bench cases. Rough:
- * it balances shards and scales the progress line's estimate, nothing more. */
-#define KVB_COST_CASE_S 0.03
-#define KVB_COST_SETUP_BPS 0.3e9
-#define KVB_COST_TIMED_S 3.0
+ * samples, the stage-timed launches, the validation after timing). Fitted by least squares to the
+ * per-case wall times of the main job on one H200 with 16 host cores (results/h200/main-job: the check
+ * tier's 754 cases and the bench tier's 334 but one, a 79 s CPU SVD since benched smaller): the sums
+ * come out at 150 s and 840 s as measured. Rough per case: it balances shards and scales the progress
+ * line's estimate, nothing more. */
+#define KVB_COST_CASE_S 0.13
+#define KVB_COST_SETUP_BPS 1.7e9
+#define KVB_COST_TIMED_S 1.1
 
 double kvb_case_cost_estimate(const kvb_case *c, int timed)
 {
