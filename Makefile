@@ -9,7 +9,7 @@
 #   make publish ROUND=dir   a GPU round (harness/scripts/gpu_round.sh OUT) becomes the canonical results/h200/
 #   make headline   README.md's headline table and the family notes' figures, regenerated from results/h200/
 #   make sanitize [SANITIZE_OUT=dir] [FILTER=..]  compute-sanitizer memcheck, racecheck, initcheck, synccheck over the sanitize tier (GPU)
-#   make run [GPUS=N] [SHARDS=M]  the main job: deps, build, check, bench (what can run on this machine);
+#   make run [GPUS=N] [SHARDS=M] [HOST_MEM_LIMIT_GB=G]  the main job: deps, build, check, bench (what can run on this machine);
 #                   GPUS=N: a process per GPU, each tier in M shards (default N), merged into one result
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
 #   make deps       install the Debian packages the build needs (or print the command)
@@ -180,14 +180,15 @@ plots:
 # GPUS=N: one process per GPU, each tier split into SHARDS (default N) shards and merged (main_job.sh)
 GPUS   ?= 1
 SHARDS ?=
+HOST_MEM_LIMIT_GB ?=
 run:
 	@if [ -e /dev/nvidia0 ]; then \
 	  $(MAKE) --no-print-directory deps && $(MAKE) --no-print-directory all && \
-	  GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS); \
+	  GPUS=$(GPUS) SHARDS=$(SHARDS) HOST_MEM_LIMIT_GB=$(HOST_MEM_LIMIT_GB) bash harness/scripts/main_job.sh $(BUILD)/bin/kvbench $(RESULTS); \
 	else \
 	  echo "run: no NVIDIA GPU on this machine (no /dev/nvidia0): the CPU parts alone are built (build/cpu/), then the C references over the smoke tier; nothing is timed (exit 3)"; \
 	  $(MAKE) --no-print-directory deps && $(MAKE) --no-print-directory KVB_CPU_ONLY=1 all && \
-	  GPUS=$(GPUS) SHARDS=$(SHARDS) bash harness/scripts/main_job.sh build/cpu/bin/kvbench $(RESULTS); \
+	  GPUS=$(GPUS) SHARDS=$(SHARDS) HOST_MEM_LIMIT_GB=$(HOST_MEM_LIMIT_GB) bash harness/scripts/main_job.sh build/cpu/bin/kvbench $(RESULTS); \
 	fi
 
 # ---- bundle for the GPU machine ----

@@ -16,11 +16,14 @@
 # Side by side, each process's references take their share of the cores (OMP_NUM_THREADS, unless set).
 # Without a usable GPU the shards are not started (the references would take long, split or not): each
 # shard's log says why, and the job exits 3 at once. GPUS=1 without SHARDS is the one-process job.
+# HOST_MEM_LIMIT_GB=G: each kvbench's --host-mem-limit G, for a machine whose free memory grows as it is
+# used (a VM with a memory balloon: MemAvailable then reads low, and cases would be refused).
 set -u
 kvbench=${1:-build/bin/kvbench}
 results=${2:-results/local}
 gpus=${GPUS:-1}
 shards=${SHARDS:-$gpus}
+memlimit=(${HOST_MEM_LIMIT_GB:+--host-mem-limit "$HOST_MEM_LIMIT_GB"})
 for v in "GPUS=$gpus" "SHARDS=$shards"; do
     case ${v#*=} in '' | *[!0-9]* | 0*) echo "main job: $v: give a whole number in [1, 64]" >&2; exit 2 ;; esac
     [ "${v#*=}" -le 64 ] || { echo "main job: $v: give a whole number in [1, 64]" >&2; exit 2; }
@@ -90,11 +93,12 @@ reports() {
 }
 
 if [ "$gpus" -eq 1 ] && [ "$shards" -eq 1 ]; then
-    "$kvbench" check --json "$results/check.json"
+    "$kvbench" check --json "$results/check.json" ${memlimit[@]+"${memlimit[@]}"}
     check_rc=$?
     said "check tier (exit $check_rc)"
     run_peers
-    "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md" ${peers[@]+"${peers[@]}"}
+    "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md" ${peers[@]+"${peers[@]}"} \
+        ${memlimit[@]+"${memlimit[@]}"}
     bench_rc=$?
     said "bench tier (exit $bench_rc)"
     reports
@@ -183,7 +187,7 @@ run_tier() {
     else tier_rc=0; fi
     echo "main job: $tier tier $shards shard$([ "$shards" -eq 1 ] || echo s) on $gpus GPU$([ "$gpus" -eq 1 ] || echo s), $((SECONDS - start)) s"
 }
-run_tier check
+run_tier check ${memlimit[@]+"${memlimit[@]}"}
 check_rc=$tier_rc
 if [ $interrupted -ne 0 ]; then
     echo "main job: interrupted: check exit $check_rc, bench not run; the results hold the cases finished"
@@ -191,7 +195,7 @@ if [ $interrupted -ne 0 ]; then
 fi
 t_phase=$(date +%s)
 [ $ceil_rc -eq 3 ] || run_peers
-run_tier bench --timing-lock "$dir/timing.lock" ${peers[@]+"${peers[@]}"}
+run_tier bench --timing-lock "$dir/timing.lock" ${peers[@]+"${peers[@]}"} ${memlimit[@]+"${memlimit[@]}"}
 bench_rc=$tier_rc
 [ $interrupted -eq 0 ] || { echo "main job: interrupted: the results hold the cases finished"; exit $interrupted; }
 t_phase=$(date +%s)
