@@ -381,6 +381,8 @@ void kvb_bench_summary_row(FILE *f, const kvb_bench_result *x, const kvb_bench_r
     else if (cost->goal_impl)
         snprintf(goal, sizeof goal, "(goal: %.0fx faster than impl=%s; not measured)", cost->goal_impl_speedup,
                  cost->goal_impl);
+    else if (cost->goal_text) /* merge: an unmeasured goal as the case's own run stated it */
+        snprintf(goal, sizeof goal, "%s", cost->goal_text);
     fprintf(f, "| `%s` | %.2f | %.2f..%.2f | %.1f%% | %s | %s | %s | %s |\n", x->c->id, t * 1e6, x->min_s * 1e6,
             x->max_s * 1e6, 100 * x->noise, rate, ceil_s, vs, goal);
 }
@@ -490,12 +492,22 @@ typedef struct goal_cases {
 
 static kvb_goal goal_of_case(const char *id, void *ctx)
 {
+    static char unmeasured[200]; /* copied into the JSON before the next call */
     const goal_cases *g = ctx;
     for (int i = 0; i < g->n; i++) {
         const kvb_cost *c = &g->b[i].cost;
-        if (!g->b[i].done || g->b[i].failed || c->goal_us <= 0 || strcmp(g->b[i].c->id, id)) continue;
-        if (c->goal_text) return (kvb_goal){c->goal_text, c->goal_us};
-        return (kvb_goal){"goal", c->goal_us};
+        if (!g->b[i].done || g->b[i].failed || strcmp(g->b[i].c->id, id)) continue;
+        if (c->goal_us > 0) return (kvb_goal){c->goal_text ? c->goal_text : "goal", c->goal_us};
+        /* a goal against a peer or impl that did not run: the summary's words for it */
+        if (c->goal_peer)
+            snprintf(unmeasured, sizeof unmeasured, "(goal: %.2fx %s; peer not measured)", c->goal_peer_ratio,
+                     c->goal_peer);
+        else if (c->goal_impl)
+            snprintf(unmeasured, sizeof unmeasured, "(goal: %.0fx faster than impl=%s; not measured)",
+                     c->goal_impl_speedup, c->goal_impl);
+        else
+            return (kvb_goal){NULL, 0};
+        return (kvb_goal){unmeasured, 0};
     }
     return (kvb_goal){NULL, 0};
 }

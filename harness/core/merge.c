@@ -12,9 +12,9 @@
  * (the order one process selects them in; a case line given on the command line, absent from the case
  * files, first), else the inputs' order.
  * --summary F (bench): the summary table bench writes, rebuilt from the JSON's counters (bench.c
- * kvb_bench_summary_row), the goal's words from each case's "goal_text"; a goal stated against an impl
- * or peer that did not run in the case's process is not in the JSON, and the external peers are listed
- * in name order.
+ * kvb_bench_summary_row), the goal's words from each case's "goal_text" (a goal against an impl or peer
+ * that did not run in the case's process is stated there as its summary stated it), and the external
+ * peers are listed in name order.
  * Exit: 0 written, 1 OUT or F could not be written, 2 refused.
  */
 #include <math.h>
