@@ -317,6 +317,7 @@ static kvb_goal goal_of_x(const char *id, void *ctx)
     (void)ctx;
     if (!strcmp(id, "x B=1")) return (kvb_goal){"80% of the \"read\" rate", 90};
     if (!strcmp(id, "z B=3")) return (kvb_goal){"20x faster than impl=dense", 12.5};
+    if (!strcmp(id, "w B=4")) return (kvb_goal){"(goal: 1.50x torch_sdpa; peer not measured)", 0};
     return (kvb_goal){NULL, 0};
 }
 
@@ -325,14 +326,17 @@ static kvb_goal goal_of_x(const char *id, void *ctx)
 static void test_goal_text_added(void **state)
 {
     (void)state;
-    char a[512], b[512], all[1200];
-    snprintf(all, sizeof all, "%s, %s", entry(a, sizeof a, "x B=1", 100, 1, 100), entry(b, sizeof b, "z B=3", 7.25, 0.5, 40));
+    char a[512], b[512], c[512], all[1800];
+    snprintf(all, sizeof all, "%s, %s, %s", entry(a, sizeof a, "x B=1", 100, 1, 100),
+             entry(b, sizeof b, "z B=3", 7.25, 0.5, 40), entry(c, sizeof c, "w B=4", 3, 0.5, 40));
     char *f = strdup(file_of("goals.json", all));
     assert_int_equal(kvb_bench_json_finish(f, NULL, goal_of_x, NULL), KVB_OK);
     kvb_jval v;
     assert_int_equal(kvb_json_read_file(f, &v), KVB_OK);
     const kvb_jval *arr = kvb_jget(&v, "benchmarks");
-    assert_int_equal(arr->n, 2);
+    assert_int_equal(arr->n, 3);
+    assert_string_equal(kvb_jstr(&arr->items[2], "goal_text"), "(goal: 1.50x torch_sdpa; peer not measured)");
+    assert_null(kvb_jget(&arr->items[2], "goal_us")); /* an unmeasured goal has no time */
     assert_string_equal(kvb_jstr(&arr->items[0], "goal_text"), "80% of the \"read\" rate");
     assert_string_equal(kvb_jstr(&arr->items[1], "goal_text"), "20x faster than impl=dense");
     assert_true(kvb_jnum(&arr->items[1], "goal_us", 0) == 12.5); /* no counter had it */
