@@ -102,6 +102,23 @@ static int zeros_fail(kvb_run *r, kvb_verdict *v, int verdict_only)
     return !v->pass;
 }
 
+/* Every output (OUT, INOUT) pointed at one buffer of zeros as large as the largest: calloc'd, never
+ * written (the comparisons and invariants only read outputs), so a large case's zeros cost no memset
+ * and no memory touched beyond what the comparison reads. Returns the buffer (kvb_run_free it). */
+static void *zero_outputs(kvb_run *r)
+{
+    size_t largest = 1;
+    for (int i = 0; i < r->nt; i++) {
+        const kvb_tensor *t = &r->t[i];
+        const size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
+        if ((t->role == KVB_OUT || t->role == KVB_INOUT) && bytes > largest) largest = bytes;
+    }
+    void *zeros = kvb_run_alloc(r, largest, "the outputs of zeros"); /* calloc: zeros */
+    for (int i = 0; i < r->nt; i++)
+        if (r->t[i].role == KVB_OUT || r->t[i].role == KVB_INOUT) r->t[i].out = zeros;
+    return zeros;
+}
+
 int kvb_run_zeros_caught(kvb_run *r)
 {
     void *saved[KVB_MAX_TENSORS] = {0};
@@ -113,21 +130,12 @@ int kvb_run_zeros_caught(kvb_run *r)
         for (int i = 0; i < r->nt; i++) r->t[i].out = saved[i];
         return -1;
     }
-    for (int i = 0; i < r->nt; i++) {
-        kvb_tensor *t = &r->t[i];
-        if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
-        size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
-        t->out = kvb_run_alloc(r, bytes, t->name);
-        memset(t->out, 0, bytes);
-    }
+    void *zeros = zero_outputs(r);
     kvb_verdict v;
     int caught = zeros_fail(r, &v, 1); /* whether caught, not where: the first failure settles it */
     kvb_guard_leave();
-    for (int i = 0; i < r->nt; i++)
-        if (r->t[i].role == KVB_OUT || r->t[i].role == KVB_INOUT) {
-            kvb_run_free(r, r->t[i].out);
-            r->t[i].out = saved[i];
-        }
+    kvb_run_free(r, zeros);
+    for (int i = 0; i < r->nt; i++) r->t[i].out = saved[i];
     return caught;
 }
 
@@ -144,13 +152,7 @@ kvb_status kvb_case_validate_zeros(kvb_run *r, const kvb_case *c, kvb_outcome *o
     kvb_status st = KVB_PASS;
     if (kvb_run_setup(r, c, NULL) != KVB_OK) st = fail(o, "setup or reference failed");
     else {
-        for (int i = 0; i < r->nt; i++) {
-            kvb_tensor *t = &r->t[i];
-            if (t->role != KVB_OUT && t->role != KVB_INOUT) continue;
-            size_t bytes = (size_t)t->n * kvb_dtype_size(t->dtype);
-            t->out = kvb_run_alloc(r, bytes, t->name);
-            memset(t->out, 0, bytes);
-        }
+        zero_outputs(r); /* freed with the run */
         zeros_fail(r, &o->v, 0);
         o->status = st = o->v.pass ? KVB_PASS : KVB_FAIL;
         o->why = o->v.pass ? "outputs of zeros PASSED validation: the check is blind to this fault" : "zeros caught";
