@@ -43,33 +43,18 @@ static char *read_text(const char *path)
     return t;
 }
 
-/* argv of a command line: the words of `line` split at '|' */
-static int parse(kvb_options *o, const char *line)
-{
-    static char buf[2048];
-    static char *argv[64];
-    snprintf(buf, sizeof buf, "kvbench|%s", line);
-    int argc = 0;
-    for (char *p = buf, *bar;; p = bar + 1) {
-        argv[argc++] = p;
-        if (!(bar = strchr(p, '|'))) break;
-        *bar = '\0';
-    }
-    return kvb_parse_options(argc, argv, o);
-}
-
 /* ---- options and selection ---- */
 
 static void test_empty_filter_refused(void **state)
 {
     (void)state;
     kvb_options o;
-    assert_int_equal(parse(&o, "check|"), 2);
-    assert_int_equal(parse(&o, "check|   "), 2);
-    assert_int_equal(parse(&o, "check|\t"), 2);
-    assert_int_equal(parse(&o, "check|--json|"), 2); /* an option's value may not be empty either */
-    assert_int_equal(parse(&o, "bench|--benchmark_out=x.json"), 2); /* --json is the one way to write results */
-    assert_int_equal(parse(&o, "check|topk"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|"), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "check|   "), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "check|\t"), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "check|--json|"), 2); /* an option's value may not be empty either */
+    assert_int_equal(kvb_test_parse_line(&o, "bench|--benchmark_out=x.json"), 2); /* --json is the one way to write results */
+    assert_int_equal(kvb_test_parse_line(&o, "check|topk"), 0);
     assert_int_equal(o.n_filters, 1);
 }
 
@@ -80,19 +65,19 @@ static void test_filter_selecting_nothing_refused(void **state)
     write_text(cases, "topk rows=1 n=8 k=2 tier=smoke\ntopk rows=2 n=8 k=2 tier=check\nindex_scan M=7 tier=check\n");
     kvb_options o;
     kvb_case_list l;
-    assert_int_equal(parse(&o, "list|zzzz"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "list|zzzz"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_ALL, &l), 2);
     assert_int_equal(l.n, 0);
     /* one filter of two selects nothing: refused too, never silently ignored */
-    assert_int_equal(parse(&o, "list|topk|zzzz"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "list|topk|zzzz"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_ALL, &l), 2);
     /* a kernel whose cases are all of another tier */
-    assert_int_equal(parse(&o, "check|index_scan|--tier|smoke"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|index_scan|--tier|smoke"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_CHECK, &l), 2);
-    assert_int_equal(parse(&o, "list|topk"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "list|topk"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_ALL, &l), 0);
     assert_int_equal(l.n, 2);
@@ -107,13 +92,13 @@ static void test_case_given_twice_runs_once(void **state)
     kvb_options o;
     kvb_case_list l;
     /* the same case line twice, in two spellings */
-    assert_int_equal(parse(&o, "check|topk rows=1 n=8 k=2|topk  k=2 n=8 rows=1"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|topk rows=1 n=8 k=2|topk  k=2 n=8 rows=1"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_CHECK, &l), 0);
     assert_int_equal(l.n, 1);
     kvb_cases_free(&l);
     /* a case line that is also a selected file case: kept once, as given on the command line */
-    assert_int_equal(parse(&o, "check|topk rows=1 n=8 k=2 atol=0.5|topk"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|topk rows=1 n=8 k=2 atol=0.5|topk"), 0);
     o.cases_path = cases;
     assert_int_equal(kvb_select_cases(&o, KVB_TIER_CHECK, &l), 0);
     assert_int_equal(l.n, 2);
@@ -127,9 +112,9 @@ static void test_cases_path(void **state)
 {
     (void)state;
     kvb_options o;
-    assert_int_equal(parse(&o, "list|--cases|/x/y.cases"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "list|--cases|/x/y.cases"), 0);
     assert_string_equal(kvb_cases_path(&o), "/x/y.cases");
-    assert_int_equal(parse(&o, "list"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "list"), 0);
     const char *saved = getenv("KVB_CASES");
     char keep[1024] = "";
     if (saved) snprintf(keep, sizeof keep, "%s", saved);
@@ -159,22 +144,22 @@ static void test_result_file_that_is_an_input_refused(void **state)
     kvb_options o;
     char line[1024];
     snprintf(line, sizeof line, "check|--cases|%s|--json|%s", cases, cases);
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
     snprintf(line, sizeof line, "check|--cases|%s|--json|%s", cases, path_in("link.json")); /* through a link */
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
     snprintf(line, sizeof line, "check|--cases|%s|--json|%s/./a.cases", path_in("casedir"), path_in("casedir"));
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
     snprintf(line, sizeof line, "bench|--cases|%s|--peers|%s|--summary|%s", cases, peers, peers);
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
     snprintf(line, sizeof line, "bench|--cases|%s|--json|%s|--summary|%s", cases, path_in("r.json"), path_in("r.json"));
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
     snprintf(line, sizeof line, "bench|--cases|%s|--json|%s|--summary|%s", cases, path_in("r.json"), path_in("r.md"));
-    assert_int_equal(parse(&o, line), 0);
+    assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 0);
     char *text = read_text(cases);
     assert_string_equal(text, "topk rows=1 n=8 k=2 tier=check\n"); /* untouched */

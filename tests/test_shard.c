@@ -12,21 +12,6 @@
 #include "harness/core/shard.h"
 #include "tests/testlib.h"
 
-/* argv of a command line: the words of `line` split at '|' */
-static int parse(kvb_options *o, const char *line)
-{
-    static char buf[2048];
-    static char *argv[64];
-    snprintf(buf, sizeof buf, "kvbench|%s", line);
-    int argc = 0;
-    for (char *p = buf, *bar;; p = bar + 1) {
-        argv[argc++] = p;
-        if (!(bar = strchr(p, '|'))) break;
-        *bar = '\0';
-    }
-    return kvb_parse_options(argc, argv, o);
-}
-
 /* the cases `line` (with " --shard K/N" appended when n > 0) selects, as its command selects them */
 static void select_cases(const char *line, int k, int n, kvb_case_list *l)
 {
@@ -34,7 +19,7 @@ static void select_cases(const char *line, int k, int n, kvb_case_list *l)
     if (n) snprintf(full, sizeof full, "%s|--shard|%d/%d", line, k, n);
     else snprintf(full, sizeof full, "%s", line);
     kvb_options o;
-    assert_int_equal(parse(&o, full), 0);
+    assert_int_equal(kvb_test_parse_line(&o, full), 0);
     o.cases_path = kvb_test_cases_dir();
     const int bench = !strncmp(line, "bench", 5), list = !strncmp(line, "list", 4);
     assert_int_equal(kvb_select_cases(&o, bench ? KVB_TIER_BENCH : list ? KVB_TIER_ALL : KVB_TIER_CHECK, l), 0);
@@ -185,14 +170,14 @@ static void test_shard_option(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         if (kvb_shard_parse(bad[i], &k, &n) == 0) fail_msg("--shard '%s' accepted", bad[i]);
     kvb_options o;
-    assert_int_equal(parse(&o, "check|--shard|2/5"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|--shard|2/5"), 0);
     assert_int_equal(o.shard_k, 2);
     assert_int_equal(o.shard_n, 5);
-    assert_int_equal(parse(&o, "check|--shard|6/5"), 2);
-    assert_int_equal(parse(&o, "check|--shard"), 2);       /* no value */
-    assert_int_equal(parse(&o, "profile|--shard|1/2"), 2); /* list, check and bench only */
-    assert_int_equal(parse(&o, "bench|--timing-lock|/tmp/x.lock"), 0);
-    assert_int_equal(parse(&o, "check|--timing-lock|/tmp/x.lock"), 2); /* bench only */
+    assert_int_equal(kvb_test_parse_line(&o, "check|--shard|6/5"), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "check|--shard"), 2);       /* no value */
+    assert_int_equal(kvb_test_parse_line(&o, "profile|--shard|1/2"), 2); /* list, check and bench only */
+    assert_int_equal(kvb_test_parse_line(&o, "bench|--timing-lock|/tmp/x.lock"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "check|--timing-lock|/tmp/x.lock"), 2); /* bench only */
     assert_string_equal(kvb_shard_name(3, 12), "3/12");
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "harness/core/cli.h"
 #include "harness/core/op.h"
 #include "reference/kvb.h"
 
@@ -85,4 +86,18 @@ int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, in
     kvb_host_pool_release();
     kvb_cases_free(&all);
     return rc;
+}
+
+int kvb_test_parse_line(struct kvb_options *o, const char *line)
+{
+    static char buf[2048];
+    static char *argv[64];
+    snprintf(buf, sizeof buf, "kvbench|%s", line);
+    int argc = 0;
+    for (char *p = buf, *bar;; p = bar + 1) {
+        argv[argc++] = p;
+        if (!(bar = strchr(p, '|')) || argc == 64) break;
+        *bar = '\0';
+    }
+    return kvb_parse_options(argc, argv, o);
 }

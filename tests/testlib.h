@@ -14,6 +14,11 @@
 #define assert_error_mentions(...) kvb_test_error_mentions(__FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
 void kvb_test_error_mentions(const char *file, int line, ...);
 
+/* kvb_parse_options on a command line written as its words joined by '|' ("check|--shard|2/5"), after
+ * the program name; the words live in a static buffer until the next call. */
+struct kvb_options;
+int kvb_test_parse_line(struct kvb_options *o, const char *line);
+
 /* The cases directory (env KVB_CASES, default "cases"). */
 const char *kvb_test_cases_dir(void);
 
