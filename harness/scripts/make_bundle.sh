@@ -22,7 +22,7 @@ cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_test.py "$out/tests/"
 cp -r tests/data "$out/tests/data" # plot_test.py's fixture
 cp harness/report/plots.gp "$out/" # beside plot_report.py (harness/report/*.py below), for `plot_test.py`'s gnuplot test
-cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate.sh "$out/"
+cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate.sh harness/scripts/host_interference.sh "$out/"
 cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/report/*.py harness/scripts/*.py "$out/" # optional external peers timed in the same run (torch_peers.py)
 cp profiles/int2_v3_trace.py "$out/" # int2_v3_round.sh trace: the medians of v3's per-block trace
