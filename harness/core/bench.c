@@ -573,6 +573,7 @@ int kvb_cmd_bench(const kvb_options *o)
     if (o->shard_n) kvb_gbench_context("shard", kvb_shard_name(o->shard_k, o->shard_n));
     if (getenv("CUDA_VISIBLE_DEVICES")) kvb_gbench_context("cuda_visible_devices", getenv("CUDA_VISIBLE_DEVICES"));
     if (o->timing_lock) kvb_gbench_context("timing_lock", o->timing_lock);
+    if (o->durations) kvb_gbench_context("shard_durations", o->durations);
     /* the clocks per case: NVML, when the driver has it */
     g_nvml_missing = kvb_nvml_open(0) ? NULL : kvb_nvml_unavailable_reason();
     kvb_gbench_context("nvml", g_nvml_missing ? g_nvml_missing : "available: clocks, temperature, power and clock-event "

@@ -41,7 +41,7 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         const int valued = !strcmp(a, "--tier") || !strcmp(a, "--cases") || !strcmp(a, "--json") ||
                            !strcmp(a, "--dump") || !strcmp(a, "--summary") || !strcmp(a, "--peers") || !strcmp(a, "--fault") ||
-                           !strcmp(a, "--shard") || !strcmp(a, "--timing-lock");
+                           !strcmp(a, "--shard") || !strcmp(a, "--timing-lock") || !strcmp(a, "--durations");
         if (valued && next && !*next) {
             fprintf(stderr, "kvbench: %s needs a value, got an empty argument\n", a);
             return 2;
@@ -91,6 +91,8 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
             }
         } else if (!strcmp(a, "--timing-lock") && next) o->timing_lock = argv[++i];
         else if (!strcmp(a, "--determinism")) o->determinism = 1;
+        else if (!strcmp(a, "--costs")) o->costs = 1;
+        else if (!strcmp(a, "--durations") && next) o->durations = argv[++i];
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
         else if (!strcmp(a, "--dump") && next) o->dump = argv[++i];
@@ -119,6 +121,14 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
     const int list = !strcmp(o->cmd, "list"), check = !strcmp(o->cmd, "check"), bench = !strcmp(o->cmd, "bench");
     if (o->shard_n && !list && !check && !bench) {
         fprintf(stderr, "kvbench: --shard is an option of list, check and bench, not of %s\n", o->cmd);
+        return 2;
+    }
+    if (o->durations && !o->shard_n && !(list && o->costs)) {
+        fprintf(stderr, "kvbench: --durations balances --shard K/N (and list --costs shows it): give one of them\n");
+        return 2;
+    }
+    if (o->costs && !list) {
+        fprintf(stderr, "kvbench: --costs is an option of list, not of %s\n", o->cmd);
         return 2;
     }
     if (o->timing_lock && !bench) {
@@ -265,14 +275,38 @@ static void no_match(const char *flt, const kvb_case_list *all, int tier)
     }
 }
 
-/* --shard K/N: the selection's shard K. Split by the estimate of the command that runs it: bench's
- * (timed) for bench, and for list of the bench tier alone (what bench selects by default); check's
- * otherwise. */
-static int keep_shard(const kvb_options *o, int tier, kvb_case_list *out)
+int kvb_selection_timed(const kvb_options *o)
 {
-    const int timed = !strcmp(o->cmd, "bench") || (!strcmp(o->cmd, "list") && tier == KVB_TIER_BENCH);
+    return !strcmp(o->cmd, "bench") || (!strcmp(o->cmd, "list") && o->tier == KVB_TIER_BENCH);
+}
+
+double *kvb_selection_costs(const kvb_options *o, const kvb_case_list *l)
+{
+    double *cost = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *cost, "the cases' costs");
+    if (!cost) {
+        fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+        return NULL;
+    }
+    if (kvb_case_costs(l, kvb_selection_timed(o), o->durations, cost) != KVB_OK) {
+        fprintf(stderr, "kvbench: --durations %s\n", kvb_last_error());
+        kvb_xfree(cost);
+        return NULL;
+    }
+    return cost;
+}
+
+/* --shard K/N: the selection's shard K, balanced by kvb_selection_costs. */
+static int keep_shard(const kvb_options *o, kvb_case_list *out)
+{
     const int selected = out->n;
-    if (kvb_shard_keep(out, o->shard_k, o->shard_n, timed) != KVB_OK) {
+    double *cost = kvb_selection_costs(o, out);
+    if (!cost) {
+        kvb_cases_free(out);
+        return 2;
+    }
+    const int rc = kvb_shard_keep(out, o->shard_k, o->shard_n, cost);
+    kvb_xfree(cost);
+    if (rc != KVB_OK) {
         fprintf(stderr, "kvbench: --shard %d/%d: %s\n", o->shard_k, o->shard_n, kvb_last_error());
         kvb_cases_free(out);
         return 2;
@@ -351,5 +385,5 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
             return 2;
         }
     kvb_cases_free(&all);
-    return o->shard_n ? keep_shard(o, tier, out) : 0;
+    return o->shard_n ? keep_shard(o, out) : 0;
 }

@@ -29,6 +29,8 @@ typedef struct kvb_options {
     int tier; /* bitmask of kvb_tier; 0 = the command's default */
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
+    int costs;       /* list --costs: each case's cost (kvb_selection_costs) and host bytes */
+    const char *durations; /* --durations FILE: an earlier run's result file, whose wall times balance --shard (shard.h) */
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
     double sample_time_s;     /* bench --sample-time: wall seconds of samples per case (0: KVB_SAMPLE_TIME_DEFAULT_S) */
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
@@ -40,6 +42,13 @@ typedef struct kvb_options {
     int gb_argc;
     char cmdline[2048];
 } kvb_options;
+
+/* Whether the selection is costed as bench's (timed: timing loops included): bench, and list of the
+ * bench tier alone (what bench selects by default); check's otherwise. */
+int kvb_selection_timed(const kvb_options *o);
+/* The cost of each case of l that --shard balances (kvb_case_costs with o->durations), or NULL after a
+ * message naming the problem (an unusable --durations file). Free with kvb_xfree. */
+double *kvb_selection_costs(const kvb_options *o, const kvb_case_list *l);
 
 /* The options of argv (argv[1] the command); pointers into argv are kept. 0, -1 without a command
  * (usage), or 2 after a message on stderr. Parses only: nothing is loaded or run. */

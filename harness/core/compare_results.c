@@ -60,13 +60,13 @@ static int unusable(const char *fmt, ...)
     return 2;
 }
 
-/* The id is the benchmark name up to Google Benchmark's suffixes ("/manual_time", "/iterations:1/manual_time"):
- * a case id holds no '/' (its values are numbers and words). */
+size_t kvb_bench_id_len(const char *name) { return strcspn(name, "/"); }
+
 static char *case_id(const char *name)
 {
     char *id = strdup(name);
     if (!id) return NULL;
-    id[strcspn(id, "/")] = 0;
+    id[kvb_bench_id_len(id)] = 0;
     return id;
 }
 

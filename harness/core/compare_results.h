@@ -31,6 +31,7 @@
 #ifndef KVB_COMPARE_RESULTS_H
 #define KVB_COMPARE_RESULTS_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 typedef enum {
@@ -43,6 +44,11 @@ typedef struct kvb_case_timing {
     double median_us, noise; /* noise: relative standard deviation of the samples (fraction) */
     double n;                /* samples */
 } kvb_case_timing;
+
+/* The case id in a bench file's benchmark name: the name up to Google Benchmark's suffixes
+ * ("/manual_time", "/iterations:1/manual_time"); a case id holds no '/' (its values are numbers and
+ * words). Its length in name. */
+size_t kvb_bench_id_len(const char *name);
 
 #define KVB_COMPARE_Z 3.0
 #define KVB_COMPARE_SE_MEDIAN 1.2533 /* sqrt(pi/2): SE of a median over SE of a mean, normal samples */

@@ -1,7 +1,7 @@
 /* main.c: the kvbench command line: options, case selection, `list`, and dispatch to the
  * subcommands (check.c, bench.c, compare_results.c; cli.h says which file holds what).
  *
- *   kvbench list     [FILTER...]                 case ids (all tiers unless --tier)
+ *   kvbench list     [FILTER...] [--costs]       case ids (all tiers unless --tier), with the shards' cost estimate
  *   kvbench kernels                              every kernel, its keys and its implementations
  *   kvbench check    [FILTER...] [--json F] [--dump DIR]   CUDA vs reference, exit 1 on a failure
  *   kvbench bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_*...]
@@ -23,6 +23,7 @@
 
 #include "harness/core/cli.h"
 #include "harness/core/compare_results.h"
+#include "harness/core/shard.h"
 #include "harness/core/timing_lock.h"
 
 #ifndef KVB_GIT_REV
@@ -33,7 +34,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kvbench <command> [FILTER...] [options]\n"
-            "  list     [FILTER...]                      list case ids\n"
+            "  list     [FILTER...] [--costs]            list case ids; --costs: each case's cost in seconds, as\n"
+            "                                            --shard balances it (bench's with --tier bench, else\n"
+            "                                            check's), and its host memory estimate in MB\n"
             "  kernels                                   every kernel with its keys and implementations\n"
             "  check    [FILTER...] [--json F] [--dump DIR] [--determinism]\n"
             "                                            run CUDA and the C reference, compare; exit 1 on a failure\n"
@@ -74,6 +77,9 @@ static void usage(FILE *f)
             "         --shard K/N           (list, check, bench) only shard K of N of the selected cases, split\n"
             "                               by estimated cost (1 <= K <= N <= 64); a shard may get none (exit 0);\n"
             "                               list splits as check does, or with --tier bench as bench does\n"
+            "         --durations FILE      (with --shard, list --costs) balance by the wall times of an earlier\n"
+            "                               run's result file (check or bench JSON, merged or not); a case it\n"
+            "                               lacks costs its estimate scaled to the file's seconds\n"
             "result files (--json, --summary) are written whole or not at all (a temporary renamed over them),\n"
             "and never over an input of the same command\n"
             "exit status: 0    everything ran and passed (compare: the gate passes)\n"
@@ -132,11 +138,19 @@ static int cmd_list(const kvb_options *o)
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
     }
+    double *cost = o->costs ? kvb_selection_costs(o, &cases) : NULL;
+    if (o->costs && !cost) {
+        kvb_cases_free(&cases);
+        return 2;
+    }
     for (int i = 0; i < cases.n; i++) { /* the id, and the tolerance overrides a case line gave */
         char repro[KVB_ID_MAX + 128];
-        kvb_case_repro(&cases.v[i], repro, sizeof repro);
-        printf("%-5s  %s\n", kvb_tier_name(cases.v[i].tier), repro);
+        const kvb_case *c = &cases.v[i];
+        kvb_case_repro(c, repro, sizeof repro);
+        if (cost) printf("%-5s  %8.2f  %10.1f  %s\n", kvb_tier_name(c->tier), cost[i], (double)kvb_case_host_bytes(c) / 1e6, repro);
+        else printf("%-5s  %s\n", kvb_tier_name(c->tier), repro);
     }
+    kvb_xfree(cost);
     kvb_cases_free(&cases);
     return 0;
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/compare_results.h"
 #include "harness/core/json_read.h"
 #include "harness/core/peers.h"
 #include "harness/core/shard.h"
@@ -112,7 +113,7 @@ static kvb_jval str(const char *s) { return (kvb_jval){.type = KVB_J_STR, .str =
 static const char *case_id(const char *name, char *buf, size_t n)
 {
     snprintf(buf, n, "%s", name);
-    buf[strcspn(buf, "/")] = 0; /* Google Benchmark's suffixes: a case id holds no '/' */
+    buf[kvb_bench_id_len(buf)] = 0;
     return buf;
 }
 

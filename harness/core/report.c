@@ -81,6 +81,7 @@ void kvb_context_json(kvb_json *j, const kvb_options *o, const kvb_ceilings *cei
         kvb_json_str(j, "gpu_unavailable", kvb_gpu_unavailable_reason());
     }
     if (o->shard_n) kvb_json_str(j, "shard", kvb_shard_name(o->shard_k, o->shard_n));
+    if (o->durations) kvb_json_str(j, "shard_durations", o->durations);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES"); /* with a process per GPU, the device index */
     if (visible) kvb_json_str(j, "cuda_visible_devices", visible);
     if (ceil) kvb_ceilings_json(ceil, j);

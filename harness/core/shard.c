@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/compare_results.h"
+#include "harness/core/json_read.h"
 #include "harness/core/op.h"
 
 #ifndef KVB_GIT_REV
@@ -32,6 +34,100 @@ double kvb_case_cost_estimate(const kvb_case *c, int timed)
     double bytes = c->op ? (double)kvb_case_host_bytes(c) : 0;
     if (!(bytes < 1e15)) bytes = 1e15; /* a saturated estimate (SIZE_MAX): large, but still summable */
     return KVB_COST_CASE_S + bytes / KVB_COST_SETUP_BPS + (timed ? KVB_COST_TIMED_S : 0);
+}
+
+/* ---- measured durations (--durations FILE) ---- */
+
+typedef struct duration {
+    const char *id; /* points into the parsed file */
+    size_t id_len;
+    double s;
+} duration;
+
+static int by_id(const void *a, const void *b)
+{
+    const duration *x = a, *y = b;
+    const size_t n = x->id_len < y->id_len ? x->id_len : y->id_len;
+    const int c = memcmp(x->id, y->id, n);
+    return c ? c : (x->id_len > y->id_len) - (x->id_len < y->id_len);
+}
+
+/* A case's measured seconds: a finite, non-negative sum of its phases, or -1 when it has none. */
+static double phases_sum(const kvb_jval *obj, int bench)
+{
+    double sum = 0;
+    int seen = 0;
+    for (int i = 0; i < obj->n; i++) {
+        const char *k = obj->keys[i];
+        const size_t len = strlen(k);
+        if (bench && !(len > 7 && !strncmp(k, "wall_", 5) && !strcmp(k + len - 2, "_s"))) continue;
+        if (obj->items[i].type != KVB_J_NUM || !(obj->items[i].num >= 0 && obj->items[i].num < 1e7)) return -1;
+        sum += obj->items[i].num, seen = 1;
+    }
+    return seen ? sum : -1;
+}
+
+/* The cases of a check file (cases[]: id, wall_s {phase: s}) or a bench file (benchmarks[]: name,
+ * wall_<phase>_s), each with the sum of its phases; cases without them (failed, skipped) are left out. */
+static int read_durations(const kvb_jval *root, const char *path, duration **out, int *n_out)
+{
+    const kvb_jval *check = kvb_jget(root, "cases"), *bench = kvb_jget(root, "benchmarks");
+    const kvb_jval *list = check ? check : bench;
+    if (!list || list->type != KVB_J_ARR)
+        return kvb_fail(KVB_EINVAL, "%s is not a kvbench check or bench result file (no cases[] or benchmarks[])", path);
+    duration *d = kvb_xalloc((size_t)(list->n ? list->n : 1), sizeof *d, "the durations");
+    if (!d) return KVB_ENOMEM;
+    int n = 0;
+    for (int i = 0; i < list->n; i++) {
+        const kvb_jval *c = &list->items[i];
+        const char *name = kvb_jstr(c, check ? "id" : "name");
+        const kvb_jval *phases = check ? kvb_jget(c, "wall_s") : c;
+        if (!name || !phases || phases->type != KVB_J_OBJ) continue;
+        const double s = phases_sum(phases, !check);
+        if (s < 0) continue;
+        d[n++] = (duration){name, check ? strlen(name) : kvb_bench_id_len(name), s};
+    }
+    qsort(d, (size_t)n, sizeof *d, by_id);
+    *out = d, *n_out = n;
+    return KVB_OK;
+}
+
+int kvb_case_costs(const kvb_case_list *l, int timed, const char *durations, double *cost)
+{
+    for (int i = 0; i < l->n; i++) cost[i] = kvb_case_cost_estimate(&l->v[i], timed);
+    if (!durations) return KVB_OK;
+    kvb_jval root;
+    int rc = kvb_json_read_file_flags(durations, &root, KVB_JSON_NONFINITE);
+    if (rc != KVB_OK) return rc;
+    duration *d = NULL;
+    int n = 0;
+    if ((rc = read_durations(&root, durations, &d, &n)) != KVB_OK) {
+        kvb_json_free(&root);
+        return rc;
+    }
+    /* measured[i]: case i's seconds in the file, or -1; the others' estimates scaled by the file's
+     * measured / estimated over the cases it holds, so that both count in the same seconds */
+    double *measured = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *measured, "the measured durations");
+    double sum_measured = 0, sum_estimated = 0;
+    int found = 0;
+    for (int i = 0; measured && i < l->n; i++) {
+        const duration key = {l->v[i].id, strlen(l->v[i].id), 0};
+        const duration *hit = n ? bsearch(&key, d, (size_t)n, sizeof *d, by_id) : NULL;
+        measured[i] = hit ? hit->s : -1;
+        if (hit) sum_measured += hit->s, sum_estimated += cost[i], found++;
+    }
+    if (!measured) rc = KVB_ENOMEM;
+    else if (!found)
+        rc = kvb_fail(KVB_EINVAL, "%s holds none of the %d selected case%s (%d case%s with wall times in it)", durations,
+                      l->n, KVB_PLURAL(l->n), n, KVB_PLURAL(n));
+    else {
+        const double scale = sum_estimated > 0 && sum_measured > 0 ? sum_measured / sum_estimated : 1;
+        for (int i = 0; i < l->n; i++) cost[i] = measured[i] >= 0 ? measured[i] : cost[i] * scale;
+    }
+    kvb_xfree(measured);
+    kvb_xfree(d);
+    kvb_json_free(&root);
+    return rc;
 }
 
 const char *kvb_shard_name(int k, int n)
@@ -78,7 +174,7 @@ static size_t shape_len(const char *id)
     return impl ? (size_t)(impl - id) : strlen(id);
 }
 
-int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
+int kvb_shard_assign(const kvb_case_list *l, int n, const double *cost, int *shard_of)
 {
     if (n < 1 || n > KVB_SHARD_MAX) return kvb_fail(KVB_EINVAL, "%d shards out of range [1, %d]", n, KVB_SHARD_MAX);
     ranked *r = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *r, "the cases' costs for the shards");
@@ -97,7 +193,7 @@ int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
                 group[i] = j;
                 break;
             }
-        const double c = kvb_case_cost_estimate(&l->v[i], timed);
+        const double c = cost[i];
         if (group[i] == i) r[n_groups++] = (ranked){c, i};
         else
             for (int g = 0; g < n_groups; g++)
@@ -118,12 +214,12 @@ int kvb_shard_assign(const kvb_case_list *l, int n, int timed, int *shard_of)
     return KVB_OK;
 }
 
-int kvb_shard_keep(kvb_case_list *l, int k, int n, int timed)
+int kvb_shard_keep(kvb_case_list *l, int k, int n, const double *cost)
 {
     if (k < 1 || k > n) return kvb_fail(KVB_EINVAL, "shard %d/%d out of range", k, n);
     int *shard_of = kvb_xalloc((size_t)(l->n ? l->n : 1), sizeof *shard_of, "the cases' shards");
     if (!shard_of) return KVB_ENOMEM;
-    int rc = kvb_shard_assign(l, n, timed, shard_of);
+    int rc = kvb_shard_assign(l, n, cost, shard_of);
     kvb_case_list kept = {0};
     for (int i = 0; rc == KVB_OK && i < l->n; i++)
         if (shard_of[i] == k - 1) rc = kvb_cases_add(&kept, &l->v[i]);

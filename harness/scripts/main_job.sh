@@ -16,6 +16,8 @@
 # Side by side, each process's references take their share of the cores (OMP_NUM_THREADS, unless set).
 # Without a usable GPU the shards are not started (the references would take long, split or not): each
 # shard's log says why, and the job exits 3 at once. GPUS=1 without SHARDS is the one-process job.
+# The shards are balanced by the wall times of an earlier main job (--durations; DURATIONS=DIR holding
+# its check.json and bench.json, by default the committed one-GPU job's, results/h200/main-job/).
 # HOST_MEM_LIMIT_GB=G: each kvbench's --host-mem-limit G, for a machine whose free memory grows as it is
 # used (a VM with a memory balloon: MemAvailable then reads low, and cases would be refused).
 set -u
@@ -133,6 +135,17 @@ device() { # the device of GPU slot $1: the caller's CUDA_VISIBLE_DEVICES entry,
 }
 cp "$results/ceilings.log" "$dir/ceilings.log" # measured above, on the first visible device
 
+# durations TIER: the --durations FILE of a tier's shards: the wall times of an earlier main job balance them (shard.h). From
+# DURATIONS=DIR (its check.json, bench.json), else the bundle's durations/ (the committed one-GPU job's
+# files, results/h200/main-job/), else those files in the tree; none there: the estimate alone.
+durations() {
+    local d f
+    for d in ${DURATIONS:+"$DURATIONS"} "$here/durations" "$here/../../results/h200/main-job"; do
+        f="$d/$1.json"
+        [ -s "$f" ] && { echo "$f"; return; }
+    done
+}
+
 # run_tier TIER EXTRA...: every shard of the tier, GPUs in parallel, a GPU's shards in sequence; then the
 # merge. Sets tier_rc: 0 measured and passed, 1 a shard or the merge failed, 3 nothing measured.
 run_tier() {
@@ -146,6 +159,9 @@ run_tier() {
         echo "main job: $tier tier $shards shards not run (no usable GPU), $((SECONDS - start)) s"
         return
     fi
+    local dur=() f
+    f=$(durations "$tier")
+    [ -n "$f" ] && dur=(--durations "$f")
     for g in $(seq 0 $((gpus - 1))); do
         # a GPU's shards in turn; this loop outlives a signal (kvbench takes it) to record the exit status
         ( trap '' INT TERM
@@ -154,7 +170,7 @@ run_tier() {
               summary=()
               [ "$tier" = bench ] && summary=(--summary "$dir/$tier.$k.md")
               CUDA_VISIBLE_DEVICES=$(device "$g") "$kvbench" "$tier" --shard "$k/$shards" --json "$dir/$tier.$k.json" \
-                  ${summary[@]+"${summary[@]}"} "$@" >"$dir/$tier.$k.log" 2>&1 &
+                  ${summary[@]+"${summary[@]}"} ${dur[@]+"${dur[@]}"} "$@" >"$dir/$tier.$k.log" 2>&1 &
               echo $! >"$dir/$tier.$k.pid"
               wait $!
               echo $? >"$dir/$tier.$k.rc"

@@ -5,7 +5,9 @@
 #             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
 #   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/main_job.sh (`make run`'s job:
-#             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/*.py (optional peers)
+#             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/*.py (optional peers),
+#   OUT/durations the one-GPU main job's check.json and bench.json (results/h200/main-job/): their wall
+#             times balance main_job.sh's shards
 # The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
 # (too large to carry).
 # BUNDLE_FROM_HOST=REGEX leaves more libraries to the GPU machine (matched on the soname), for one
@@ -21,6 +23,8 @@ cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_test.py "$out/tests/"
 cp -r tests/data "$out/tests/data" # plot_test.py's fixture
+mkdir -p "$out/durations"
+for f in check bench; do [ -s "results/h200/main-job/$f.json" ] && cp "results/h200/main-job/$f.json" "$out/durations/"; done
 cp harness/report/plots.gp "$out/" # beside plot_report.py (harness/report/*.py below), for `plot_test.py`'s gnuplot test
 cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate.sh harness/scripts/host_interference.sh "$out/"
 cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
