@@ -129,36 +129,6 @@ __device__ __forceinline__ void step(State<D / 16> &st, const unsigned char *rec
     step_values<D, GS>(st.o, st.z, rec, pb, lane);
 }
 
-// The bf16 residual as v2's, with v3's row units: V rows of m-tile mv scaled by 2^(code_sh(4(mv % 4)) - 24)
-// and 2^(code_sh(4(mv % 4) + 2) - 24) (exact: powers of two), the O^T units of the quantized tokens.
-template <int D>
-__device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&qb)[D / 16][2], const v2::Dense<D> &r,
-                                           int nvalid, float scale, int lane)
-{
-    constexpr int MT = D / 16;
-    const int g = lane >> 2;
-    float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int j = 0; j < D / 16; j++)
-        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
-    s[0][0] = g < nvalid ? s[0][0] * scale : -INFINITY;
-    s[0][1] = g < nvalid ? s[0][1] * scale : -INFINITY;
-    s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
-    s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
-    uint32_t pb[1][2];
-    v2::softmax<1, MT, false, true>(st, s, pb);
-#pragma unroll
-    for (int mv = 0; mv < MT; mv++) {
-        const __nv_bfloat162 f0 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4)) - 24)));
-        const __nv_bfloat162 f1 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4) + 2) - 24)));
-        const uint32_t a0 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x5410)), f0));
-        const uint32_t a1 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x7632)), f1));
-        const uint32_t a2 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x5410)), f0));
-        const uint32_t a3 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x7632)), f1));
-        mma_bf16(st.o[mv], a0, a1, a2, a3, pb[0][0], pb[0][1]);
-    }
-}
-
 // The NW warps of the block take the residual steps s0, s0 + 1, ... in turn.
 template <int D, int NW>
 __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, const __nv_bfloat16 *Kr,
@@ -173,7 +143,12 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
         v2::Dense<D> r;
         const int nv = (int)min((int64_t)16, R - s * 16);
         v2::dense_load_v2<D>(r, Kr, Vr, s * 16, nv, lane);
-        dense_step<D>(st, qb, r, nv, scale, lane);
+        // v2's residual step with v3's row units: V rows of m-tile mv scaled by 2^(code_sh(4(mv % 4)) - 24)
+        // and 2^(code_sh(4(mv % 4) + 2) - 24)
+        v2::dense_step<D>(st, qb, r, nv, scale, lane, [](int mv, __nv_bfloat162 &f0, __nv_bfloat162 &f1) {
+            f0 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4)) - 24)));
+            f1 = __float2bfloat162_rn(exp2f((float)(code_sh(4 * (mv % 4) + 2) - 24)));
+        });
     }
     return st;
 }

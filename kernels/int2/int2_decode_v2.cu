@@ -396,33 +396,6 @@ __device__ __forceinline__ void quant_step(State<D / 16> &st, const unsigned cha
     }
 }
 
-template <int D>
-__device__ __forceinline__ void dense_step_v2(State<D / 16> &st, const uint32_t (&qb)[D / 16][2], const Dense<D> &r,
-                                              int nvalid, float scale, uint32_t vs0, uint32_t vs1, int lane)
-{
-    constexpr int MT = D / 16;
-    const int g = lane >> 2;
-    float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int j = 0; j < D / 16; j++)
-        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
-    s[0][0] = g < nvalid ? s[0][0] * scale : -INFINITY;
-    s[0][1] = g < nvalid ? s[0][1] * scale : -INFINITY;
-    s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
-    s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
-    uint32_t pb[1][2];
-    softmax<1, MT, false, true>(st, s, pb);
-    const __nv_bfloat162 f0 = bf2_of(vs0), f1 = bf2_of(vs1);
-#pragma unroll
-    for (int mv = 0; mv < MT; mv++) {
-        const uint32_t a0 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x5410)), f0));
-        const uint32_t a1 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x7632)), f1));
-        const uint32_t a2 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x5410)), f0));
-        const uint32_t a3 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x7632)), f1));
-        mma_bf16(st.o[mv], a0, a1, a2, a3, pb[0][0], pb[0][1]);
-    }
-}
-
 // Every warp deposits its state in the merge buffer: O^T rows back to channels and true units, plus Z.
 template <int D, int GS>
 __device__ __forceinline__ void deposit(MergeSmem<D> &ms, const State<D / 16> &st, const Consts &k, int warp, int lane)
@@ -463,7 +436,9 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
         Dense<D> r;
         const int nv = (int)min((int64_t)16, R - s * 16);
         dense_load_v2<D>(r, Kr, Vr, s * 16, nv, lane);
-        dense_step_v2<D>(st, qb, r, nv, scale, vs0, vs1, lane);
+        dense_step<D>(st, qb, r, nv, scale, lane, [=](int, __nv_bfloat162 &f0, __nv_bfloat162 &f1) {
+            f0 = bf2_of(vs0), f1 = bf2_of(vs1);
+        });
     }
     return st;
 }

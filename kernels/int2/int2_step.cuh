@@ -124,6 +124,37 @@ __device__ __forceinline__ void dense_load_v2(Dense<D> &r, const __nv_bfloat16 *
     }
 }
 
+// One 16-token step of the bf16 residual: its scores, the online softmax (sums in st.l) and the
+// values, the V rows of m-tile mv scaled by the bf16 pair vscale(mv, f0, f1) gives (exact powers of two:
+// the O^T units of the quantized tokens).
+template <int D, class VScale>
+__device__ __forceinline__ void dense_step(State<D / 16> &st, const uint32_t (&qb)[D / 16][2], const Dense<D> &r,
+                                           int nvalid, float scale, int lane, VScale vscale)
+{
+    constexpr int MT = D / 16;
+    const int g = lane >> 2;
+    float s[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+        mma_bf16(s[0], r.k0[2 * j], r.k8[2 * j], r.k0[2 * j + 1], r.k8[2 * j + 1], qb[j][0], qb[j][1]);
+    s[0][0] = g < nvalid ? s[0][0] * scale : -INFINITY;
+    s[0][1] = g < nvalid ? s[0][1] * scale : -INFINITY;
+    s[0][2] = g + 8 < nvalid ? s[0][2] * scale : -INFINITY;
+    s[0][3] = g + 8 < nvalid ? s[0][3] * scale : -INFINITY;
+    uint32_t pb[1][2];
+    softmax<1, MT, false, true>(st, s, pb);
+#pragma unroll
+    for (int mv = 0; mv < MT; mv++) {
+        __nv_bfloat162 f0, f1;
+        vscale(mv, f0, f1);
+        const uint32_t a0 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x5410)), f0));
+        const uint32_t a1 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[0][mv], r.v[1][mv], 0x7632)), f1));
+        const uint32_t a2 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x5410)), f0));
+        const uint32_t a3 = bits_of(__hmul2(bf2_of(__byte_perm(r.v[2][mv], r.v[3][mv], 0x7632)), f1));
+        mma_bf16(st.o[mv], a0, a1, a2, a3, pb[0][0], pb[0][1]);
+    }
+}
+
 } // namespace v2
 
 namespace v3 {
