@@ -53,11 +53,13 @@ struct WarpState {
     }
 };
 
-// Fold NT tiles of scores (C fragments of S^T, already in the log2 domain, masked tokens = -inf)
-// into the state, and turn the probabilities into B fragments of P^T (pb[i] = {b0, b1}) in the
-// requested 16-bit type. A warp-uniform running max per head: reduced over the 8 row groups.
-template <int NT, int MT, bool F16>
-__device__ __forceinline__ void softmax_update(WarpState<MT> &st, float (&s)[NT][4], uint32_t (&pb)[NT][2])
+// The running max of a warp's two heads (columns 2t, 2t+1 of S^T) over NT more tiles of log2-domain
+// scores, reduced over the 8 row groups so that it is warp-uniform per head: m updated; b0, b1 the
+// values the new probabilities are taken against (0 while nothing is seen: -inf scores stay 0);
+// a0, a1 the factors that rescale the old state.
+template <int NT>
+__device__ __forceinline__ void running_max(float (&m)[2], const float (&s)[NT][4], float &b0, float &b1, float &a0,
+                                            float &a1)
 {
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -66,10 +68,20 @@ __device__ __forceinline__ void softmax_update(WarpState<MT> &st, float (&s)[NT]
         mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
     }
     warp_max<4, 16>(mx0, mx1); // over the 8 row groups
-    const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
-    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; // nothing seen yet
-    const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
-    st.m[0] = n0, st.m[1] = n1;
+    const float n0 = fmaxf(m[0], mx0), n1 = fmaxf(m[1], mx1);
+    b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1; // nothing seen yet
+    a0 = ex2(m[0] - b0), a1 = ex2(m[1] - b1);
+    m[0] = n0, m[1] = n1;
+}
+
+// Fold NT tiles of scores (C fragments of S^T, already in the log2 domain, masked tokens = -inf)
+// into the state, and turn the probabilities into B fragments of P^T (pb[i] = {b0, b1}) in the
+// requested 16-bit type. A warp-uniform running max per head (running_max).
+template <int NT, int MT, bool F16>
+__device__ __forceinline__ void softmax_update(WarpState<MT> &st, float (&s)[NT][4], uint32_t (&pb)[NT][2])
+{
+    float b0, b1, a0, a1;
+    running_max<NT>(st.m, s, b0, b1, a0, a1);
     st.l[0] *= a0, st.l[1] *= a1;
 #pragma unroll
     for (int i = 0; i < MT; i++) st.o[i][0] *= a0, st.o[i][1] *= a1, st.o[i][2] *= a0, st.o[i][3] *= a1;

@@ -64,17 +64,8 @@ __device__ __forceinline__ void q_frags_store(uint2 *qf_s, const float *q_s, con
 template <int NT, int MT, bool F16, bool SUM>
 __device__ __forceinline__ void softmax(State<MT> &st, float (&s)[NT][4], uint32_t (&pb)[NT][2])
 {
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < NT; i++) {
-        mx0 = fmaxf(mx0, fmaxf(s[i][0], s[i][2]));
-        mx1 = fmaxf(mx1, fmaxf(s[i][1], s[i][3]));
-    }
-    warp_max<4, 16>(mx0, mx1); // over the 8 row groups
-    const float n0 = fmaxf(st.m[0], mx0), n1 = fmaxf(st.m[1], mx1);
-    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
-    const float a0 = ex2(st.m[0] - b0), a1 = ex2(st.m[1] - b1);
-    st.m[0] = n0, st.m[1] = n1;
+    float b0, b1, a0, a1;
+    kvb_attn::running_max<NT>(st.m, s, b0, b1, a0, a1);
     if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
         st.l[0] *= a0, st.l[1] *= a1;
 #pragma unroll
