@@ -96,15 +96,7 @@ __device__ __forceinline__ void dense_load_v2(Dense<D> &r, const __nv_bfloat16 *
                                               const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    const bool ok0 = g < nvalid, ok8 = g + 8 < nvalid;
-    const __nv_bfloat16 *r0 = K + (tok0 + g) * D + t * (D / 4), *r8 = r0 + 8 * D;
-#pragma unroll
-    for (int c = 0; c < D / 32; c++) {
-        uint4 x = ok0 ? ldg16(r0 + 8 * c) : make_uint4(0, 0, 0, 0);
-        uint4 y = ok8 ? ldg16(r8 + 8 * c) : make_uint4(0, 0, 0, 0);
-        r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
-        r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
-    }
+    kvb_attn::dense_load_k<D>(r.k0, r.k8, K, tok0, nvalid, lane);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const int tk = 2 * t + (q & 1) + 8 * (q >> 1);
