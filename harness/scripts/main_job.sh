@@ -140,7 +140,12 @@ cp "$results/ceilings.log" "$dir/ceilings.log" # measured above, on the first vi
 # files, results/h200/main-job/), else those files in the tree; none there: the estimate alone.
 durations() {
     local d f
-    for d in ${DURATIONS:+"$DURATIONS"} "$here/durations" "$here/../../results/h200/main-job"; do
+    if [ -n "${DURATIONS:-}" ]; then
+        [ -s "$DURATIONS/$1.json" ] && { echo "$DURATIONS/$1.json"; return; }
+        echo "main job: DURATIONS=$DURATIONS has no $1.json: the $1 shards are balanced by the estimate" >&2
+        return
+    fi
+    for d in "$here/durations" "$here/../../results/h200/main-job"; do
         f="$d/$1.json"
         [ -s "$f" ] && { echo "$f"; return; }
     done
