@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -395,6 +396,46 @@ static void test_command_line(void **state)
     free(fa);
 }
 
+/* machines that differ are said before the verdicts (GPU, timing floor beyond 0.5 us, host CPUs);
+ * the same machine says nothing; the verdicts stay the same */
+static void test_machine_notes(void **state)
+{
+    (void)state;
+    char a[512], text[1024], out[8192];
+    entry(a, sizeof a, "x B=1", 100, 1, 100);
+    snprintf(text, sizeof text,
+             "{\"context\": {\"kvbench_git_revision\": \"abc1234\", \"gpu\": \"NVIDIA H200\", \"timing_floor_us\": "
+             "\"2.72\", \"num_cpus\": 16}, \"benchmarks\": [%s]}",
+             a);
+    char *base = strdup(raw_file("m_base.json", text));
+    snprintf(text, sizeof text,
+             "{\"context\": {\"kvbench_git_revision\": \"abc1234\", \"gpu\": \"NVIDIA H200\", \"timing_floor_us\": "
+             "\"2.90\", \"num_cpus\": 16}, \"benchmarks\": [%s]}",
+             a);
+    char *near = strdup(raw_file("m_near.json", text));
+    snprintf(text, sizeof text,
+             "{\"context\": {\"kvbench_git_revision\": \"def5678\", \"gpu\": \"NVIDIA H100\", \"timing_floor_us\": "
+             "\"4.32\", \"num_cpus\": 32}, \"benchmarks\": [%s]}",
+             a);
+    char *far = strdup(raw_file("m_far.json", text));
+    for (int k = 0; k < 2; k++) {
+        FILE *f = tmpfile();
+        assert_non_null(f);
+        assert_int_equal(kvb_compare_files(base, k ? far : near, 0.05, NULL, f), 0);
+        rewind(f);
+        const size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        fclose(f);
+        if (!k) assert_null(strstr(out, "note:"));
+        else {
+            assert_non_null(strstr(out, "note: BASE ran on NVIDIA H200, NEW on NVIDIA H100"));
+            assert_non_null(strstr(out, "note: timing floors (an empty launch) 2.72 us in BASE, 4.32 us in NEW"));
+            assert_non_null(strstr(out, "note: BASE's host has 16 CPUs, NEW's 32"));
+        }
+    }
+    free(base), free(near), free(far);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) return 1;
@@ -416,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_100k_cases_compare_fast),
         cmocka_unit_test(test_drop_interrupted_cases),
         cmocka_unit_test(test_goal_text_added),
+        cmocka_unit_test(test_machine_notes),
     };
     int rc = cmocka_run_group_tests_name("compare_results", tests, NULL, NULL);
     char cmd[300];

@@ -203,6 +203,41 @@ static void fixed(char *buf, double v, int decimals, const char *sign, const cha
     buf[len] = '\0';
 }
 
+/* A context value as a number (Google Benchmark writes its own as numbers, kvbench its as strings); NAN
+ * when absent or not a number. */
+static double context_number(const kvb_jval *ctx, const char *key)
+{
+    const kvb_jval *v = kvb_jget(ctx, key);
+    if (v && v->type == KVB_J_NUM) return v->num;
+    if (!v || v->type != KVB_J_STR) return NAN;
+    char *end;
+    const double x = strtod(v->str, &end);
+    return end != v->str && !*end ? x : NAN;
+}
+
+/* Where the two files' machines differ, said before the verdicts (which stay as they are): a gate
+ * between two machines also measures the machines. The timing floor (an empty launch, measured in each
+ * run) moves by up to 0.22 us between runs on one host (results/h200) and by 1.6 us between two H200
+ * hosts (results/h200/two-gpus): KVB_COMPARE_FLOOR_NOTE_US lies between. */
+#define KVB_COMPARE_FLOOR_NOTE_US 0.5
+static void machine_notes(FILE *report, const bench_file *base, const bench_file *cur)
+{
+    const kvb_jval *a = kvb_jget(&base->root, "context"), *b = kvb_jget(&cur->root, "context");
+    const char *gpu_a = kvb_jstr(a, "gpu"), *gpu_b = kvb_jstr(b, "gpu");
+    if (gpu_a && gpu_b && strcmp(gpu_a, gpu_b))
+        fprintf(report, "note: BASE ran on %s, NEW on %s: their times are not comparable\n", gpu_a, gpu_b);
+    const double floor_a = context_number(a, "timing_floor_us"), floor_b = context_number(b, "timing_floor_us");
+    if (fabs(floor_a - floor_b) > KVB_COMPARE_FLOOR_NOTE_US) /* false when either is NAN */
+        fprintf(report,
+                "note: timing floors (an empty launch) %.2f us in BASE, %.2f us in NEW: short cases move by about "
+                "the difference\n",
+                floor_a, floor_b);
+    const double cpus_a = context_number(a, "num_cpus"), cpus_b = context_number(b, "num_cpus");
+    if (cpus_a != cpus_b && isfinite(cpus_a) && isfinite(cpus_b))
+        fprintf(report, "note: BASE's host has %.0f CPUs, NEW's %.0f: cases timed with host work depend on the host\n",
+                cpus_a, cpus_b);
+}
+
 int kvb_compare_files(const char *base_path, const char *cur_path, double threshold, const char *json_out,
                       FILE *report)
 {
@@ -230,6 +265,7 @@ int kvb_compare_files_subset(const char *base_path, const char *cur_path, double
         release(&base), release(&cur);
         return 2;
     }
+    machine_notes(report, &base, &cur);
     static const char *names[] = KVB_VERDICT_NAMES;
     int count[8] = {0}, not_run = 0;
     if (js) fprintf(js, "{\"threshold\": %.6g, \"z\": %.1f, \"cases\": [", threshold, KVB_COMPARE_Z);

@@ -14,6 +14,9 @@
  * sqrt(pi/2) * s * m / sqrt(n) = 1.2533 s m / sqrt(n); a difference of medians is significant when it
  * exceeds 3 x sqrt(SE_base^2 + SE_new^2). Files are read with at least 3 samples per case (below);
  * kvb_compare_case itself, given fewer, reports a change beyond the threshold as "noisy".
+ * Before the verdicts, a "note:" line for each way the two files' machines differ (the GPU, the timing
+ * floor by more than 0.5 us, the host's CPUs): the verdicts stay as they are, but between machines
+ * they measure the machines too.
  * Exit status: 0 the gate passes, 1 it fails, 2 a file is unusable or the command line is wrong.
  *
  * A file is unusable (refused whole, naming the file, the case and the field) when it cannot be read
