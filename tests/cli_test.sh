@@ -319,6 +319,15 @@ else
     fail "SIGINT twice at once: one interrupt, exit 130, a valid JSON (exit $rc)"
     tail -n 3 "$tmp/int2.log" | sed 's/^/    /'
 fi
+# shadowkv_lowrank: the next case of the same input reuses the reference's singular values; another seed does not
+printf '%s\n' "shadowkv_lowrank S=2000 Hkv=4 D=64 r=32 seed=3 tier=check" "shadowkv_lowrank S=2000 Hkv=4 D=64 r=32 seed=3 impl=syevd_all tier=check" \
+    "shadowkv_lowrank S=2000 Hkv=4 D=64 r=32 seed=4 impl=syevd_all tier=check" >"$tmp/lowrank.cases"
+"$kvbench" check --cases "$tmp/lowrank.cases" --json "$tmp/lowrank.json" >/dev/null 2>&1
+# the note (with a device, after the error ratios) in the second case only: the id lines and the note line in order
+seq=$(grep -E '"id": |identical input' "$tmp/lowrank.json" | sed -E 's/.*(seed=[0-9]+ impl=[a-z_]+).*/\1/; s/.*identical input.*/reused/' | tr '\n' ' ')
+if [ "$seq" = "seed=3 impl=kernel seed=3 impl=syevd_all reused seed=4 impl=syevd_all " ]; then ok "shadowkv_lowrank: the same input's singular values reused once, not across seeds"
+else fail "shadowkv_lowrank: the same input's singular values reused once, not across seeds ($seq)"; fi
+
 # ---- shards (--shard K/N), merge, the timing lock and the sharded main job ----
 expect "--shard 0/2 refused" 2 '--shard 0/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 0/2
 expect "--shard 3/2 refused" 2 '--shard 3/2: give K/N, whole numbers with 1 <= K <= N <= 64' -- check --cases "$cases" --shard 3/2
