@@ -353,7 +353,8 @@ if grep -q '"benchmarks": \[\]' "$tmp/empty_b.json" && grep -q '"shard": "2/2"' 
    grep -q '"shard": "2/2"' "$tmp/empty.json" && grep -q 'Shard 2/2 has no case' "$tmp/empty_b.md"; then ok "... their files: valid, no case, the shard in the context"
 else fail "... their files: valid, no case, the shard in the context"; fi
 expect "list --costs: tier, seconds, MB, the case" 0 '^none +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]  topk rows=3 n=100 k=7' -- list --cases "$cases" "topk rows=3 n=100 k=7" --costs
-expect "--durations without --shard refused" 2 '--durations balances --shard K/N' -- check --cases "$cases" --durations "$tmp/empty.json" topk
+expect "--durations of list alone refused" 2 '--durations weighs the cases of check and bench .* not of list alone' -- list --cases "$cases" --durations "$tmp/empty.json" topk
+expect "--durations of a check without the cases refused" 2 "--durations $tmp/empty.json holds none of the 1 selected case" -- check --cases "$cases" "topk rows=3 n=100 k=7" --durations "$tmp/empty.json"
 expect "--durations of a file without the cases refused" 2 "--durations $tmp/empty.json holds none of the 1 selected case" -- check --cases "$cases" "topk rows=3 n=100 k=7" --shard 1/2 --durations "$tmp/empty.json"
 echo '{"context": {}}' >"$tmp/not_results.json"
 expect "--durations of a file that is not a result file refused" 2 'is not a kvbench check or bench result file' -- list --cases "$cases" topk --costs --durations "$tmp/not_results.json"

@@ -295,13 +295,17 @@ static void test_durations(void **state)
         free(cost);
         kvb_cases_free(&all);
     }
-    /* the option: with --shard or list --costs, else refused; its value may not be empty */
+    /* the option: check, bench, list with --shard or --costs; list alone and other commands refused; its
+     * value may not be empty */
     kvb_options o;
     assert_int_equal(kvb_test_parse_line(&o, "bench|--shard|1/2|--durations|/tmp/d.json"), 0);
     assert_string_equal(o.durations, "/tmp/d.json");
     assert_int_equal(kvb_test_parse_line(&o, "list|--costs|--durations|/tmp/d.json"), 0);
-    assert_int_equal(kvb_test_parse_line(&o, "bench|--durations|/tmp/d.json"), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "list|--shard|1/3|--durations|/tmp/d.json"), 0);
+    assert_int_equal(kvb_test_parse_line(&o, "bench|--durations|/tmp/d.json"), 0); /* the progress estimate */
+    assert_int_equal(kvb_test_parse_line(&o, "check|--durations|/tmp/d.json"), 0);
     assert_int_equal(kvb_test_parse_line(&o, "list|--durations|/tmp/d.json"), 2);
+    assert_int_equal(kvb_test_parse_line(&o, "ceilings|--durations|/tmp/d.json"), 2);
     assert_int_equal(kvb_test_parse_line(&o, "check|--shard|1/2|--durations|"), 2);
     assert_int_equal(kvb_test_parse_line(&o, "check|--costs"), 2); /* list only */
     unlink(path);

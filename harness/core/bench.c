@@ -32,7 +32,7 @@ typedef struct bench_ctx {
     kvb_cost cost;
     double ceiling_s; /* the ceiling's time for the same work, this run */
     int live;
-    double cost_est;    /* kvb_case_cost_estimate: the progress line's estimate */
+    double cost_est;    /* kvb_selection_costs: the progress line's estimate */
     double timing_from; /* kvb_wall_now() when the warm-up began: the timing phase runs to bench_finish */
     kvb_sample_stats st; /* the reported loop, for the summary */
     kvb_clock_record clocks; /* the last loop's */
@@ -595,8 +595,10 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
     kvb_host_pool_plan(&cases);
     bench_ctx *b = kvb_xalloc((size_t)cases.n, sizeof *b, "the benchmarks' state");
-    if (!b) {
-        fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+    double *cost = b ? kvb_selection_costs(o, &cases) : NULL; /* --durations' wall times when given */
+    if (!b || !cost) {
+        if (!b) fprintf(stderr, "kvbench: %s\n", kvb_last_error());
+        kvb_xfree(b);
         if (o->json) kvb_outfile_discard(&jout);
         if (o->summary) kvb_outfile_discard(&sout);
         kvb_peers_free(&peers);
@@ -609,11 +611,12 @@ int kvb_cmd_bench(const kvb_options *o)
         b[i].peers = &peers;
         b[i].all = b;
         b[i].n_all = cases.n;
-        b[i].cost_est = kvb_case_cost_estimate(&cases.v[i], 1);
+        b[i].cost_est = cost[i];
         kvb_bench gb = {.name = cases.v[i].id, .ctx = &b[i], .prepare = bench_prepare, .loop_begin = bench_loop_begin,
                         .iterate = bench_iterate, .finish = bench_finish, .release = bench_release, .label = bench_label};
         kvb_gbench_add(&gb);
     }
+    kvb_xfree(cost);
     /* Google Benchmark flags: JSON output as asked; the samples are the shim's (--sample-time) */
     kvb_options gbo = *o;
     char out_flag[4200], fmt_flag[] = "--benchmark_out_format=json";

@@ -23,9 +23,16 @@ int kvb_cmd_check(const kvb_options *o)
         fprintf(stderr, "kvbench: no case matches\n");
         return 2;
     }
+    /* the progress line's estimate of what is left: each case's cost (--durations' wall times when given) */
+    double *cost = cases.n ? kvb_selection_costs(o, &cases) : NULL;
+    if (cases.n && !cost) {
+        kvb_cases_free(&cases);
+        return 2;
+    }
     /* an output directory that cannot be made is the command line's error: nothing runs */
     if (o->dump && kvb_dump_prepare(o->dump) != KVB_OK) {
         fprintf(stderr, "kvbench: --dump: %s\n", kvb_last_error());
+        kvb_xfree(cost);
         kvb_cases_free(&cases);
         return 2;
     }
@@ -35,6 +42,7 @@ int kvb_cmd_check(const kvb_options *o)
     if (o->json) {
         if (!(jf = kvb_outfile_open(&jout, o->json))) {
             fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+            kvb_xfree(cost);
             kvb_cases_free(&cases);
             return 2;
         }
@@ -46,14 +54,14 @@ int kvb_cmd_check(const kvb_options *o)
     kvb_set_host_mem_limit(o->host_mem_limit_gb * 1073741824.0);
     kvb_host_pool_plan(&cases);
     int passed = 0, failed = 0, skipped = 0, not_dumped = 0, done = 0;
-    double cost_total = 0, cost_done = 0; /* the progress line's estimate of what is left */
-    for (int i = 0; i < cases.n; i++) cost_total += kvb_case_cost_estimate(&cases.v[i], 0);
+    double cost_total = 0, cost_done = 0;
+    for (int i = 0; i < cases.n; i++) cost_total += cost[i];
     for (int i = 0; i < cases.n && !kvb_interrupted(); i++, done++) {
         const kvb_case *c = &cases.v[i];
         kvb_run r;
         kvb_outcome out;
         kvb_progress_cost("check", i + 1, cases.n, c->id, cost_done, cost_total);
-        cost_done += kvb_case_cost_estimate(c, 0);
+        cost_done += cost[i];
         kvb_nvtx_push(c->id);
         kvb_status st = o->fault_zeros ? kvb_case_validate_zeros(&r, c, &out) : kvb_case_prepare(&r, c, NULL, &out);
         kvb_nvtx_pop();
@@ -156,6 +164,7 @@ int kvb_cmd_check(const kvb_options *o)
         status = kvb_interrupt_exit_code();
     }
     kvb_host_pool_release();
+    kvb_xfree(cost);
     kvb_cases_free(&cases);
     return status;
 }

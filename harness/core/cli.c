@@ -123,8 +123,10 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         fprintf(stderr, "kvbench: --shard is an option of list, check and bench, not of %s\n", o->cmd);
         return 2;
     }
-    if (o->durations && !o->shard_n && !(list && o->costs)) {
-        fprintf(stderr, "kvbench: --durations balances --shard K/N (and list --costs shows it): give one of them\n");
+    if (o->durations && !check && !bench && !(list && (o->shard_n || o->costs))) {
+        fprintf(stderr, "kvbench: --durations weighs the cases of check and bench (the progress estimate, --shard's "
+                        "split) and of list with --shard or --costs, not of %s%s\n", o->cmd,
+                list ? " alone" : "");
         return 2;
     }
     if (o->costs && !list) {

@@ -30,7 +30,8 @@ typedef struct kvb_options {
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
     int costs;       /* list --costs: each case's cost (kvb_selection_costs) and host bytes */
-    const char *durations; /* --durations FILE: an earlier run's result file, whose wall times balance --shard (shard.h) */
+    const char *durations; /* --durations FILE: an earlier run's result file, whose wall times are the cases' costs
+                              (--shard's split, the progress estimate; shard.h) */
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */
     double sample_time_s;     /* bench --sample-time: wall seconds of samples per case (0: KVB_SAMPLE_TIME_DEFAULT_S) */
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */

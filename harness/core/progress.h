@@ -8,7 +8,8 @@
  * the first call. */
 void kvb_progress(const char *what, int i, int n, const char *id);
 /* The same with an estimate of what is left: done_cost of total_cost of the run's estimated cost
- * (kvb_case_cost_estimate) is finished; the elapsed time scaled by that share. */
+ * (kvb_selection_costs: the estimate, or --durations' wall times) is finished; the elapsed time scaled
+ * by that share. */
 void kvb_progress_cost(const char *what, int i, int n, const char *id, double done_cost, double total_cost);
 /* Monotonic seconds (the phases' clock). */
 double kvb_wall_now(void);

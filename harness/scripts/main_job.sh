@@ -16,8 +16,9 @@
 # Side by side, each process's references take their share of the cores (OMP_NUM_THREADS, unless set).
 # Without a usable GPU the shards are not started (the references would take long, split or not): each
 # shard's log says why, and the job exits 3 at once. GPUS=1 without SHARDS is the one-process job.
-# The shards are balanced by the wall times of an earlier main job (--durations; DURATIONS=DIR holding
-# its check.json and bench.json, by default the committed one-GPU job's, results/h200/main-job/).
+# The cases are weighed by the wall times of an earlier main job (--durations: the shards' split and the
+# progress estimate; DURATIONS=DIR holding its check.json and bench.json, by default the committed
+# one-GPU job's, results/h200/main-job/).
 # HOST_MEM_LIMIT_GB=G: each kvbench's --host-mem-limit G, for a machine whose free memory grows as it is
 # used (a VM with a memory balloon: MemAvailable then reads low, and cases would be refused).
 set -u
@@ -38,6 +39,23 @@ script() { local f; for f in "$here/$1" "$here/../report/$1"; do [ -f "$f" ] && 
 t_job=$(date +%s)
 t_phase=$t_job
 said() { echo "main job: $1, $(($(date +%s) - t_phase)) s"; t_phase=$(date +%s); }
+
+# durations TIER: the tier's --durations FILE: the wall times of an earlier main job weigh its cases (the
+# shards' split, the progress estimate; shard.h). From DURATIONS=DIR (its check.json, bench.json), else
+# the bundle's durations/ (the committed one-GPU job's files, results/h200/main-job/), else those files
+# in the tree; none there: the estimate alone.
+durations() {
+    local d f
+    if [ -n "${DURATIONS:-}" ]; then
+        [ -s "$DURATIONS/$1.json" ] && { echo "$DURATIONS/$1.json"; return; }
+        echo "main job: DURATIONS=$DURATIONS has no $1.json: the $1 cases are weighed by the estimate" >&2
+        return
+    fi
+    for d in "$here/durations" "$here/../../results/h200/main-job"; do
+        f="$d/$1.json"
+        [ -s "$f" ] && { echo "$f"; return; }
+    done
+}
 
 "$kvbench" ceilings --json "$results/ceilings.json" >"$results/ceilings.log" 2>&1
 ceil_rc=$?
@@ -95,12 +113,14 @@ reports() {
 }
 
 if [ "$gpus" -eq 1 ] && [ "$shards" -eq 1 ]; then
-    "$kvbench" check --json "$results/check.json" ${memlimit[@]+"${memlimit[@]}"}
+    dur=(); f=$(durations check); [ -n "$f" ] && dur=(--durations "$f")
+    "$kvbench" check --json "$results/check.json" ${dur[@]+"${dur[@]}"} ${memlimit[@]+"${memlimit[@]}"}
     check_rc=$?
     said "check tier (exit $check_rc)"
     run_peers
+    dur=(); f=$(durations bench); [ -n "$f" ] && dur=(--durations "$f")
     "$kvbench" bench --json "$results/bench.json" --summary "$results/summary.md" ${peers[@]+"${peers[@]}"} \
-        ${memlimit[@]+"${memlimit[@]}"}
+        ${dur[@]+"${dur[@]}"} ${memlimit[@]+"${memlimit[@]}"}
     bench_rc=$?
     said "bench tier (exit $bench_rc)"
     reports
@@ -134,22 +154,6 @@ device() { # the device of GPU slot $1: the caller's CUDA_VISIBLE_DEVICES entry,
     if [ ${#visible[@]} -gt 0 ]; then echo "${visible[$(($1 % ${#visible[@]}))]}"; else echo "$1"; fi
 }
 cp "$results/ceilings.log" "$dir/ceilings.log" # measured above, on the first visible device
-
-# durations TIER: the --durations FILE of a tier's shards: the wall times of an earlier main job balance them (shard.h). From
-# DURATIONS=DIR (its check.json, bench.json), else the bundle's durations/ (the committed one-GPU job's
-# files, results/h200/main-job/), else those files in the tree; none there: the estimate alone.
-durations() {
-    local d f
-    if [ -n "${DURATIONS:-}" ]; then
-        [ -s "$DURATIONS/$1.json" ] && { echo "$DURATIONS/$1.json"; return; }
-        echo "main job: DURATIONS=$DURATIONS has no $1.json: the $1 shards are balanced by the estimate" >&2
-        return
-    fi
-    for d in "$here/durations" "$here/../../results/h200/main-job"; do
-        f="$d/$1.json"
-        [ -s "$f" ] && { echo "$f"; return; }
-    done
-}
 
 # run_tier TIER EXTRA...: every shard of the tier, GPUs in parallel, a GPU's shards in sequence; then the
 # merge. Sets tier_rc: 0 measured and passed, 1 a shard or the merge failed, 3 nothing measured.
