@@ -46,7 +46,9 @@ using namespace kvb_attn;
 namespace {
 
 constexpr int MIN_STEPS_PER_BLOCK = 16; // 256 tokens: below that the merge costs more than it spreads
-// sparse lists are short (a 2048-token budget is 128 steps a head): one step per warp, more blocks
+// Sparse lists are short (a 2048-token budget is 128 steps a head): of 16, 8 and 4 steps a block, the
+// most that still gives 7/8 of the SMs a block, so that a head's steps split into equal blocks
+// (kernels/decode/NOTES.md, Tried: one block per SM at uneven splits was slower)
 constexpr int SPARSE_MIN_STEPS_PER_BLOCK = 4;
 
 // Where a head's tokens come from: every token below len[b] (dense), the first cnt[b] entries of
@@ -253,16 +255,24 @@ void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 }
 
 // Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
-// resident wave at most, at least `min_steps` 16-token steps per block) and launches.
+// resident wave at most, at least `min_steps` 16-token steps per block; the sparse sources' rule above)
+// and launches.
 int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
            const decode_layout *d, void *workspace, int steps, int src, const int32_t *list, const int32_t *cnt, int n,
            int P, const int64_t *tokens, int min_steps, cudaStream_t stream)
 {
     int64_t N = 0;
     for (int b = 0; b < d->B; b++) N += (tokens[b] + 15) / 16 * d->Hkv;
-    int cap = 0, rc;
+    int cap = 0, rc, dev = 0, sms = 0;
     if ((rc = capacity(d->D, steps, src, d->B, &cap))) return rc;
-    const int64_t want = (N + min_steps - 1) / min_steps;
+    int per_block = min_steps;
+    if (min_steps < MIN_STEPS_PER_BLOCK) {
+        CUDA_TRY(cudaGetDevice(&dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        per_block = MIN_STEPS_PER_BLOCK;
+        while (per_block > min_steps && N / per_block < (int64_t)sms * 7 / 8) per_block /= 2;
+    }
+    const int64_t want = (N + per_block - 1) / per_block;
     const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
     size_t parts_off;
     workspace_layout(d, cap, &parts_off);
