@@ -292,16 +292,26 @@ __device__ __forceinline__ void step_values(float (&o)[D / 16][4], float (&z)[4]
     constexpr int NGV = R::NGV;
     const int g = lane >> 2, t = lane & 3;
     const uint32_t one8 = g == 0 ? 0x3C003C00u : 0u; // A row 8: fp16 1.0 (the sum of p)
-    // the MMAs accumulate into the state itself (rescaled by the softmax before this step)
+    // The step's products accumulate from zero on the tensor cores (its 4 k-steps) and are then added to
+    // the state with fp32 adds, as v2's: the tensor cores' fp32 accumulation truncates each term to the
+    // largest one's ulp, so a chain carrying the running state through all of a warp's steps loses up to
+    // an ulp of the state per term, always downwards (every code product is positive). The code sums
+    // cancel against the zeros' sums (|o| ~ 1/sqrt(T) against sums of order 1), so that bias grew with T.
+    float zs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint2 zv = make_uint2(0u, 0u);
         if (g < NGV) zv = *reinterpret_cast<const uint2 *>(rec + R::VM + ((2 * i + 1) * NGV + g) * 32 + 8 * t);
-        mma_f16(z, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
+        mma_f16(zs, zv.x, one8, zv.y, one8, pb[i][0], pb[i][1]);
     }
+#pragma unroll
+    for (int e = 0; e < 4; e++) z[e] += zs[e];
     const unsigned char *vc = rec + R::VC + lane * (D / 8); // D/32 words per lane and k-step
 #pragma unroll
     for (int mh = 0; mh < D / 64; mh++) { // m-tiles 4mh .. 4mh + 3 (channels 64mh ..)
+        float os[4][4];                   // this step's O^T of those m-tiles
+#pragma unroll
+        for (int m = 0; m < 4; m++) os[m][0] = os[m][1] = os[m][2] = os[m][3] = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint2 w = *reinterpret_cast<const uint2 *>(vc + i * (32 * D / 8) + 8 * mh);
@@ -314,10 +324,14 @@ __device__ __forceinline__ void step_values(float (&o)[D / 16][4], float (&z)[4]
                     const uint2 sv = *reinterpret_cast<const uint2 *>(rec + R::VM + (2 * i * NGV + gv) * 32 + 8 * t);
                     pp0 = v2::hmul2u(pb[i][0], sv.x), pp1 = v2::hmul2u(pb[i][1], sv.y);
                 }
-                mma_f16(o[mv], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
+                mma_f16(os[m], code_reg(w.x, w8x, 4 * m), code_reg(w.x, w8x, 4 * m + 2), code_reg(w.y, w8y, 4 * m),
                         code_reg(w.y, w8y, 4 * m + 2), pp0, pp1);
             }
         }
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[4 * mh + m][e] += os[m][e];
     }
 }
 
