@@ -27,23 +27,40 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 // ---- the factorization ------------------------------------------------------------------------------
 
-// Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r].
+// Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
+// also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
+// eigenvectors), tau [k] (the QR's reflectors).
 struct lowrank_ws {
-    float *G, *W, *work, *Vs;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau;
 };
 
-static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws)
+static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t *bytes)
 {
     char *b = (char *)ws;
     lowrank_ws w;
-    w.G = (float *)b;
-    b += align256((size_t)p->N * p->N * sizeof(float));
-    w.W = (float *)b;
-    b += align256((size_t)p->N * sizeof(float));
-    w.work = (float *)b;
-    b += align256((size_t)p->eig_lwork * sizeof(float));
-    w.Vs = (float *)b;
+    auto take = [&](size_t floats) {
+        float *at = (float *)b;
+        b += align256(floats * sizeof(float));
+        return at;
+    };
+    const size_t N = (size_t)p->N, k = (size_t)p->k;
+    w.G = take(N * N), w.W = take(N), w.work = take((size_t)p->eig_lwork), w.Vs = take(N * (size_t)p->r);
+    w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
+    *bytes = (size_t)(b - (char *)ws);
     return w;
+}
+
+// The subspace's start: a seeded uniform matrix in [-1, 1) (any full-rank start does; fixed for
+// reproducible factors)
+__global__ void start_matrix_kernel(float *__restrict__ Q, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = (uint64_t)i * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; // splitmix64
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        Q[i] = (float)(z >> 40) * (2.f / 16777216.f) - 1.f;
+    }
 }
 
 extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int Hkv, int D, int r, shadowkv_eig eig,
@@ -60,9 +77,10 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
                         SHADOWKV_GPU_MAX_N);
     const int max_r = S < N ? S : (int)N;
     KVB_CHECK_RANGE(who, "r", r, 1, max_r);
-    if (eig != SHADOWKV_EIG_TOP_R && eig != SHADOWKV_EIG_ALL)
-        return kvb_fail(KVB_EINVAL, "%s: eig=%d out of range [0, 1]", who, (int)eig);
+    if (eig != SHADOWKV_EIG_TOP_R && eig != SHADOWKV_EIG_ALL && eig != SHADOWKV_EIG_RANDOMIZED)
+        return kvb_fail(KVB_EINVAL, "%s: eig=%d out of range [0, 2]", who, (int)eig);
     p->S = S, p->Hkv = Hkv, p->D = D, p->r = r, p->N = (int)N, p->eig = eig;
+    p->k = r + SHADOWKV_RR_OVERSAMPLE < N ? r + SHADOWKV_RR_OVERSAMPLE : (int)N;
     cublasHandle_t cb;
     cusolverDnHandle_t cs;
     CUBLAS_TRY(cublasCreate(&cb));
@@ -76,11 +94,18 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
         CUSOLVER_TRY(cusolverDnSsyevdx_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
                                                   CUBLAS_FILL_MODE_LOWER, p->N, NULL, p->N, 0.f, 0.f, p->N - r + 1,
                                                   p->N, NULL, NULL, &p->eig_lwork));
-    else
+    else if (eig == SHADOWKV_EIG_ALL)
         CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->N, NULL,
                                                  p->N, NULL, &p->eig_lwork));
-    p->workspace_bytes = align256((size_t)p->N * p->N * sizeof(float)) + align256((size_t)p->N * sizeof(float)) +
-                         align256((size_t)p->eig_lwork * sizeof(float)) + (size_t)p->N * r * sizeof(float);
+    else {
+        int qr = 0, orth = 0, small = 0;
+        CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(cs, p->N, p->k, NULL, p->N, &qr));
+        CUSOLVER_TRY(cusolverDnSorgqr_bufferSize(cs, p->N, p->k, p->k, NULL, p->N, NULL, &orth));
+        CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->k, NULL,
+                                                 p->k, NULL, &small));
+        p->eig_lwork = qr > orth ? (qr > small ? qr : small) : (orth > small ? orth : small);
+    }
+    lowrank_carve(p, NULL, &p->workspace_bytes);
     return KVB_OK;
 }
 
@@ -129,13 +154,36 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
     CUBLAS_TRY(cublasSetStream(cb, stream));
     CUSOLVER_TRY(cusolverDnSetStream(cs, stream));
-    const lowrank_ws w = lowrank_carve(p, workspace);
+    size_t ws_bytes;
+    const lowrank_ws w = lowrank_carve(p, workspace, &ws_bytes);
     const int N = p->N, S = p->S, r = p->r;
     // Kpre row-major [S, N] is the column-major N x S matrix A; G = A A^T (lower triangle)
     const float one = 1.f, zero = 0.f;
     CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
     int m = N;
-    if (p->eig == SHADOWKV_EIG_TOP_R) {
+    const float *V = w.G, *lambda = w.W; // the eigenvectors (columns, ld N) and values, ascending
+    if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
+        // subspace iteration: Q <- qr(G Q), SHADOWKV_RR_ITERS times from a seeded start, then the
+        // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
+        const int k = p->k, threads = 256;
+        const int64_t nq = (int64_t)N * k;
+        start_matrix_kernel<<<(unsigned)((nq + threads - 1) / threads), threads, 0, stream>>>(w.Q, nq);
+        CUDA_TRY(cudaGetLastError());
+        float *Q = w.Q, *Y = w.Y; // the subspace and the next product, swapped after each QR
+        for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
+            CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
+            CUSOLVER_TRY(cusolverDnSgeqrf(cs, N, k, Y, N, w.tau, w.work, p->eig_lwork, info));
+            CUSOLVER_TRY(cusolverDnSorgqr(cs, N, k, k, Y, N, w.tau, w.work, p->eig_lwork, info));
+            float *t = Q;
+            Q = Y, Y = t;
+        }
+        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
+        CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
+                                      p->eig_lwork, info));
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, k, &one, Q, N, w.T, k, &zero, Y, N));
+        m = k, V = Y;
+    } else if (p->eig == SHADOWKV_EIG_TOP_R) {
         CUSOLVER_TRY(cusolverDnSsyevdx(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, N, w.G,
                                        N, 0.f, 0.f, N - r + 1, N, &m, w.W, w.work, p->eig_lwork, info));
         if (m != r) return kvb_fail(KVB_EDEVICE, "shadowkv_lowrank: syevdx returned %d eigenpairs, asked for r=%d", m, r);
@@ -146,7 +194,7 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     const int threads = 256;
     const int64_t nv = (int64_t)N * r;
     lowrank_factors_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(
-        w.G, w.W, m, N, p->D, r, w.Vs, SV, (__nv_bfloat16 *)SV16);
+        V, lambda, m, N, p->D, r, w.Vs, SV, (__nv_bfloat16 *)SV16);
     CUDA_TRY(cudaGetLastError());
     // U^T (column-major r x S, i.e. U row-major [S, r]) = Vs^T A
     CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, r, S, N, &one, w.Vs, N, Kpre, N, &zero, U, r));

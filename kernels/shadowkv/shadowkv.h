@@ -36,14 +36,21 @@ extern "C" {
 
 #define SHADOWKV_GPU_MAX_N 8192 /* Hkv*D: the Gram matrix is N*N fp32 (256 MB at the limit) */
 
-typedef enum { SHADOWKV_EIG_TOP_R = 0, SHADOWKV_EIG_ALL = 1 } shadowkv_eig;
+/* How the top-r eigenpairs of the Gram matrix are found: syevdx of the r largest, syevd of all, or
+ * randomized subspace iteration on G (SHADOWKV_RR_OVERSAMPLE extra columns, SHADOWKV_RR_ITERS products
+ * by G, each followed by a Householder QR) and the exact eigenpairs of the small projected matrix. */
+typedef enum { SHADOWKV_EIG_TOP_R = 0, SHADOWKV_EIG_ALL = 1, SHADOWKV_EIG_RANDOMIZED = 2 } shadowkv_eig;
+#define SHADOWKV_RR_OVERSAMPLE 32
+#define SHADOWKV_RR_ITERS 3
 
 /* Host plan of one factorization shape: handles bound to `stream`, the eigensolver's workspace size. */
 typedef struct shadowkv_lowrank_plan {
     int S, Hkv, D, r, N;
     shadowkv_eig eig;
     void *cublas, *cusolver; /* cublasHandle_t, cusolverDnHandle_t */
-    int eig_lwork;           /* floats of the eigensolver's workspace */
+    int eig_lwork;           /* floats of the eigensolver's workspace (randomized: the largest of the QR's,
+                                the Q's and the small eigensolver's) */
+    int k;                   /* randomized: columns of the subspace, min(r + oversampling, N) */
     size_t workspace_bytes;  /* device workspace the launch needs */
 } shadowkv_lowrank_plan;
 
