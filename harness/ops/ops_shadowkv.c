@@ -6,6 +6,7 @@
  *   impl=syevd_all  the same with every eigenpair (syevd), kept to compare
  *   impl=randomized the Gram matrix, then subspace iteration on it and the eigenpairs of the projected
  *                   (r + 32) x (r + 32) matrix (kernels/shadowkv/shadowkv.h SHADOWKV_EIG_RANDOMIZED)
+ *   impl=gesvdr     cuSOLVER's randomized SVD of Kpre itself (cusolverDnXgesvdr), the library peer
  *   impl=lapacke    the CPU reference itself (LAPACKE_dgesdd on this machine's cores), its factors
  *                   uploaded: the "20x faster than LAPACKE" goal is a ratio of this run
  *   All three are wall-timed: cuSOLVER's eigensolvers synchronize with the host inside the call.
@@ -71,6 +72,9 @@ static int validate_lowrank(const kvb_case *c)
     if (N > SHADOWKV_GPU_MAX_N)
         return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: Hkv*D=%lld out of range [1, %d]", (long long)N, SHADOWKV_GPU_MAX_N);
 #endif
+    if (!strcmp(kvb_case_enum(c, "impl"), "gesvdr") && S < N) /* gesvdr factors the tall S x N matrix */
+        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: impl=gesvdr: S=%lld out of range [Hkv*D = %lld, 2^24]", (long long)S,
+                        (long long)N);
     return KVB_OK;
 }
 
@@ -156,6 +160,7 @@ static int setup_lowrank(kvb_run *r)
         const char *impl = kvb_run_impl(r);
         const shadowkv_eig eig = !strcmp(impl, "syevd_all")    ? SHADOWKV_EIG_ALL
                                  : !strcmp(impl, "randomized") ? SHADOWKV_EIG_RANDOMIZED
+                                 : !strcmp(impl, "gesvdr")     ? SHADOWKV_EIG_GESVDR
                                                                : SHADOWKV_EIG_TOP_R;
         int rc = shadowkv_lowrank_plan_make(&p->plan, S, p->Hkv, p->D, R, eig, NULL);
         if (rc) return rc;
@@ -312,6 +317,8 @@ static const kvb_impl lowrank_impls[] = {
     {"syevd_all", launch_lowrank, 1, "the same with every eigenpair (syevd), kept to compare"},
     {"randomized", launch_lowrank, 1, "Gram matrix, then subspace iteration on it (r + 32 columns, 3 products, "
                                       "Householder QR) and the small projected matrix's eigenpairs (syevd)"},
+    {"gesvdr", launch_lowrank, 1, "cuSOLVER's randomized SVD of Kpre (cusolverDnXgesvdr, r + 32 columns, 3 power "
+                                  "iterations): the library peer of impl=randomized"},
     {"lapacke", launch_lapacke, 1, "the CPU reference (LAPACKE_dgesdd on this machine's cores), factors uploaded"},
 };
 

@@ -29,9 +29,11 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 // Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
 // also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
-// eigenvectors), tau [k] (the QR's reflectors).
+// eigenvectors), tau [k] (the QR's reflectors); gesvdr At [N, S] (Kpre transposed: gesvdr overwrites
+// its input), sigma [k], Vr [N, k] (the right singular vectors) and gesvdr's own device workspace.
 struct lowrank_ws {
-    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr;
+    void *svd_work;
 };
 
 static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t *bytes)
@@ -46,6 +48,9 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     const size_t N = (size_t)p->N, k = (size_t)p->k;
     w.G = take(N * N), w.W = take(N), w.work = take((size_t)p->eig_lwork), w.Vs = take(N * (size_t)p->r);
     w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
+    const size_t at = p->eig == SHADOWKV_EIG_GESVDR ? N * (size_t)p->S : 0;
+    w.At = take(at), w.sigma = take(k), w.Vr = take(N * k);
+    w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
     *bytes = (size_t)(b - (char *)ws);
     return w;
 }
@@ -77,8 +82,9 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
                         SHADOWKV_GPU_MAX_N);
     const int max_r = S < N ? S : (int)N;
     KVB_CHECK_RANGE(who, "r", r, 1, max_r);
-    if (eig != SHADOWKV_EIG_TOP_R && eig != SHADOWKV_EIG_ALL && eig != SHADOWKV_EIG_RANDOMIZED)
-        return kvb_fail(KVB_EINVAL, "%s: eig=%d out of range [0, 2]", who, (int)eig);
+    if (eig != SHADOWKV_EIG_TOP_R && eig != SHADOWKV_EIG_ALL && eig != SHADOWKV_EIG_RANDOMIZED &&
+        eig != SHADOWKV_EIG_GESVDR)
+        return kvb_fail(KVB_EINVAL, "%s: eig=%d out of range [0, 3]", who, (int)eig);
     p->S = S, p->Hkv = Hkv, p->D = D, p->r = r, p->N = (int)N, p->eig = eig;
     p->k = r + SHADOWKV_RR_OVERSAMPLE < N ? r + SHADOWKV_RR_OVERSAMPLE : (int)N;
     cublasHandle_t cb;
@@ -97,7 +103,19 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
     else if (eig == SHADOWKV_EIG_ALL)
         CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->N, NULL,
                                                  p->N, NULL, &p->eig_lwork));
-    else {
+    else if (eig == SHADOWKV_EIG_GESVDR) {
+        // A = Kpre as a column-major S x N matrix (m = S >= n = N, the shapes gesvdr is made for when S
+        // is the longer side; else the transposed problem would be the one to give it)
+        if (S < N) return kvb_fail(KVB_EINVAL, "%s: impl=gesvdr needs S >= Hkv*D, got S=%d, Hkv*D=%lld", who, S, (long long)N);
+        cusolverDnParams_t params;
+        CUSOLVER_TRY(cusolverDnCreateParams(&params));
+        p->svd_params = params;
+        CUSOLVER_TRY(cusolverDnXgesvdr_bufferSize(cs, params, 'N', 'S', S, N, r, p->k - r, SHADOWKV_RR_ITERS, CUDA_R_32F,
+                                                  NULL, S, CUDA_R_32F, NULL, CUDA_R_32F, NULL, S, CUDA_R_32F, NULL, N,
+                                                  CUDA_R_32F, &p->svd_dev_bytes, &p->svd_host_bytes));
+        if (p->svd_host_bytes && !(p->svd_host_work = malloc(p->svd_host_bytes)))
+            return kvb_fail(KVB_ENOMEM, "%s: gesvdr's host workspace of %zu bytes", who, p->svd_host_bytes);
+    } else {
         int qr = 0, orth = 0, small = 0;
         CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(cs, p->N, p->k, NULL, p->N, &qr));
         CUSOLVER_TRY(cusolverDnSorgqr_bufferSize(cs, p->N, p->k, p->k, NULL, p->N, NULL, &orth));
@@ -113,7 +131,9 @@ extern "C" void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p)
 {
     if (p->cublas) cublasDestroy((cublasHandle_t)p->cublas);
     if (p->cusolver) cusolverDnDestroy((cusolverDnHandle_t)p->cusolver);
-    p->cublas = p->cusolver = NULL;
+    if (p->svd_params) cusolverDnDestroyParams((cusolverDnParams_t)p->svd_params);
+    free(p->svd_host_work);
+    p->cublas = p->cusolver = p->svd_params = p->svd_host_work = NULL;
 }
 
 // From the m eigenpairs the solver left (ascending: W[0..m), vectors in the columns of V, ld N), the
@@ -138,6 +158,19 @@ __global__ void lowrank_factors_kernel(const float *__restrict__ V, const float 
     }
 }
 
+// gesvdr's r singular triplets (sigma descending, right vectors in the columns of Vr, ld N) as the
+// eigenpairs of the Gram matrix in the solvers' ascending order: W[r-1-j] = sigma_j^2, column r-1-j = v_j
+__global__ void svd_as_eig_kernel(const float *__restrict__ sigma, const float *__restrict__ Vr, int N, int r,
+                                  float *__restrict__ W, float *__restrict__ V)
+{
+    const int64_t total = (int64_t)N * r;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int j = (int)(i / N), n = (int)(i % N);
+        V[(int64_t)(r - 1 - j) * N + n] = Vr[i];
+        if (n == 0) W[r - 1 - j] = sigma[j] * sigma[j];
+    }
+}
+
 __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ y)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -159,10 +192,24 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     const int N = p->N, S = p->S, r = p->r;
     // Kpre row-major [S, N] is the column-major N x S matrix A; G = A A^T (lower triangle)
     const float one = 1.f, zero = 0.f;
-    CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
+    if (p->eig != SHADOWKV_EIG_GESVDR)
+        CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
     int m = N;
     const float *V = w.G, *lambda = w.W; // the eigenvectors (columns, ld N) and values, ascending
-    if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
+    if (p->eig == SHADOWKV_EIG_GESVDR) {
+        // At (column-major S x N) = the transpose of A; gesvdr's right singular vectors are G's eigenvectors
+        CUBLAS_TRY(cublasSgeam(cb, CUBLAS_OP_T, CUBLAS_OP_N, S, N, &one, Kpre, N, &zero, w.At, S, w.At, S));
+        CUSOLVER_TRY(cusolverDnXgesvdr(cs, (cusolverDnParams_t)p->svd_params, 'N', 'S', S, N, r, p->k - r,
+                                       SHADOWKV_RR_ITERS, CUDA_R_32F, w.At, S, CUDA_R_32F, w.sigma, CUDA_R_32F, NULL, S,
+                                       CUDA_R_32F, w.Vr, N, CUDA_R_32F, w.svd_work, p->svd_dev_bytes, p->svd_host_work,
+                                       p->svd_host_bytes, info));
+        const int threads = 256;
+        const int64_t nv = (int64_t)N * r;
+        svd_as_eig_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(w.sigma, w.Vr, N, r, w.W,
+                                                                                             w.Y);
+        CUDA_TRY(cudaGetLastError());
+        m = r, V = w.Y;
+    } else if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
         // subspace iteration: Q <- qr(G Q), SHADOWKV_RR_ITERS times from a seeded start, then the
         // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
         const int k = p->k, threads = 256;

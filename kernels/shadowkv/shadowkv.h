@@ -38,8 +38,15 @@ extern "C" {
 
 /* How the top-r eigenpairs of the Gram matrix are found: syevdx of the r largest, syevd of all, or
  * randomized subspace iteration on G (SHADOWKV_RR_OVERSAMPLE extra columns, SHADOWKV_RR_ITERS products
- * by G, each followed by a Householder QR) and the exact eigenpairs of the small projected matrix. */
-typedef enum { SHADOWKV_EIG_TOP_R = 0, SHADOWKV_EIG_ALL = 1, SHADOWKV_EIG_RANDOMIZED = 2 } shadowkv_eig;
+ * by G, each followed by a Householder QR) and the exact eigenpairs of the small projected matrix.
+ * GESVDR: no Gram matrix; cuSOLVER's randomized SVD (cusolverDnXgesvdr) of Kpre itself, with the same
+ * oversampling and power iterations, as the library peer of RANDOMIZED. */
+typedef enum {
+    SHADOWKV_EIG_TOP_R = 0,
+    SHADOWKV_EIG_ALL = 1,
+    SHADOWKV_EIG_RANDOMIZED = 2,
+    SHADOWKV_EIG_GESVDR = 3
+} shadowkv_eig;
 #define SHADOWKV_RR_OVERSAMPLE 32
 #define SHADOWKV_RR_ITERS 3
 
@@ -50,7 +57,10 @@ typedef struct shadowkv_lowrank_plan {
     void *cublas, *cusolver; /* cublasHandle_t, cusolverDnHandle_t */
     int eig_lwork;           /* floats of the eigensolver's workspace (randomized: the largest of the QR's,
                                 the Q's and the small eigensolver's) */
-    int k;                   /* randomized: columns of the subspace, min(r + oversampling, N) */
+    int k;                   /* randomized, gesvdr: columns of the subspace, min(r + oversampling, N) */
+    void *svd_params;        /* gesvdr: cusolverDnParams_t */
+    void *svd_host_work;     /* gesvdr: its host workspace (malloc'd by the plan) */
+    size_t svd_host_bytes, svd_dev_bytes;
     size_t workspace_bytes;  /* device workspace the launch needs */
 } shadowkv_lowrank_plan;
 
