@@ -2,14 +2,14 @@
  * kernels/shadowkv/shadowkv.h).
  *
  * shadowkv_lowrank: the rank-r factorization of the pre-RoPE keys Kpre [S, Hkv*D] (fp32).
- *   impl=kernel     Gram matrix + cuSOLVER syevdx of the r largest eigenpairs + one GEMM (GPU)
- *   impl=syevd_all  the same with every eigenpair (syevd), kept to compare
- *   impl=randomized the Gram matrix, then subspace iteration on it and the eigenpairs of the projected
+ *   impl=kernel     the Gram matrix, then subspace iteration on it and the eigenpairs of the projected
  *                   (r + 32) x (r + 32) matrix (kernels/shadowkv/shadowkv.h SHADOWKV_EIG_RANDOMIZED)
+ *   impl=syevdx     the exact path: Gram matrix + cuSOLVER syevdx of the r largest eigenpairs
+ *   impl=syevd_all  the same with every eigenpair (syevd), kept to compare
  *   impl=gesvdr     cuSOLVER's randomized SVD of Kpre itself (cusolverDnXgesvdr), the library peer
  *   impl=lapacke    the CPU reference itself (LAPACKE_dgesdd on this machine's cores), its factors
  *                   uploaded: the "20x faster than LAPACKE" goal is a ratio of this run
- *   All three are wall-timed: cuSOLVER's eigensolvers synchronize with the host inside the call.
+ *   All are wall-timed: cuSOLVER's eigensolvers synchronize with the host inside the call.
  *   Singular vectors are defined up to sign, so U and SV are not compared element by element: the
  *   check (out_check) computes ||Kpre - U*SV||_F of the device's fp32 factors in double and passes
  *   when it is at most 1.02 x the optimal rank-r error from LAPACKE's singular values (Eckart-Young)
@@ -158,10 +158,10 @@ static int setup_lowrank(kvb_run *r)
 #if KVB_HAVE_CUDA
     if (kvb_gpu_available() && strcmp(kvb_run_impl(r), "lapacke")) {
         const char *impl = kvb_run_impl(r);
-        const shadowkv_eig eig = !strcmp(impl, "syevd_all")    ? SHADOWKV_EIG_ALL
-                                 : !strcmp(impl, "randomized") ? SHADOWKV_EIG_RANDOMIZED
-                                 : !strcmp(impl, "gesvdr")     ? SHADOWKV_EIG_GESVDR
-                                                               : SHADOWKV_EIG_TOP_R;
+        const shadowkv_eig eig = !strcmp(impl, "syevd_all") ? SHADOWKV_EIG_ALL
+                                 : !strcmp(impl, "syevdx")  ? SHADOWKV_EIG_TOP_R
+                                 : !strcmp(impl, "gesvdr")  ? SHADOWKV_EIG_GESVDR
+                                                            : SHADOWKV_EIG_RANDOMIZED;
         int rc = shadowkv_lowrank_plan_make(&p->plan, S, p->Hkv, p->D, R, eig, NULL);
         if (rc) return rc;
         ws[0] = (int64_t)p->plan.workspace_bytes;
@@ -313,12 +313,12 @@ static size_t host_bytes_lowrank(const kvb_case *c)
 }
 
 static const kvb_impl lowrank_impls[] = {
-    {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32) + cuSOLVER syevdx of the r largest + one GEMM"},
-    {"syevd_all", launch_lowrank, 1, "the same with every eigenpair (syevd), kept to compare"},
-    {"randomized", launch_lowrank, 1, "Gram matrix, then subspace iteration on it (r + 32 columns, 3 products, "
-                                      "Householder QR) and the small projected matrix's eigenpairs (syevd)"},
+    {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32), subspace iteration on it (r + 32 columns, 3 "
+                                  "products, Householder QR), the small projected matrix's eigenpairs (syevd), one GEMM"},
+    {"syevdx", launch_lowrank, 1, "the exact path: Gram matrix + cuSOLVER syevdx of the r largest + one GEMM"},
+    {"syevd_all", launch_lowrank, 1, "the exact path with every eigenpair (syevd), kept to compare"},
     {"gesvdr", launch_lowrank, 1, "cuSOLVER's randomized SVD of Kpre (cusolverDnXgesvdr, r + 32 columns, 3 power "
-                                  "iterations): the library peer of impl=randomized"},
+                                  "iterations): the library peer of impl=kernel"},
     {"lapacke", launch_lapacke, 1, "the CPU reference (LAPACKE_dgesdd on this machine's cores), factors uploaded"},
 };
 

@@ -402,7 +402,7 @@ static int gpu_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
                *li = kvb_run_find(r, "landmark_idx");
     /* 1. the low-rank factors of each distinct prompt */
     shadowkv_lowrank_plan plan;
-    int rc = shadowkv_lowrank_plan_make(&plan, S, Hkv, D, R, SHADOWKV_EIG_TOP_R, r->stream);
+    int rc = shadowkv_lowrank_plan_make(&plan, S, Hkv, D, R, SHADOWKV_EIG_RANDOMIZED, r->stream);
     if (rc) return rc;
     void *ws = kvb_dmalloc(plan.workspace_bytes ? plan.workspace_bytes : 1);
     float *u = kvb_dmalloc(sizeof(float) * (size_t)S * R), *sv = kvb_dmalloc(sizeof(float) * (size_t)N * R);

@@ -3,8 +3,10 @@
  *
  * Low-rank pre-RoPE keys (step 1), planned on the host, then only enqueued:
  *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D, fp32 (cublasSsyrk, no TF32)
- *   G  = V diag(lambda) V^T               cuSOLVER syevdx: only the r largest eigenpairs
- *                                         (or syevd: all of them, kept to compare)
+ *   G  ~ V diag(lambda) V^T               the r largest eigenpairs: subspace iteration on G (k = r + 32
+ *                                         columns, 3 products, each QR'd) and the exact eigenpairs of
+ *                                         Q^T G Q; or cuSOLVER syevdx of the r largest (the exact path),
+ *                                         or syevd of all of them, kept to compare
  *   s_j = sqrt(lambda_j), v_j             j < r, descending
  *   U  = Kpre [v_0/s_0 .. v_{r-1}/s_{r-1}]          [S, r]  (one GEMM; a column with s_j = 0 is 0)
  *   SV[h, j, d] = s_j v_j[h*D + d]                  [Hkv, r, D]
