@@ -17,7 +17,7 @@ extern const kvb_op op_int2_quantize, op_int2_quantize_native, op_int2_native, o
 extern const kvb_op op_page_meta_build, op_page_meta_append, op_hybrid_score, op_quest_score;
 extern const kvb_op op_omnikv_select;
 extern const kvb_op op_rocketkv_decode;
-extern const kvb_op op_decode_step, op_block_linear;
+extern const kvb_op op_block_linear, op_decode_step;
 
 static const kvb_op *const g_ops[] = {
     &op_index_scan, &op_gather_copy, &op_gather_copy_d2d, &op_gather_copy_all, &op_gather_step, &op_packed_load,
@@ -34,7 +34,8 @@ static const kvb_op *const g_ops[] = {
     &op_page_meta_build, &op_page_meta_append, &op_hybrid_score, &op_quest_score,
     &op_omnikv_select,
     &op_rocketkv_decode,
-    &op_decode_step, &op_block_linear,
+    &op_block_linear,
+    &op_decode_step,
 };
 
 int kvb_op_count(void) { return (int)(sizeof g_ops / sizeof g_ops[0]); }
