@@ -12,6 +12,8 @@
 #   make run [GPUS=N] [SHARDS=M] [HOST_MEM_LIMIT_GB=G]  the main job: deps, build, check, bench (what can run on this machine);
 #                   GPUS=N: a process per GPU, each tier in M shards (default N), merged into one result
 #   make bundle     relocatable bundle/ (binaries + non-system libraries, rpath $ORIGIN/../lib)
+#   make bundle-variant  bundle-variant/: this build's bin/, cases/ and lib/libkvbench.so only (~7 MB
+#                   packed): B of an A/B, laid over a whole bundle A by profiles/ab_round.sh
 #   make deps       install the Debian packages the build needs (or print the command)
 #   make ptxas      the compiler's resource report for every kernel (registers, smem, spills)
 #   make sass       SASS of the kernels into build/sass/
@@ -83,7 +85,7 @@ KVBENCH     := $(BUILD)/bin/kvbench
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/bin/%)
 
-.PHONY: all test check bench step-report plots sanitize run bundle deps ptxas sass clean
+.PHONY: all test check bench step-report plots sanitize run bundle bundle-variant deps ptxas sass clean
 .SECONDARY:
 all: $(KVBENCH) $(TEST_BIN)
 
@@ -194,6 +196,10 @@ run:
 # ---- bundle for the GPU machine ----
 bundle: all
 	@bash harness/scripts/make_bundle.sh $(BUNDLE) $(KVBENCH) $(TEST_BIN)
+
+bundle-variant: bundle
+	@rm -rf bundle-variant && mkdir -p bundle-variant/lib && cp -r $(BUNDLE)/bin $(BUNDLE)/cases bundle-variant/ && \
+	  cp $(BUNDLE)/lib/libkvbench.so bundle-variant/lib/ && du -sh bundle-variant | sed 's/^/bundle-variant: /'
 
 # ---- dependencies ----
 DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox
