@@ -231,17 +231,6 @@ int ks_of(int r)
     return 0;
 }
 
-int num_sms()
-{
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            n = 132;
-    }
-    return n;
-}
-
 template <int D, int KS, int ROPE>
 int launch_fused(const bgr_args &a, int64_t n_bh, cudaStream_t stream)
 {
@@ -395,7 +384,7 @@ extern "C" int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const in
     // under two waves of 3 CTAs per SM (small batches), down to one 32-token tile.
     const int64_t n_bh = (int64_t)g->B * g->Hkv, mc = (int64_t)g->M * g->c;
     int tpc = 512;
-    while (tpc > kTile && n_bh * ((mc + tpc - 1) / tpc) < 6LL * num_sms()) tpc /= 2;
+    while (tpc > kTile && n_bh * ((mc + tpc - 1) / tpc) < 6LL * kvb_sm_count()) tpc /= 2;
     a.tokens_per_cta = tpc;
     if (rope == ROPE_LLAMA) return g->D == 64 ? launch_by_rank<64, ROPE_LLAMA>(a, n_bh, stream) : launch_by_rank<128, ROPE_LLAMA>(a, n_bh, stream);
     return g->D == 64 ? launch_by_rank<64, ROPE_GLM>(a, n_bh, stream) : launch_by_rank<128, ROPE_GLM>(a, n_bh, stream);

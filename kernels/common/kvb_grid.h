@@ -15,7 +15,23 @@
 
 #include <cstdint>
 
+#include <cuda_runtime_api.h>
+
 #include "reference/kvb.h"
+
+// The current device's SM count, read once per device: the plans size their grids by it (one wave,
+// splits that fill the SMs). 0 when it cannot be read (no device, a sticky error): a caller that must
+// have it fails with KVB_EDEVICE; one that only shapes a plan takes the plan for a small GPU, and its
+// launch then reports the device's error.
+inline int kvb_sm_count()
+{
+    static int cached[64] = {};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cached[dev] && cudaDeviceGetAttribute(&cached[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cached[dev] = 0;
+    return cached[dev];
+}
 
 constexpr int64_t KVB_GRID_X_MAX = 2147483647;  // grid.x
 constexpr int64_t KVB_GRID_YZ_MAX = 65535;      // grid.y, grid.z

@@ -38,6 +38,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_grid.h"
 #include "kernels/common/attn_device.h"
 #include "kernels/decode/decode.h"
 
@@ -217,8 +218,8 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
 template <int D, int S, int SRC>
 int capacity_of(int B, int *cap)
 {
-    static int sms = 0;
-    if (!sms) CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int sms = kvb_sm_count();
+    if (!sms) return kvb_fail(KVB_EDEVICE, "decode_attn: the device's SM count could not be read");
     int per_sm = 0;
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S, SRC>, THREADS,
                                                            smem_bytes<D>(B)));
@@ -263,12 +264,11 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
 {
     int64_t N = 0;
     for (int b = 0; b < d->B; b++) N += (tokens[b] + 15) / 16 * d->Hkv;
-    int cap = 0, rc, dev = 0, sms = 0;
+    int cap = 0, rc;
     if ((rc = capacity(d->D, steps, src, d->B, &cap))) return rc;
     int per_block = min_steps;
     if (min_steps < MIN_STEPS_PER_BLOCK) {
-        CUDA_TRY(cudaGetDevice(&dev));
-        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int sms = kvb_sm_count();
         per_block = MIN_STEPS_PER_BLOCK;
         while (per_block > min_steps && N / per_block < (int64_t)sms * 7 / 8) per_block /= 2;
     }

@@ -38,13 +38,6 @@ inline CachePtrs ptrs_of(const int2_cache *c)
     return p;
 }
 
-inline int sm_count()
-{
-    static int sms = 0;
-    if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 132;
-    return sms;
-}
-
 // ---- the quantizer's rounding (bit-exact with the reference: fp32 arithmetic exactly where reference/int2.c puts it) ----
 
 // scale = fp16((mx - mn) / 3), zero = fp16(mn); a group holding an unsupported value gets NaN metadata.
@@ -178,7 +171,9 @@ inline int resident_blocks(Kernel kernel, int threads, size_t smem, int *cap)
     int per_sm = 0;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    *cap = sm_count() * (per_sm > 0 ? per_sm : 1);
+    const int sms = kvb_sm_count();
+    if (!sms) return kvb_fail(KVB_EDEVICE, "int2: the device's SM count could not be read");
+    *cap = sms * (per_sm > 0 ? per_sm : 1);
     return KVB_OK;
 }
 

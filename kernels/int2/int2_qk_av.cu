@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(THREADS) int2_av_kernel(AVParams p)
 int av_splits(const int2_layout *l)
 {
     const int64_t heads = (int64_t)l->B * l->Hkv, ntiles = (l->T + TILE - 1) / TILE;
-    int64_t want = ((int64_t)sm_count() * 4 + heads - 1) / heads;
+    int64_t want = ((int64_t)kvb_sm_count() * 4 + heads - 1) / heads; // 0 SMs read: 1 split
     if (want > ntiles) want = ntiles;
     if (want > 256) want = 256;
     return (int)(want > 0 ? want : 1);

@@ -489,17 +489,6 @@ __global__ void page_meta_append_kernel(const uint16_t *k, const int32_t *t, pag
 
 // ---- host side ----
 
-int sm_count()
-{
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 132;
-    }
-    return sms;
-}
-
 // Blocks per head: as many as fill the GPU once (resident blocks / heads), at most one per tile; the
 // tiles of a head are split evenly, and no block is left without a tile.
 void plan_blocks(int resident, int64_t heads, int tiles, int *per_block, int *blocks)
@@ -518,7 +507,9 @@ int resident_blocks(K kernel, size_t dyn_smem, int *out)
     int per_sm = 0;
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, dyn_smem));
     if (per_sm < 1) return kvb_fail(KVB_EDEVICE, "page_scoring: a scoring kernel does not fit on an SM (%zu bytes of dynamic shared memory)", dyn_smem);
-    *out = per_sm * sm_count();
+    const int sms = kvb_sm_count();
+    if (!sms) return kvb_fail(KVB_EDEVICE, "page_scoring: the device's SM count could not be read");
+    *out = per_sm * sms;
     return KVB_OK;
 }
 

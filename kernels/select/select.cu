@@ -289,12 +289,7 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
 // The plan: how many blocks share a row (1: one block per row).
 int split_of(int rows, int n)
 {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 132;
-    }
+    const int sms = kvb_sm_count(); // 0 (unreadable): one block per row, a valid plan on any GPU
     // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
     // slower than one (kernels/select/NOTES.md, Tried): the extra passes cost more than they hide.
     if (rows >= sms || n <= SMEM_ROW_N) return 1;
