@@ -314,7 +314,8 @@ static size_t host_bytes_lowrank(const kvb_case *c)
 
 static const kvb_impl lowrank_impls[] = {
     {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32), subspace iteration on it (r + 32 columns, 3 "
-                                  "products, Householder QR), the small projected matrix's eigenpairs (syevd), one GEMM"},
+                                  "products, shifted CholeskyQR3 in fp64), the small projected matrix's eigenpairs "
+                                  "(syevd), one GEMM"},
     {"syevdx", launch_lowrank, 1, "the exact path: Gram matrix + cuSOLVER syevdx of the r largest + one GEMM"},
     {"syevd_all", launch_lowrank, 1, "the exact path with every eigenpair (syevd), kept to compare"},
     {"gesvdr", launch_lowrank, 1, "cuSOLVER's randomized SVD of Kpre (cusolverDnXgesvdr, r + 32 columns, 3 power "

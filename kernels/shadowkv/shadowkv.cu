@@ -29,10 +29,14 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 // Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
 // also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
-// eigenvectors), tau [k] (the QR's reflectors); gesvdr At [N, S] (Kpre transposed: gesvdr overwrites
-// its input), sigma [k], Vr [N, k] (the right singular vectors) and gesvdr's own device workspace.
+// eigenvectors), and the QR's fp64 scratch: Yd [N, k] (Y in fp64), C [k, k] (its Gram matrix, then the
+// Cholesky factor R), potrf's work, chol_info [3 * iterations] (each potrf's status); gesvdr At [N, S]
+// (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
+// gesvdr's own device workspace.
 struct lowrank_ws {
-    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *At, *sigma, *Vr;
+    double *Yd, *C, *chol_work;
+    int *chol_info;
     void *svd_work;
 };
 
@@ -40,14 +44,20 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
 {
     char *b = (char *)ws;
     lowrank_ws w;
-    auto take = [&](size_t floats) {
-        float *at = (float *)b;
-        b += align256(floats * sizeof(float));
+    auto take_bytes = [&](size_t bytes) {
+        void *at = b;
+        b += align256(bytes);
         return at;
     };
+    auto take = [&](size_t floats) { return (float *)take_bytes(floats * sizeof(float)); };
     const size_t N = (size_t)p->N, k = (size_t)p->k;
     w.G = take(N * N), w.W = take(N), w.work = take((size_t)p->eig_lwork), w.Vs = take(N * (size_t)p->r);
-    w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
+    w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k);
+    const bool rr = p->eig == SHADOWKV_EIG_RANDOMIZED;
+    w.Yd = (double *)take_bytes(rr ? N * k * sizeof(double) : 0);
+    w.C = (double *)take_bytes(rr ? k * k * sizeof(double) : 0);
+    w.chol_work = (double *)take_bytes(rr ? (size_t)p->chol_lwork * sizeof(double) : 0);
+    w.chol_info = (int *)take_bytes(rr ? 3 * SHADOWKV_RR_ITERS * sizeof(int) : 0);
     const size_t at = p->eig == SHADOWKV_EIG_GESVDR ? N * (size_t)p->S : 0;
     w.At = take(at), w.sigma = take(k), w.Vr = take(N * k);
     w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
@@ -116,12 +126,10 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
         if (p->svd_host_bytes && !(p->svd_host_work = malloc(p->svd_host_bytes)))
             return kvb_fail(KVB_ENOMEM, "%s: gesvdr's host workspace of %zu bytes", who, p->svd_host_bytes);
     } else {
-        int qr = 0, orth = 0, small = 0;
-        CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(cs, p->N, p->k, NULL, p->N, &qr));
-        CUSOLVER_TRY(cusolverDnSorgqr_bufferSize(cs, p->N, p->k, p->k, NULL, p->N, NULL, &orth));
+        // the small eigensolver's (fp32) and the QR's Cholesky factorization's (fp64) workspaces
         CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->k, NULL,
-                                                 p->k, NULL, &small));
-        p->eig_lwork = qr > orth ? (qr > small ? qr : small) : (orth > small ? orth : small);
+                                                 p->k, NULL, &p->eig_lwork));
+        CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(cs, CUBLAS_FILL_MODE_UPPER, p->k, NULL, p->k, &p->chol_lwork));
     }
     lowrank_carve(p, NULL, &p->workspace_bytes);
     return KVB_OK;
@@ -171,6 +179,37 @@ __global__ void svd_as_eig_kernel(const float *__restrict__ sigma, const float *
     }
 }
 
+// The first CholeskyQR pass's shift: C += s I with s = c * ||Y||_F^2, ||Y||_F^2 = trace(C = Y^T Y) read
+// on the device (no host round trip). One warp: each lane sums a strided part of the diagonal, then adds
+// s to the same entries, so no lane writes what another reads.
+__global__ void chol_shift_kernel(double *__restrict__ C, int k, double c)
+{
+    double t = 0.0;
+    for (int i = threadIdx.x; i < k; i += 32) t += C[(int64_t)i * (k + 1)];
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    const double s = c * t;
+    for (int i = threadIdx.x; i < k; i += 32) C[(int64_t)i * (k + 1)] += s;
+}
+
+// *info is the small eigensolver's status; a failed Cholesky factorization (not positive definite)
+// of any QR pass overrides a 0 there, so a nonzero *info still means the factors are not to be used
+__global__ void merge_info_kernel(int *__restrict__ info, const int *__restrict__ chol_info, int n)
+{
+    if (*info != 0) return;
+    for (int i = 0; i < n; i++)
+        if (chol_info[i] != 0) {
+            *info = chol_info[i];
+            return;
+        }
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From *__restrict__ x, int64_t n, To *__restrict__ y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = (To)x[i];
+}
+
 __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ y)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -214,20 +253,43 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
         const int k = p->k, threads = 256;
         const int64_t nq = (int64_t)N * k;
-        start_matrix_kernel<<<(unsigned)((nq + threads - 1) / threads), threads, 0, stream>>>(w.Q, nq);
+        const unsigned qblocks = (unsigned)((nq + threads - 1) / threads);
+        start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
         CUDA_TRY(cudaGetLastError());
-        float *Q = w.Q, *Y = w.Y; // the subspace and the next product, swapped after each QR
+        // The QR is shifted CholeskyQR3 in fp64 (Fukaya et al. 2020): three passes of C = X^T X,
+        // R = chol(C), X = X R^{-1}. The first pass's shift s = 11 (N k + k (k+1)) u ||Y||_F^2 (u = 2^-53)
+        // keeps C positive definite for any cond(Y) up to about 1/u and leaves X well enough
+        // conditioned for two unshifted passes (CholeskyQR2) to make it orthonormal to fp64 rounding.
+        const double one_d = 1.0, zero_d = 0.0;
+        const double u = 1.0 / 9007199254740992.0; // 2^-53
+        const double shift_per_norm2 = 11.0 * ((double)N * k + (double)k * (k + 1)) * u;
         for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
-            CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
-            CUSOLVER_TRY(cusolverDnSgeqrf(cs, N, k, Y, N, w.tau, w.work, p->eig_lwork, info));
-            CUSOLVER_TRY(cusolverDnSorgqr(cs, N, k, k, Y, N, w.tau, w.work, p->eig_lwork, info));
-            float *t = Q;
-            Q = Y, Y = t;
+            CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y,
+                                   N));
+            cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
+            CUDA_TRY(cudaGetLastError());
+            for (int pass = 0; pass < 3; pass++) {
+                CUBLAS_TRY(
+                    cublasDsyrk(cb, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, k, N, &one_d, w.Yd, N, &zero_d, w.C, k));
+                if (pass == 0) {
+                    chol_shift_kernel<<<1, 32, 0, stream>>>(w.C, k, shift_per_norm2);
+                    CUDA_TRY(cudaGetLastError());
+                }
+                CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
+                                              w.chol_info + 3 * it + pass));
+                CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
+                                       CUBLAS_DIAG_NON_UNIT, N, k, &one_d, w.C, k, w.Yd, N));
+            }
+            cast_kernel<double, float><<<qblocks, threads, 0, stream>>>(w.Yd, nq, w.Q);
+            CUDA_TRY(cudaGetLastError());
         }
+        float *Q = w.Q, *Y = w.Y;
         CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
         CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
                                       p->eig_lwork, info));
+        merge_info_kernel<<<1, 1, 0, stream>>>(info, w.chol_info, 3 * SHADOWKV_RR_ITERS);
+        CUDA_TRY(cudaGetLastError());
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, k, &one, Q, N, w.T, k, &zero, Y, N));
         m = k, V = Y;
     } else if (p->eig == SHADOWKV_EIG_TOP_R) {
