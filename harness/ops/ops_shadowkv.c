@@ -17,7 +17,10 @@
  *   The achieved ratio, and that of the bf16 factors as stored, go into the case's note.
  *   Inputs (dist=): normal, N(0, 1): a flat spectrum, the hard case for an approximate subspace;
  *   lowrank, sum_{i<192} 4 exp(-i/40) a_i b_i^T + 0.02 noise (a_i, b_i, noise N(0, 1)): decaying
- *   singular values, the shape of pre-RoPE keys in the ShadowKV paper.
+ *   singular values, the shape of pre-RoPE keys in the ShadowKV paper; rankdef, N(0, 1) in Kpre's first
+ *   Hkv*D/4 columns and zeros in the others: a Gram matrix of exact rank Hkv*D/4, which at r + 32 above
+ *   that leaves impl=kernel's subspace rank-deficient (its Cholesky QR fails there and the iteration
+ *   runs again with Householder QR; the note says when).
  *
  * shadowkv_landmarks: chunk means, the minimum cosine per chunk, the outlier chunks (the suite's top-k
  *   of -min_cos) and the landmarks of the others, from post-RoPE keys K [B, Hkv, S, D] bf16.
@@ -54,7 +57,8 @@ static const kvb_param lowrank_params[] = {
     {"Hkv", KVB_P_INT, 8, 1, SHADOWKV_MAX_HKV, NULL, "KV heads"},
     {"D", KVB_P_INT, 128, 1, SHADOWKV_MAX_D, NULL, "head dimension (Kpre has Hkv*D columns)"},
     {"r", KVB_P_INT, 160, 1, 8192, NULL, "rank, in [1, min(S, Hkv*D)]"},
-    {"dist", KVB_P_ENUM, 0, 0, 0, "normal|lowrank", "Kpre: normal (flat spectrum) or lowrank (decaying, + noise)"},
+    {"dist", KVB_P_ENUM, 0, 0, 0, "normal|lowrank|rankdef",
+     "Kpre: normal (flat spectrum), lowrank (decaying, + noise) or rankdef (zero but for its first Hkv*D/4 columns)"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
@@ -83,6 +87,7 @@ typedef struct lowrank_priv {
     double *s;           /* LAPACKE's singular values, descending */
     double optimal, norm; /* the optimal rank-r error, ||Kpre||_F */
     double ratio32, ratio16;
+    int qr_fallback;     /* impl=kernel's last run took the Householder QR (a rank-deficient subspace) */
     int reused;          /* the singular values came from the previous case's identical input (lowrank_memo) */
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_plan plan;
@@ -114,24 +119,24 @@ static void fill_lowrank(kvb_run *r, float *K, int S, int N, uint64_t seed)
  * dist, seed), reused by the next case of the same input: the cases of one shape differ only in impl=,
  * and the SVD is most of their set-up (5 s at S=32768). min(S, Hkv*D) doubles, kept for the process. */
 static struct {
-    int S, Hkv, D, r, lowrank, ns;
+    int S, Hkv, D, r, dist, ns;
     uint64_t seed;
     double *s, optimal, norm;
 } lowrank_memo;
 
-static int lowrank_memo_hit(const lowrank_priv *p, int lowrank, uint64_t seed)
+static int lowrank_memo_hit(const lowrank_priv *p, int dist, uint64_t seed)
 {
     return lowrank_memo.s && lowrank_memo.S == p->S && lowrank_memo.Hkv == p->Hkv && lowrank_memo.D == p->D &&
-           lowrank_memo.r == p->r && lowrank_memo.lowrank == lowrank && lowrank_memo.seed == seed;
+           lowrank_memo.r == p->r && lowrank_memo.dist == dist && lowrank_memo.seed == seed;
 }
 
-static void lowrank_memo_keep(const lowrank_priv *p, int lowrank, uint64_t seed, int ns)
+static void lowrank_memo_keep(const lowrank_priv *p, int dist, uint64_t seed, int ns)
 {
     double *s = realloc(lowrank_memo.s, (size_t)ns * sizeof *s);
     if (!s) return; /* no memo: the next case computes its own */
     memcpy(s, p->s, (size_t)ns * sizeof *s);
     lowrank_memo.s = s, lowrank_memo.ns = ns, lowrank_memo.S = p->S, lowrank_memo.Hkv = p->Hkv;
-    lowrank_memo.D = p->D, lowrank_memo.r = p->r, lowrank_memo.lowrank = lowrank, lowrank_memo.seed = seed;
+    lowrank_memo.D = p->D, lowrank_memo.r = p->r, lowrank_memo.dist = dist, lowrank_memo.seed = seed;
     lowrank_memo.optimal = p->optimal, lowrank_memo.norm = p->norm;
 }
 
@@ -168,13 +173,16 @@ static int setup_lowrank(kvb_run *r)
     }
 #endif
     kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
-    const int lowrank = !strcmp(kvb_case_enum(c, "dist"), "lowrank");
-    if (lowrank) fill_lowrank(r, K->h, S, N, r->seed);
+    const char *dist_name = kvb_case_enum(c, "dist");
+    const int dist = !strcmp(dist_name, "lowrank") ? 1 : !strcmp(dist_name, "rankdef") ? 2 : 0;
+    if (dist == 1) fill_lowrank(r, K->h, S, N, r->seed);
     else kvb_fill_f32_normal(K->h, K->n, r->seed, kvb_stream_of("Kpre"), 0, 0, 1);
+    if (dist == 2) /* rankdef: only the first N/4 columns stay */
+        for (int64_t t = 0; t < S; t++) memset((float *)K->h + t * N + N / 4, 0, (size_t)(N - N / 4) * sizeof(float));
     /* the reference: every singular value (LAPACKE_dgesdd), for the optimal error */
     const int ns = S < N ? S : N;
     p->s = kvb_run_alloc(r, (size_t)ns * sizeof *p->s, "singular values");
-    if (lowrank_memo_hit(p, lowrank, r->seed)) {
+    if (lowrank_memo_hit(p, dist, r->seed)) {
         memcpy(p->s, lowrank_memo.s, (size_t)ns * sizeof *p->s);
         p->optimal = lowrank_memo.optimal, p->norm = lowrank_memo.norm, p->reused = 1;
         snprintf(r->note, sizeof r->note, "singular values of the previous case's identical input");
@@ -195,7 +203,7 @@ static int setup_lowrank(kvb_run *r)
                           err, p->optimal);
     }
     kvb_run_free(r, U), kvb_run_free(r, SV);
-    if (rc == KVB_OK) lowrank_memo_keep(p, lowrank, r->seed, ns);
+    if (rc == KVB_OK) lowrank_memo_keep(p, dist, r->seed, ns);
     return rc;
 }
 
@@ -221,9 +229,10 @@ static int out_check_lowrank(kvb_run *r)
     p->ratio16 = p->optimal > 0 ? e16 / p->optimal : 0;
     snprintf(r->note, sizeof r->note,
              "||Kpre - U*SV||_F / optimal: fp32 factors %.5f (bound 1.02), bf16 factors %.5f; optimal %.6g, "
-             "||Kpre||_F %.6g%s",
+             "||Kpre||_F %.6g%s%s",
              p->ratio32, p->ratio16, p->optimal, p->norm,
-             p->reused ? "; singular values of the previous case's identical input" : "");
+             p->reused ? "; singular values of the previous case's identical input" : "",
+             p->qr_fallback ? "; the Cholesky QR met a rank-deficient subspace: Householder QR ran" : "");
     if (e32 > bound)
         return kvb_fail(KVB_EINVAL,
                         "shadowkv_lowrank: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F %.6g "
@@ -239,7 +248,7 @@ static int launch_lowrank(kvb_run *r)
 {
     lowrank_priv *p = r->priv;
     return shadowkv_lowrank(&p->plan, dev(r, "Kpre"), dev(r, "U"), dev(r, "SV"), dev(r, "U_bf16"), dev(r, "SV_bf16"),
-                            dev(r, "info"), dev(r, "workspace"), r->stream);
+                            dev(r, "info"), dev(r, "workspace"), &p->qr_fallback, r->stream);
 }
 
 /* The CPU reference as a peer: LAPACKE on this machine's cores, then the factors uploaded. */

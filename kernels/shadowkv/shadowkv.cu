@@ -29,12 +29,13 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 // Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
 // also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
-// eigenvectors), and the QR's fp64 scratch: Yd [N, k] (Y in fp64), C [k, k] (its Gram matrix, then the
-// Cholesky factor R), potrf's work, chol_info [3 * iterations] (each potrf's status); gesvdr At [N, S]
+// eigenvectors), tau [k] (the fallback QR's reflectors), and the QR's fp64 scratch: Yd [N, k] (Y in
+// fp64), C [k, k] (its Gram matrix, then the Cholesky factor R), potrf's work, chol_info [3 * iterations]
+// (each potrf's status); gesvdr At [N, S]
 // (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
 // gesvdr's own device workspace.
 struct lowrank_ws {
-    float *G, *W, *work, *Vs, *Q, *Y, *T, *At, *sigma, *Vr;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr;
     double *Yd, *C, *chol_work;
     int *chol_info;
     void *svd_work;
@@ -52,7 +53,7 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     auto take = [&](size_t floats) { return (float *)take_bytes(floats * sizeof(float)); };
     const size_t N = (size_t)p->N, k = (size_t)p->k;
     w.G = take(N * N), w.W = take(N), w.work = take((size_t)p->eig_lwork), w.Vs = take(N * (size_t)p->r);
-    w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k);
+    w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
     const bool rr = p->eig == SHADOWKV_EIG_RANDOMIZED;
     w.Yd = (double *)take_bytes(rr ? N * k * sizeof(double) : 0);
     w.C = (double *)take_bytes(rr ? k * k * sizeof(double) : 0);
@@ -126,9 +127,14 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
         if (p->svd_host_bytes && !(p->svd_host_work = malloc(p->svd_host_bytes)))
             return kvb_fail(KVB_ENOMEM, "%s: gesvdr's host workspace of %zu bytes", who, p->svd_host_bytes);
     } else {
-        // the small eigensolver's (fp32) and the QR's Cholesky factorization's (fp64) workspaces
+        // fp32 work: the largest of the small eigensolver's and the fallback QR's (geqrf, orgqr); fp64: the
+        // Cholesky factorization's
+        int qr = 0, orth = 0, small = 0;
+        CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(cs, p->N, p->k, NULL, p->N, &qr));
+        CUSOLVER_TRY(cusolverDnSorgqr_bufferSize(cs, p->N, p->k, p->k, NULL, p->N, NULL, &orth));
         CUSOLVER_TRY(cusolverDnSsyevd_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, p->k, NULL,
-                                                 p->k, NULL, &p->eig_lwork));
+                                                 p->k, NULL, &small));
+        p->eig_lwork = qr > orth ? (qr > small ? qr : small) : (orth > small ? orth : small);
         CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(cs, CUBLAS_FILL_MODE_UPPER, p->k, NULL, p->k, &p->chol_lwork));
     }
     lowrank_carve(p, NULL, &p->workspace_bytes);
@@ -191,18 +197,6 @@ __global__ void chol_shift_kernel(double *__restrict__ C, int k, double c)
     for (int i = threadIdx.x; i < k; i += 32) C[(int64_t)i * (k + 1)] += s;
 }
 
-// *info is the small eigensolver's status; a failed Cholesky factorization (not positive definite)
-// of any QR pass overrides a 0 there, so a nonzero *info still means the factors are not to be used
-__global__ void merge_info_kernel(int *__restrict__ info, const int *__restrict__ chol_info, int n)
-{
-    if (*info != 0) return;
-    for (int i = 0; i < n; i++)
-        if (chol_info[i] != 0) {
-            *info = chol_info[i];
-            return;
-        }
-}
-
 template <typename From, typename To>
 __global__ void cast_kernel(const From *__restrict__ x, int64_t n, To *__restrict__ y)
 {
@@ -216,9 +210,70 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bflo
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
-extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                                kvb_bf16 *SV16, int *info, void *workspace, cudaStream_t stream)
+// Q (w.Q, N x k) <- an orthonormal basis of the subspace after SHADOWKV_RR_ITERS products by G from the
+// seeded start. The QR is shifted CholeskyQR3 in fp64 (Fukaya et al. 2020): three passes of C = X^T X,
+// R = chol(C), X = X R^{-1}. The first pass's shift s = 11 (N k + k (k+1)) u ||Y||_F^2 (u = 2^-53) keeps C
+// positive definite for any cond(Y) up to about 1/u and leaves X well enough conditioned for two
+// unshifted passes (CholeskyQR2) to make it orthonormal to fp64 rounding. Each potrf's status goes to
+// w.chol_info (nonzero: not positive definite, Q not to be used).
+static int subspace_cholqr3(const shadowkv_lowrank_plan *p, const lowrank_ws &w, cudaStream_t stream)
 {
+    cublasHandle_t cb = (cublasHandle_t)p->cublas;
+    cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
+    const int N = p->N, k = p->k, threads = 256;
+    const int64_t nq = (int64_t)N * k;
+    const unsigned qblocks = (unsigned)((nq + threads - 1) / threads);
+    const float one = 1.f, zero = 0.f;
+    const double one_d = 1.0, zero_d = 0.0;
+    const double u = 1.0 / 9007199254740992.0; // 2^-53
+    const double shift_per_norm2 = 11.0 * ((double)N * k + (double)k * (k + 1)) * u;
+    start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
+    CUDA_TRY(cudaGetLastError());
+    for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
+        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
+        cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
+        CUDA_TRY(cudaGetLastError());
+        for (int pass = 0; pass < 3; pass++) {
+            CUBLAS_TRY(cublasDsyrk(cb, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, k, N, &one_d, w.Yd, N, &zero_d, w.C, k));
+            if (pass == 0) {
+                chol_shift_kernel<<<1, 32, 0, stream>>>(w.C, k, shift_per_norm2);
+                CUDA_TRY(cudaGetLastError());
+            }
+            CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
+                                          w.chol_info + 3 * it + pass));
+            CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, N,
+                                   k, &one_d, w.C, k, w.Yd, N));
+        }
+        cast_kernel<double, float><<<qblocks, threads, 0, stream>>>(w.Yd, nq, w.Q);
+        CUDA_TRY(cudaGetLastError());
+    }
+    return KVB_OK;
+}
+
+// The same iteration with Householder QR (geqrf + orgqr, fp32): exact for a rank-deficient G Q, slower
+// (the panel steps of two factorizations per product). Q ends in w.Q.
+static int subspace_householder(const shadowkv_lowrank_plan *p, const lowrank_ws &w, int *info, cudaStream_t stream)
+{
+    cublasHandle_t cb = (cublasHandle_t)p->cublas;
+    cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
+    const int N = p->N, k = p->k, threads = 256;
+    const int64_t nq = (int64_t)N * k;
+    const float one = 1.f, zero = 0.f;
+    start_matrix_kernel<<<(unsigned)((nq + threads - 1) / threads), threads, 0, stream>>>(w.Q, nq);
+    CUDA_TRY(cudaGetLastError());
+    for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
+        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
+        CUSOLVER_TRY(cusolverDnSgeqrf(cs, N, k, w.Y, N, w.tau, w.work, p->eig_lwork, info));
+        CUSOLVER_TRY(cusolverDnSorgqr(cs, N, k, k, w.Y, N, w.tau, w.work, p->eig_lwork, info));
+        CUDA_TRY(cudaMemcpyAsync(w.Q, w.Y, (size_t)nq * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
+    return KVB_OK;
+}
+
+extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
+                                kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, cudaStream_t stream)
+{
+    if (qr_fallback) *qr_fallback = 0;
     if (!p->cublas || !p->cusolver) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the plan was not made");
     if (!Kpre || !U || !SV || !U16 || !SV16 || !info || !workspace)
         return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: a NULL pointer (Kpre, U, SV, U16, SV16, info, workspace)");
@@ -251,45 +306,25 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     } else if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
         // subspace iteration: Q <- qr(G Q), SHADOWKV_RR_ITERS times from a seeded start, then the
         // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
-        const int k = p->k, threads = 256;
-        const int64_t nq = (int64_t)N * k;
-        const unsigned qblocks = (unsigned)((nq + threads - 1) / threads);
-        start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
-        CUDA_TRY(cudaGetLastError());
-        // The QR is shifted CholeskyQR3 in fp64 (Fukaya et al. 2020): three passes of C = X^T X,
-        // R = chol(C), X = X R^{-1}. The first pass's shift s = 11 (N k + k (k+1)) u ||Y||_F^2 (u = 2^-53)
-        // keeps C positive definite for any cond(Y) up to about 1/u and leaves X well enough
-        // conditioned for two unshifted passes (CholeskyQR2) to make it orthonormal to fp64 rounding.
-        const double one_d = 1.0, zero_d = 0.0;
-        const double u = 1.0 / 9007199254740992.0; // 2^-53
-        const double shift_per_norm2 = 11.0 * ((double)N * k + (double)k * (k + 1)) * u;
-        for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
-            CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y,
-                                   N));
-            cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
-            CUDA_TRY(cudaGetLastError());
-            for (int pass = 0; pass < 3; pass++) {
-                CUBLAS_TRY(
-                    cublasDsyrk(cb, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, k, N, &one_d, w.Yd, N, &zero_d, w.C, k));
-                if (pass == 0) {
-                    chol_shift_kernel<<<1, 32, 0, stream>>>(w.C, k, shift_per_norm2);
-                    CUDA_TRY(cudaGetLastError());
-                }
-                CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
-                                              w.chol_info + 3 * it + pass));
-                CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
-                                       CUBLAS_DIAG_NON_UNIT, N, k, &one_d, w.C, k, w.Yd, N));
-            }
-            cast_kernel<double, float><<<qblocks, threads, 0, stream>>>(w.Yd, nq, w.Q);
-            CUDA_TRY(cudaGetLastError());
-        }
+        const int k = p->k;
+        int rc = subspace_cholqr3(p, w, stream);
+        if (rc) return rc;
+        // an exactly rank-deficient G Q (G of rank below k: Kpre zero in enough columns, or S < k) has a
+        // singular Gram matrix, which a later unshifted pass cannot factor: then the iteration again from
+        // the same start, with Householder QR. The statuses are read on the host; the solvers below
+        // synchronize with it anyway.
+        int status[3 * SHADOWKV_RR_ITERS];
+        CUDA_TRY(cudaMemcpyAsync(status, w.chol_info, sizeof status, cudaMemcpyDeviceToHost, stream));
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        int failed = 0;
+        for (int i = 0; i < 3 * SHADOWKV_RR_ITERS; i++) failed |= status[i] != 0;
+        if (qr_fallback) *qr_fallback = failed;
+        if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
         float *Q = w.Q, *Y = w.Y;
         CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
         CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
                                       p->eig_lwork, info));
-        merge_info_kernel<<<1, 1, 0, stream>>>(info, w.chol_info, 3 * SHADOWKV_RR_ITERS);
-        CUDA_TRY(cudaGetLastError());
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, k, &one, Q, N, w.T, k, &zero, Y, N));
         m = k, V = Y;
     } else if (p->eig == SHADOWKV_EIG_TOP_R) {

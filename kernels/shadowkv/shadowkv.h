@@ -40,7 +40,8 @@ extern "C" {
 
 /* How the top-r eigenpairs of the Gram matrix are found: syevdx of the r largest, syevd of all, or
  * randomized subspace iteration on G (SHADOWKV_RR_OVERSAMPLE extra columns, SHADOWKV_RR_ITERS products
- * by G, each followed by a shifted CholeskyQR3 in fp64) and the exact eigenpairs of the small projected
+ * by G, each followed by a shifted CholeskyQR3 in fp64; where G times the subspace is exactly rank-
+ * deficient, the iteration again with Householder QR) and the exact eigenpairs of the small projected
  * matrix.
  * GESVDR: no Gram matrix; cuSOLVER's randomized SVD (cusolverDnXgesvdr) of Kpre itself, with the same
  * oversampling and power iterations, as the library peer of RANDOMIZED. */
@@ -58,7 +59,8 @@ typedef struct shadowkv_lowrank_plan {
     int S, Hkv, D, r, N;
     shadowkv_eig eig;
     void *cublas, *cusolver; /* cublasHandle_t, cusolverDnHandle_t */
-    int eig_lwork;           /* floats of the eigensolver's workspace (randomized: the small eigensolver's) */
+    int eig_lwork;           /* floats of the eigensolver's workspace (randomized: the largest of the small
+                                eigensolver's and the fallback QR's) */
     int chol_lwork;          /* randomized: doubles of the QR's Cholesky factorization's workspace (potrf) */
     int k;                   /* randomized, gesvdr: columns of the subspace, min(r + oversampling, N) */
     void *svd_params;        /* gesvdr: cusolverDnParams_t */
@@ -75,10 +77,11 @@ void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p);
 
 /* Enqueue the factorization of Kpre [S, Hkv*D] fp32 (finite: the caller checks, as the reference does)
  * into U [S, r], SV [Hkv, r, D] (fp32) and their bf16 copies U16, SV16; *info (device int) receives the
- * eigensolver's status (0: converged; randomized: else the first nonzero status of the QRs' Cholesky
- * factorizations, i.e. a Gram matrix that was not positive definite). workspace: p->workspace_bytes of device memory. */
+ * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. *qr_fallback (may
+ * be NULL) receives 1 where the randomized path's Cholesky QR met a rank-deficient product and the
+ * iteration ran again with Householder QR, else 0. */
 int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                     kvb_bf16 *SV16, int *info, void *workspace, cudaStream_t stream);
+                     kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, cudaStream_t stream);
 
 /* Workspace of shadowkv_landmarks: the chunk means (bf16), the selection keys, the top-k's own. */
 size_t shadowkv_landmarks_workspace_bytes(int B, int Hkv, int n_chunks, int D);
