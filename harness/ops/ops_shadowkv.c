@@ -3,7 +3,7 @@
  *
  * shadowkv_lowrank: the rank-r factorization of the pre-RoPE keys Kpre [S, Hkv*D] (fp32).
  *   impl=kernel     the Gram matrix, then subspace iteration on it and the eigenpairs of the projected
- *                   (r + 32) x (r + 32) matrix (kernels/shadowkv/shadowkv.h SHADOWKV_EIG_RANDOMIZED)
+ *                   k x k matrix, k = max(r + 32, 3r/2) (kernels/shadowkv/shadowkv.h SHADOWKV_EIG_RANDOMIZED)
  *   impl=syevdx     the exact path: Gram matrix + cuSOLVER syevdx of the r largest eigenpairs
  *   impl=syevd_all  the same with every eigenpair (syevd), kept to compare
  *   impl=gesvdr     cuSOLVER's randomized SVD of Kpre itself (cusolverDnXgesvdr), the library peer
@@ -18,9 +18,9 @@
  *   Inputs (dist=): normal, N(0, 1): a flat spectrum, the hard case for an approximate subspace;
  *   lowrank, sum_{i<192} 4 exp(-i/40) a_i b_i^T + 0.02 noise (a_i, b_i, noise N(0, 1)): decaying
  *   singular values, the shape of pre-RoPE keys in the ShadowKV paper; rankdef, N(0, 1) in Kpre's first
- *   Hkv*D/4 columns and zeros in the others: a Gram matrix of exact rank Hkv*D/4, which at r + 32 above
- *   that leaves impl=kernel's subspace rank-deficient (its Cholesky QR fails there and the iteration
- *   runs again with Householder QR; the note says when).
+ *   Hkv*D/4 columns and zeros in the others: a Gram matrix of exact rank Hkv*D/4, which below impl=kernel's
+ *   k = max(r + 32, 3r/2) columns leaves its subspace rank-deficient (its Cholesky QR fails there and the
+ *   iteration runs again with Householder QR; the note says when).
  *
  * shadowkv_landmarks: chunk means, the minimum cosine per chunk, the outlier chunks (the suite's top-k
  *   of -min_cos) and the landmarks of the others, from post-RoPE keys K [B, Hkv, S, D] bf16.
@@ -322,12 +322,12 @@ static size_t host_bytes_lowrank(const kvb_case *c)
 }
 
 static const kvb_impl lowrank_impls[] = {
-    {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32), subspace iteration on it (r + 32 columns, 3 "
+    {"kernel", launch_lowrank, 1, "Gram matrix (cublasSsyrk, fp32), subspace iteration on it (max(r + 32, 3r/2) columns, 3 "
                                   "products, shifted CholeskyQR3 in fp64), the small projected matrix's eigenpairs "
                                   "(syevd), one GEMM"},
     {"syevdx", launch_lowrank, 1, "the exact path: Gram matrix + cuSOLVER syevdx of the r largest + one GEMM"},
     {"syevd_all", launch_lowrank, 1, "the exact path with every eigenpair (syevd), kept to compare"},
-    {"gesvdr", launch_lowrank, 1, "cuSOLVER's randomized SVD of Kpre (cusolverDnXgesvdr, r + 32 columns, 3 power "
+    {"gesvdr", launch_lowrank, 1, "cuSOLVER's randomized SVD of Kpre (cusolverDnXgesvdr, max(r + 32, 3r/2) columns, 3 power "
                                   "iterations): the library peer of impl=kernel"},
     {"lapacke", launch_lapacke, 1, "the CPU reference (LAPACKE_dgesdd on this machine's cores), factors uploaded"},
 };

@@ -3,8 +3,8 @@
  *
  * Low-rank pre-RoPE keys (step 1), planned on the host, then only enqueued:
  *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D, fp32 (cublasSsyrk, no TF32)
- *   G  ~ V diag(lambda) V^T               the r largest eigenpairs: subspace iteration on G (k = r + 32
- *                                         columns, 3 products, each QR'd) and the exact eigenpairs of
+ *   G  ~ V diag(lambda) V^T               the r largest eigenpairs: subspace iteration on G (k = max(r +
+ *                                         32, 3r/2) columns, 3 products, each QR'd) and the exact eigenpairs of
  *                                         Q^T G Q; or cuSOLVER syevdx of the r largest (the exact path),
  *                                         or syevd of all of them, kept to compare
  *   s_j = sqrt(lambda_j), v_j             j < r, descending
@@ -39,7 +39,7 @@ extern "C" {
 #define SHADOWKV_GPU_MAX_N 8192 /* Hkv*D: the Gram matrix is N*N fp32 (256 MB at the limit) */
 
 /* How the top-r eigenpairs of the Gram matrix are found: syevdx of the r largest, syevd of all, or
- * randomized subspace iteration on G (SHADOWKV_RR_OVERSAMPLE extra columns, SHADOWKV_RR_ITERS products
+ * randomized subspace iteration on G (k = min(N, max(r + SHADOWKV_RR_OVERSAMPLE, 3r/2)) columns, SHADOWKV_RR_ITERS products
  * by G, each followed by a shifted CholeskyQR3 in fp64; where G times the subspace is exactly rank-
  * deficient, the iteration again with Householder QR) and the exact eigenpairs of the small projected
  * matrix.
@@ -51,7 +51,7 @@ typedef enum {
     SHADOWKV_EIG_RANDOMIZED = 2,
     SHADOWKV_EIG_GESVDR = 3
 } shadowkv_eig;
-#define SHADOWKV_RR_OVERSAMPLE 32
+#define SHADOWKV_RR_OVERSAMPLE 32 /* extra columns at least; r/2 at least from r = 64 up */
 #define SHADOWKV_RR_ITERS 3
 
 /* Host plan of one factorization shape: handles bound to `stream`, the eigensolver's workspace size. */
