@@ -54,6 +54,7 @@ expect "attention: L = 0" 2 'selective_attn: L=0 out of range \[1, 1048576\]' --
 expect "attention: w0 past the last row" 2 'selective_attn: w0=4096 out of range \[0, L-1 = 4095\]' -- check --cases "$cases" "selective_attn L=4096 w0=4096"
 expect "attention: forward alone without O" 2 'need_out=0 out of range \[1, 1\] for impl=fwd_only' -- bench --cases "$cases" "selective_attn need_out=0 w0=4000 impl=fwd_only"
 expect "shadowkv: rank above min(S, Hkv*D)" 2 'shadowkv_lowrank: r=17 out of range \[1, min\(S, Hkv\*D\) = 16\]' -- check --cases "$cases" "shadowkv_lowrank S=100 Hkv=1 D=16 r=17"
+expect "a filter written as a case line: the hint" 2 'give the kernel.s name alone or a part of their ids, e\.g\. "method=shadowkv"' -- check --cases "$cases" "decode_step method=shadowkv"
 expect "shadowkv: rank 0" 2 'shadowkv_lowrank: r=0 out of range \[1, 8192\]' -- check --cases "$cases" "shadowkv_lowrank r=0"
 expect "shadowkv: gesvdr on a wide matrix" 2 'shadowkv_lowrank: impl=gesvdr: S=100 out of range \[Hkv\*D = 256, 2\^24\]' -- check --cases "$cases" "shadowkv_lowrank S=100 Hkv=2 D=128 r=50 impl=gesvdr"
 expect "shadowkv: more outliers than chunks" 2 'shadowkv_landmarks: outlier_chunks=9 out of range \[0, n_chunks = floor\(S/c\) - local_chunks = floor\(100/8\) - 4 = 8\]' -- check --cases "$cases" "shadowkv_landmarks S=100 outlier_chunks=9"

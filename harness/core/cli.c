@@ -228,6 +228,20 @@ int kvb_check_paths(const kvb_options *o)
 
 /* ---- case selection: load every case file first, so a malformed line stops everything ---- */
 
+/* Whether the key a case line's parse error names ("command line: LINE: key=... out of range") is one
+ * the line gives itself; 1 when the error names none. */
+static int failed_key_given(const char *err, const char *line)
+{
+    const char *at = strstr(err, line);
+    if (!at || strncmp(at + strlen(line), ": ", 2)) return 1;
+    const char *key = at + strlen(line) + 2;
+    size_t n = strcspn(key, "= ");
+    if (!n || key[n] != '=') return 1;
+    for (const char *t = line; *t; t += strcspn(t, " \t"), t += strspn(t, " \t"))
+        if (!strncmp(t, key, n + 1)) return 1;
+    return 0;
+}
+
 /* A case line starts with a kernel name followed by key=value tokens ("gather_copy B=8"); a kernel's
  * name alone ("gather_copy") selects that kernel's cases; anything else ("impl=tma", "B=8 Hkv",
  * "gather_copy_") filters case ids by substring. A first word that is
@@ -340,6 +354,16 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
         int rc = kvb_case_parse(o->filters[i], "command line", &c);
         if (rc != KVB_OK) {
             fprintf(stderr, "kvbench: %s\n", rc == KVB_CASE_BLANK ? "empty case line on the command line" : kvb_last_error());
+            /* a line meant as a filter ("decode_step method=shadowkv") fails on a key it left to its default:
+             * then say how to write a filter */
+            const char *rest = o->filters[i] + strcspn(o->filters[i], " \t");
+            rest += strspn(rest, " \t");
+            if (rc != KVB_CASE_BLANK && *rest && !failed_key_given(kvb_last_error(), o->filters[i]))
+                fprintf(stderr,
+                        "kvbench: (a kernel's name followed by key=value is one case, run as given with the defaults "
+                        "for the rest; to select cases of the case files, give the kernel's name alone or a part of "
+                        "their ids, e.g. \"%s\")\n",
+                        rest);
             kvb_cases_free(&all);
             kvb_cases_free(out);
             return 2;
