@@ -24,7 +24,7 @@ static void test_lowrank_plan_refuses(void **state)
     assert_error_mentions("r=0 out of range");
     assert_int_equal(shadowkv_lowrank_plan_make(&p, 100000, 64, 256, 160, SHADOWKV_EIG_TOP_R, 0), KVB_EINVAL);
     assert_error_mentions("Hkv*D=16384 out of range [1, 8192]");
-    assert_int_equal(shadowkv_lowrank(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0), KVB_EINVAL);
+    assert_int_equal(shadowkv_lowrank(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0), KVB_EINVAL);
     assert_error_mentions("the plan was not made");
 }
 

@@ -88,6 +88,9 @@ typedef struct lowrank_priv {
     double optimal, norm; /* the optimal rank-r error, ||Kpre||_F */
     double ratio32, ratio16;
     int qr_fallback;     /* impl=kernel's last run took the Householder QR (a rank-deficient subspace) */
+#if KVB_HAVE_CUDA
+    shadowkv_lowrank_stages stages; /* the last stage-timed launch's phases (bench) */
+#endif
     int reused;          /* the singular values came from the previous case's identical input (lowrank_memo) */
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_plan plan;
@@ -248,7 +251,24 @@ static int launch_lowrank(kvb_run *r)
 {
     lowrank_priv *p = r->priv;
     return shadowkv_lowrank(&p->plan, dev(r, "Kpre"), dev(r, "U"), dev(r, "SV"), dev(r, "U_bf16"), dev(r, "SV_bf16"),
-                            dev(r, "info"), dev(r, "workspace"), &p->qr_fallback, r->stream);
+                            dev(r, "info"), dev(r, "workspace"), &p->qr_fallback, r->stage_timing ? &p->stages : NULL,
+                            r->stream);
+}
+
+/* The bench's stage times (the counters stage_us_gram, _iterate, _eig, _factors): the GPU impls' phases.
+ * impl=lapacke has none: refused, so the bench does not rerun the CPU reference for them. */
+static int stage_times_lowrank(kvb_run *r)
+{
+    const lowrank_priv *p = r->priv;
+    if (!strcmp(kvb_run_impl(r), "lapacke")) return KVB_EINVAL;
+    const char *names[4] = {"gram", "iterate", "eig", "factors"};
+    const float ms[4] = {p->stages.gram_ms, p->stages.iterate_ms, p->stages.eig_ms, p->stages.factors_ms};
+    r->n_stages = 4;
+    for (int i = 0; i < 4; i++) {
+        snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", names[i]);
+        r->stage_ms[i] = ms[i];
+    }
+    return KVB_OK;
 }
 
 /* The CPU reference as a peer: LAPACKE on this machine's cores, then the factors uploaded. */
@@ -275,6 +295,7 @@ static int launch_lapacke(kvb_run *r)
 #else
 static int launch_lowrank(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 static int launch_lapacke(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+#define stage_times_lowrank NULL
 #endif
 
 /* Work: the Gram matrix (S N^2 multiply-adds, half of them by symmetry: S N (N+1) FLOPs), the
@@ -346,6 +367,7 @@ const kvb_op op_shadowkv_lowrank = {
     .cost = cost_lowrank,
     .teardown = teardown_lowrank,
     .out_check = out_check_lowrank,
+    .stage_times = stage_times_lowrank,
 };
 
 /* ==== shadowkv_landmarks =========================================================================== */

@@ -410,7 +410,7 @@ static int gpu_prefill_skv(kvb_run *r, step_priv *p, const kvb_bf16 *q_host)
     const float *kpre = kvb_run_find(r, "Kpre")->d;
     for (int j = 0; j < P && !rc; j++)
         rc = shadowkv_lowrank(&plan, kpre + (int64_t)j * S * N, u, sv, (kvb_bf16 *)U->d + (int64_t)j * S * R,
-                              (kvb_bf16 *)SV->d + (int64_t)j * N * R, info + j, ws, NULL, r->stream);
+                              (kvb_bf16 *)SV->d + (int64_t)j * N * R, info + j, ws, NULL, NULL, r->stream);
     int info_h[SKV_PROMPTS] = {0};
     kvb_d2h(info_h, info, sizeof(int) * (size_t)P, r->stream);
     kvb_sync(r->stream);

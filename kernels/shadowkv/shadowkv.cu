@@ -275,8 +275,36 @@ static int subspace_householder(const shadowkv_lowrank_plan *p, const lowrank_ws
     return KVB_OK;
 }
 
+// The phases' events when stage times are asked for (shadowkv_lowrank_stages): created with the call,
+// destroyed on every way out of it.
+struct PhaseEvents {
+    cudaEvent_t e[5] = {};
+    int n = 0;
+    ~PhaseEvents()
+    {
+        for (int i = 0; i < n; i++) cudaEventDestroy(e[i]);
+    }
+    cudaError_t make(bool on)
+    {
+        if (!on) return cudaSuccess;
+        for (; n < 5; n++) {
+            const cudaError_t err = cudaEventCreate(&e[n]);
+            if (err != cudaSuccess) return err;
+        }
+        return cudaSuccess;
+    }
+    cudaError_t mark(int i, cudaStream_t stream) { return n ? cudaEventRecord(e[i], stream) : cudaSuccess; }
+    float ms(int i) const
+    {
+        float t = 0.f;
+        cudaEventElapsedTime(&t, e[i], e[i + 1]);
+        return t;
+    }
+};
+
 extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                                kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, cudaStream_t stream)
+                                kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback,
+                                shadowkv_lowrank_stages *stages, cudaStream_t stream)
 {
     if (qr_fallback) *qr_fallback = 0;
     if (!p->cublas || !p->cusolver) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the plan was not made");
@@ -291,8 +319,13 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     const int N = p->N, S = p->S, r = p->r;
     // Kpre row-major [S, N] is the column-major N x S matrix A; G = A A^T (lower triangle)
     const float one = 1.f, zero = 0.f;
+    PhaseEvents ev;
+    CUDA_TRY(ev.make(stages != NULL));
+    CUDA_TRY(ev.mark(0, stream));
     if (p->eig != SHADOWKV_EIG_GESVDR)
         CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
+    CUDA_TRY(ev.mark(1, stream));
+    if (p->eig != SHADOWKV_EIG_RANDOMIZED) CUDA_TRY(ev.mark(2, stream)); // no iteration: iterate_ms = 0
     int m = N;
     const float *V = w.G, *lambda = w.W; // the eigenvectors (columns, ld N) and values, ascending
     if (p->eig == SHADOWKV_EIG_GESVDR) {
@@ -325,6 +358,7 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         for (int i = 0; i < 3 * SHADOWKV_RR_ITERS; i++) failed |= status[i] != 0;
         if (qr_fallback) *qr_fallback = failed;
         if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
+        CUDA_TRY(ev.mark(2, stream));
         float *Q = w.Q, *Y = w.Y;
         CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
@@ -340,6 +374,7 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, N, w.G, N, w.W, w.work,
                                       p->eig_lwork, info));
     }
+    CUDA_TRY(ev.mark(3, stream));
     const int threads = 256;
     const int64_t nv = (int64_t)N * r;
     lowrank_factors_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(
@@ -351,6 +386,12 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     const int64_t blocks = (nu + threads - 1) / threads;
     to_bf16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(U, nu, (__nv_bfloat16 *)U16);
     CUDA_TRY(cudaGetLastError());
+    if (stages) {
+        CUDA_TRY(ev.mark(4, stream));
+        CUDA_TRY(cudaEventSynchronize(ev.e[4]));
+        stages->gram_ms = ev.ms(0), stages->iterate_ms = ev.ms(1), stages->eig_ms = ev.ms(2);
+        stages->factors_ms = ev.ms(3);
+    }
     return KVB_OK;
 }
 

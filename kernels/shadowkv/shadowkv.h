@@ -75,13 +75,24 @@ int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int Hkv, int D, 
                                cudaStream_t stream);
 void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p);
 
+/* Device time of each phase of shadowkv_lowrank (ms), from events between them on the stream, the
+ * host's waits inside the call included (cuSOLVER's solvers synchronize): gram, the Gram matrix; iterate,
+ * the randomized path's products and QRs with its fallback (0 on the other paths); eig, the eigenpairs
+ * (the Rayleigh-Ritz step, syevdx, syevd, or gesvdr with its transpose); factors, Vs, SV, U and the
+ * bf16 copies. */
+typedef struct shadowkv_lowrank_stages {
+    float gram_ms, iterate_ms, eig_ms, factors_ms;
+} shadowkv_lowrank_stages;
+
 /* Enqueue the factorization of Kpre [S, Hkv*D] fp32 (finite: the caller checks, as the reference does)
  * into U [S, r], SV [Hkv, r, D] (fp32) and their bf16 copies U16, SV16; *info (device int) receives the
  * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. *qr_fallback (may
  * be NULL) receives 1 where the randomized path's Cholesky QR met a rank-deficient product and the
- * iteration ran again with Householder QR, else 0. */
+ * iteration ran again with Householder QR, else 0. *stages (may be NULL) receives the phases' device
+ * times; the call then also waits for its last phase. */
 int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                     kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, cudaStream_t stream);
+                     kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, shadowkv_lowrank_stages *stages,
+                     cudaStream_t stream);
 
 /* Workspace of shadowkv_landmarks: the chunk means (bf16), the selection keys, the top-k's own. */
 size_t shadowkv_landmarks_workspace_bytes(int B, int Hkv, int n_chunks, int D);
