@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # publish.sh ROUND_DIR GPU: make a finished round (gpu_round.sh's OUT, copied back from the GPU machine)
-# the canonical result set of that GPU: results/GPU/ is replaced by the round's files, the plot is drawn
+# the canonical result set of that GPU: the round's files in results/GPU/ are replaced (the directories
+# beside them, A/B rounds and the main job's runs, stay), the plot is drawn
 # from its bench.json, the README's headline table and the family notes' figures are regenerated from it,
 # and results/README.md's entry for GPU is rewritten from its logs. `make publish ROUND=dir [GPU_DIR=h200]`.
 set -eu
@@ -9,9 +10,13 @@ gpu=${2:?usage: publish.sh ROUND_DIR GPU}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dest=$root/results/$gpu
 [ -s "$round/bench.json" ] || { echo "publish: $round/bench.json missing or empty" >&2; exit 2; }
-rm -rf "$dest"
+round_files="device.txt round.log tests.log check.json check.log sanitize.txt peers.json peers.log bench.json bench.log summary.md"
 mkdir -p "$dest"
-for f in device.txt round.log tests.log check.json check.log sanitize.txt peers.json peers.log bench.json bench.log summary.md; do
+# the previous round's files go (a file the new round lacks must not survive from the old one); the
+# subdirectories other than sanitize/ are other measurements and stay
+for f in $round_files pct_of_ceiling.png plot.dat plot_meta.gp; do rm -f "$dest/$f"; done
+rm -rf "$dest/sanitize"
+for f in $round_files; do
     [ -f "$round/$f" ] && cp "$round/$f" "$dest/"
 done
 if [ -d "$round/sanitize" ]; then # the four tools' logs, compressed (racecheck's can be large)
