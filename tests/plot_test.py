@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tests of harness/report/plot_report.py (and harness/report/plots.gp where gnuplot is installed) on
+"""Tests of harness/report/plot_report.py (and harness/report/plots.gp where gnuplot is installed; and
+harness/report/publish.sh on a copy of the tree and its canonical round) on
 tests/data/plot_fixture.json: round-42db883's bench1/bench2 trimmed to seven rows (decode_attn with
 an in-suite impl and two external peers, one more decode_attn, selective_attn with an impl on its own
 ceiling and a peer above 100%, index_scan without impl=, and gather_copy_d2d turned into a failed
@@ -182,6 +183,46 @@ def test_gnuplot_draws_png(tmp):
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_publish_replaces_only_the_rounds_files(tmp):
+    """publish.sh on a copy of the tree: the round's files replace the old ones (a file the new round
+    lacks goes), the directories beside them (A/B rounds, the main job's runs) stay."""
+    src = os.path.normpath(os.path.join(HERE, ".."))
+    publish = os.path.join(src, "harness", "report", "publish.sh")
+    canonical = os.path.join(src, "results", "h200")
+    if not os.path.exists(publish) or not os.path.exists(os.path.join(canonical, "bench.json")):
+        raise Skip("not a source tree with a canonical round")
+    if not shutil.which("gnuplot"):
+        raise Skip("no gnuplot")
+    root = os.path.join(tmp, "root")
+    shutil.copytree(os.path.join(src, "harness", "report"), os.path.join(root, "harness", "report"))
+    shutil.copy(os.path.join(src, "README.md"), root)
+    os.makedirs(os.path.join(root, "results", "h200", "ab", "kept"))
+    shutil.copy(os.path.join(src, "results", "README.md"), os.path.join(root, "results"))
+    for family in os.listdir(os.path.join(src, "kernels")):
+        note = os.path.join(src, "kernels", family, "NOTES.md")
+        if os.path.exists(note):
+            os.makedirs(os.path.join(root, "kernels", family))
+            shutil.copy(note, os.path.join(root, "kernels", family))
+    dest = os.path.join(root, "results", "h200")
+    for name, text in (("ab/kept/a.json", "{}"), ("tests.log", "the old round's"), ("sanitize/old.log.gz", "")):
+        os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+        with open(os.path.join(dest, name), "w") as f:
+            f.write(text)
+    rnd = os.path.join(tmp, "round")
+    os.makedirs(rnd)
+    for name in ("bench.json", "check.json", "device.txt", "round.log"):
+        shutil.copy(os.path.join(canonical, name), rnd)
+    r = subprocess.run(["bash", os.path.join(root, "harness", "report", "publish.sh"), rnd, "h200"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.path.exists(os.path.join(dest, "ab", "kept", "a.json")), "a directory beside the round was removed"
+    assert not os.path.exists(os.path.join(dest, "tests.log")), "the old round's tests.log survived"
+    assert not os.path.exists(os.path.join(dest, "sanitize")), "the old round's sanitize/ survived"
+    with open(os.path.join(dest, "bench.json")) as a, open(os.path.join(rnd, "bench.json")) as b:
+        assert a.read() == b.read()
+    assert os.path.exists(os.path.join(dest, "pct_of_ceiling.png"))
 
 
 def main():
