@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring/page_scoring.cu's index
-math, written to check it without a GPU: the block plan (plan_blocks, WIDE / NARROW tiles), each thread's row
-slot and 16-byte piece per step, its cp.async ring (a stage is read only after the copy of that step landed in
-it and before the next copy overwrites it), the channel choice by the top-k rule and its ascending compaction,
-the row slots' sum per tile, the per-block softmax partials and their merge in pass 2, Quest's q+ hi + q- lo,
-and page_meta_build's piece / group / transposition layout and page_meta_append. It mirrors the CUDA code
-statement by statement (fp32 where the kernel is fp32) and compares with a float64 evaluation of the formulas
-of kernels/page_scoring/NOTES.md. Not a model of timing, races or the hardware's memory ordering.
+math, written to check it without a GPU: the block plan (plan_blocks, wide / narrow tiles); hybrid pass 1 on
+the tensor cores: each warp's (tile, 16-channel chunk) steps, its lanes' cp.async copies into the swizzled
+stage layout, its ring (a stage is read only after the copy of that step landed in it and before the next
+copy overwrites it; shared memory never written reads as nan), ldmatrix .x4 .trans from the lanes' row
+addresses, the mma.sync m16n8k16 fragments (A, B, C by the PTX layouts) with the queries split into bf16 hi
+and lo columns, and the epilogue's z, (max, sum) per lane and their merges; the channel choice by the top-k
+rule and its ascending compaction; the per-block softmax partials and their merge in pass 2; Quest's row
+slots, their sum per tile and q+ hi + q- lo; page_meta_build's piece / group / transposition layout and
+page_meta_append. It mirrors the CUDA code statement by statement (fp32 where the kernel is fp32; an mma's
+k-step summed exactly and rounded once) and compares with a float64 evaluation of the formulas of
+kernels/page_scoring/NOTES.md. Not a model of timing, races or the hardware's memory ordering.
 
     python3 tests/emulate_page_scoring.py      # a set of shapes; prints the largest error per shape
 """
@@ -16,8 +20,8 @@ import sys
 import numpy as np
 
 THREADS, WARPS = 256, 8
-WIDE, NARROW = 256, 128
-HYB_STAGES, QUEST_STAGES = 8, 6
+WIDE, NARROW = 256, 128  # Quest
+QUEST_STAGES = 6
 f32 = np.float32
 
 
@@ -101,17 +105,72 @@ def lse_merge(m, s, m2, s2):
     return M, f32(s)
 
 
+HYB_WT = (64, 16)  # hybrid pass 1: pages per warp tile (wide, narrow); a block tile is WARPS of them
+HYB_KC = 16        # channels per k-chunk (the mma's k)
+
+
+class HybTile:
+    """HybTile<G, WT> of page_scoring.cu: the warp tile's sizes and the stage layout (16-byte units swizzled)"""
+
+    def __init__(self, wt, G=4):
+        self.WT, self.TILE, self.MT, self.U = wt, WARPS * wt, wt // 16, wt // 8
+        self.ROWB, self.STAGE = wt * 2, HYB_KC * wt * 2
+        self.PIECES = HYB_KC * self.U // 32
+        self.STAGES = (4 if G <= 4 else 3) if wt == 64 else 8
+
+    def at(self, k, u):
+        """byte offset in a stage of unit u of row k"""
+        swz = (k // (8 // self.U)) & (self.U - 1)
+        return k * self.ROWB + ((u ^ swz) << 4)
+
+
+def hyb_tile_choice(resident, heads, n_pages, G):
+    wide = HybTile(HYB_WT[0]).TILE
+    return HybTile(HYB_WT[1] if heads * ((n_pages + wide - 1) // wide) < resident else HYB_WT[0], G)
+
+
+def ldmatrix_x4_trans(stage, addr):
+    """ldmatrix .x4 .trans: addr [32] byte offsets (lanes 8i..8i+7: the rows of matrix i) -> per lane the
+    4 registers as (low, high) value pairs: lane 4g + t gets (R_2t[g], R_2t+1[g]) of each matrix"""
+    out = np.zeros((4, 32, 2), dtype=np.float32)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    for i in range(4):
+        rows = np.stack([stage[addr[8 * i + j] // 2:addr[8 * i + j] // 2 + 8] for j in range(8)])  # [8, 8]
+        out[i, :, 0] = rows[2 * t, g]
+        out[i, :, 1] = rows[2 * t + 1, g]
+    return out
+
+
+def mma_m16n8k16(c, a, b):
+    """c [16, 8] fp32 += A B from the fragments (a [4, 32, 2], b [2, 32, 2]); the products are exact, the
+    sum of a k-step is taken exactly and rounded once to fp32 (the hardware's accumulation is close to it)"""
+    A, Bm = np.zeros((16, 16)), np.zeros((16, 8))
+    for l in range(32):
+        g, t = l // 4, l % 4
+        for e in range(2):
+            A[g, 2 * t + e], A[g + 8, 2 * t + e] = a[0, l, e], a[1, l, e]
+            A[g, 2 * t + 8 + e], A[g + 8, 2 * t + 8 + e] = a[2, l, e], a[3, l, e]
+            Bm[2 * t + e, g], Bm[2 * t + 8 + e, g] = b[0, l, e], b[1, l, e]
+    return (c.astype(np.float64) + A @ Bm).astype(np.float32)
+
+
 def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
     n = (L + P - 1) // P
     heads = B * Hkv
-    tile = tile_choice(resident, heads, n)
-    _, _, slots = shape(tile)
-    tiles = (n + tile - 1) // tile
+    T = hyb_tile_choice(resident, heads, n, G)
+    tiles = (n + T.TILE - 1) // T.TILE
     per_block, blocks = plan_blocks(resident, heads, tiles)
+    NT = (G + 3) // 4
+    n_kc = (r + HYB_KC - 1) // HYB_KC
     z = np.full((heads, G, cap), np.nan, dtype=np.float32)
     part = np.zeros((heads, blocks, G, 2), dtype=np.float32)
     channels = np.zeros((heads, r), dtype=np.int32)
-    slot, first = slot_and_page(tile)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    ck, cl = lane // 2, (lane % 2) * 8
+    cp_off = [T.at(ck, 2 * p + lane % 2) for p in range(T.PIECES)]
+    ld_off = [T.at((lane // 16) * 8 + lane % 8, 2 * mt + (lane // 8) % 2) for mt in range(T.MT)]
     for bh in range(heads):
         qg = q[bh * G:(bh + 1) * G].astype(np.float64)  # [G, D] bf16 values
         key = order_key(np.abs(qg).sum(0).astype(np.float32))  # h ascending in double, as the kernel
@@ -125,49 +184,98 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
         inv_tau = np.where(part_sum > 0, 1.0 / np.sqrt(D * np.maximum(part_sum, 1e-300) / all_sum), 0).astype(np.float32)
         rows = [(kmax if use_max[c] else kmin)[bh, c] for c in chosen]
         qs = (qg[:, chosen].astype(np.float32) * inv_tau[:, None]).astype(np.float32)  # [G, r]
+        # B fragments: lane (g, t) of chunk kc, n-tile nt: column g = head 4 nt + g / 2, hi (g even) or lo
+        bq = np.zeros((n_kc, NT, 2, 32, 2), dtype=np.float32)
+        for kc in range(n_kc):
+            for nt in range(NT):
+                for l in range(32):
+                    gg, tt = l // 4, l % 4
+                    h = 4 * nt + gg // 2
+                    for half in range(2):
+                        for e in range(2):
+                            k = kc * HYB_KC + half * 8 + 2 * tt + e
+                            s = qs[h, k] if k < r and h < G else f32(0)
+                            hi = bf16_round(s)
+                            bq[kc, nt, half, l, e] = hi if gg % 2 == 0 else bf16_round(f32(s - hi))
         for bx in range(blocks):
-            t0 = bx * per_block
-            count = min(t0 + per_block, tiles) - t0
-            steps_per_tile = (r + slots - 1) // slots
-            steps = count * steps_per_tile
-            ring = Ring(HYB_STAGES)
+            first = bx * per_block
+            count = min(first + per_block, tiles) - first
+            lse_w = np.tile(np.array([-math.inf, 0.0], dtype=np.float32), (WARPS, G, 1))
+            for warp in range(WARPS):
+                wp0 = warp * T.WT
+                n_tiles = count - (1 if (first + count - 1) * T.TILE + wp0 >= n else 0)
+                steps = n_tiles * n_kc
+                ring = Ring(T.STAGES)
+                stages = [np.full(T.STAGE // 2, np.nan, dtype=np.float32) for _ in range(T.STAGES)]  # never written: nan
+                st = {"is": 0, "kc": 0, "page": first * T.TILE + wp0 + cl}
 
-            def issue(s):
-                if s >= steps:
-                    return
-                tl = t0 + s // steps_per_tile
-                i = (s % steps_per_tile) * slots + slot
-                page = tl * tile + first
-                valid = (i < r) & (page < n)
-                ring.issue(s, pieces([rows[i[t]] if valid[t] else None for t in range(THREADS)], valid, page))
+                def issue():
+                    if st["is"] >= steps:
+                        return
+                    stage = stages[st["is"] % T.STAGES]
+                    k = st["kc"] * HYB_KC + ck
+                    for p in range(T.PIECES):
+                        page = st["page"] + 16 * p
+                        valid = (k < r) & (page < n)
+                        assert (np.minimum(page, cap - 8) >= 0).all()
+                        for l in range(32):
+                            d = cp_off[p][l] // 2
+                            stage[d:d + 8] = rows[k[l]][page[l]:page[l] + 8] if valid[l] else 0
+                    ring.issue(st["is"], st["is"] % T.STAGES)
+                    st["kc"] += 1
+                    if st["kc"] == n_kc:
+                        st["kc"], st["page"] = 0, st["page"] + T.TILE
+                    st["is"] += 1
 
-            for s in range(HYB_STAGES - 1):
-                issue(s)
-            run = np.tile(np.array([-math.inf, 0.0], dtype=np.float32), (G, THREADS, 1))
-            acc = np.zeros((THREADS, G, 8), dtype=np.float32)
-            for s in range(steps):
-                group = s % steps_per_tile
-                i = group * slots + slot
-                if group == 0:
+                for _ in range(T.STAGES - 1):
+                    issue()
+                run = np.tile(np.array([-math.inf, 0.0], dtype=np.float32), (NT, 32, 1))
+                acc = np.zeros((T.MT, NT, 16, 8), dtype=np.float32)
+                chunk, page0 = 0, first * T.TILE + wp0
+                for s in range(steps):
+                    stage = stages[ring.read(s)]
+                    for mt in range(T.MT):
+                        af = ldmatrix_x4_trans(stage, ld_off[mt])
+                        for nt in range(NT):
+                            acc[mt, nt] = mma_m16n8k16(acc[mt, nt], af, bq[chunk, nt])
+                    issue()  # into the stage read in step s - 1
+                    chunk += 1
+                    if chunk < n_kc:
+                        continue
+                    chunk = 0
+                    for nt in range(NT):
+                        for l in range(32):
+                            h = 4 * nt + t[l]
+                            zs, njs, mx = [], [], -math.inf
+                            for mt in range(T.MT):
+                                for hf in range(2):
+                                    j = page0 + mt * 16 + hf * 8 + g[l]
+                                    c = acc[mt, nt, g[l] + 8 * hf]  # c0, c1 or c2, c3: columns 2t, 2t + 1
+                                    zz = f32(c[2 * t[l]] + c[2 * t[l] + 1])
+                                    nj = f32(min(P, L - j * P)) if j < n else f32(0)
+                                    zs.append(zz), njs.append(nj)
+                                    if h < G and j < n:
+                                        z[bh, h, j] = zz
+                                        mx = max(mx, zz)
+                            m0, s0 = run[nt, l]
+                            M = max(m0, mx)
+                            if M != -math.inf:
+                                ssum = f32(0) if m0 == -math.inf else f32(s0 * f32(math.exp(f32(m0 - M))))
+                                for zz, nj in zip(zs, njs):
+                                    if nj > 0:
+                                        ssum = f32(ssum + f32(nj * f32(math.exp(f32(zz - M)))))
+                                run[nt, l] = (M, ssum)
                     acc[:] = 0
-                e = ring.read(s)
-                for t in np.nonzero(i < r)[0]:
-                    for h in range(G):
-                        acc[t, h] = (acc[t, h] + qs[h, i[t]] * e[t]).astype(np.float32)  # fma: close enough
-                issue(s + HYB_STAGES - 1)
-                if group == steps_per_tile - 1:
-                    j = (t0 + s // steps_per_tile) * tile + np.arange(THREADS)
-                    mine = (np.arange(THREADS) < tile) & (j < n)
-                    for h in range(G):
-                        zz = block_sum_tile(acc[:, h], tile)
-                        for t in np.nonzero(mine)[0]:
-                            z[bh, h, j[t]] = zz[t]
-                            nj = f32(min(P, L - j[t] * P))
-                            run[h, t] = lse_merge(run[h, t, 0], run[h, t, 1], zz[t], nj)
+                    page0 += T.TILE
+                for nt in range(NT):  # over the 8 lanes of a head: any order, same value
+                    for l in range(32):
+                        h = 4 * nt + t[l]
+                        if h < G:
+                            lse_w[warp, h] = lse_merge(lse_w[warp, h, 0], lse_w[warp, h, 1], run[nt, l, 0], run[nt, l, 1])
             for h in range(G):
                 m, ssum = -math.inf, f32(0)
-                for t in range(THREADS):  # the warp butterflies and the slot merge: any order, same value
-                    m, ssum = lse_merge(m, ssum, run[h, t, 0], run[h, t, 1])
+                for w in range(WARPS):
+                    m, ssum = lse_merge(m, ssum, lse_w[w, h, 0], lse_w[w, h, 1])
                 part[bh, bx, h] = (m, ssum)
     u = np.zeros((heads, n), dtype=np.float32)
     for bh in range(heads):
@@ -178,7 +286,7 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
                 m, ssum = lse_merge(m, ssum, part[bh, b, h, 0], part[bh, b, h, 1])
             lse[h] = f32(m + f32(math.log(ssum)))
         for j in range(n):
-            assert not np.isnan(z[bh, :, j]).any(), f"z of page {j} not written"
+            assert not np.isnan(z[bh, :, j]).any(), f"z of page {j} not written (or a nan reached it)"
             u[bh, j] = sum(f32(math.exp(f32(z[bh, h, j] - lse[h]))) for h in range(G))
     return u, channels
 
@@ -317,7 +425,7 @@ def build_emulated(K, B, Hkv, D, L, P, cap):
 def main():
     # the pages past the last one in the last 16-byte piece hold +inf / -inf (0 * inf = nan in Quest's
     # q+ hi + q- lo): their sums are never written, as in the kernel
-    np.seterr(invalid="ignore", over="ignore")
+    np.seterr(invalid="ignore", over="ignore", divide="ignore")
     rng = np.random.default_rng(1)
     worst = 0.0
     # (B, Hkv, G, D, L, P, r, resident): resident small to force several tiles per block, NARROW tiles, ...
@@ -328,6 +436,10 @@ def main():
         (1, 2, 8, 64, 100, 16, 64, 400),   # G = 8, one partial tile, r = D
         (1, 1, 2, 16, 1, 2, 1, 10),        # L = 1
         (1, 1, 4, 128, 2600, 1, 128, 2),   # P = 1, r = D
+        (1, 1, 5, 64, 1100, 2, 17, 2),     # G = 5 (two n-tiles, head 2 zero: tau = 0), r one past a chunk,
+                                           # wide tiles, warps 1-7 without pages in the last tile
+        (1, 1, 3, 256, 600, 1, 256, 1),    # D = r = 256 (16 chunks), two wide tiles in one block
+        (1, 1, 8, 32, 1040, 2, 16, 3),     # G = 8, r = 16 (one chunk, no padding), narrow tiles
     ]
     for (B, Hkv, G, D, L, P, r, resident) in shapes:
         n = (L + P - 1) // P
@@ -335,6 +447,8 @@ def main():
         q = bf16_round(rng.standard_normal((B * Hkv * G, D)))
         q[:, rng.choice(D, size=min(8, D), replace=False)] *= 8
         q = bf16_round(q)
+        if G == 5:
+            q[2::G] = 0  # head 2 of every group: tau = 0, z = 0
         x, y = bf16_round(rng.standard_normal((2, B * Hkv, D, cap)))
         kmin, kmax = np.minimum(x, y), np.maximum(x, y)
         kmin[:, :, n:], kmax[:, :, n:] = np.inf, -np.inf

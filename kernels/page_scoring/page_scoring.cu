@@ -2,25 +2,31 @@
 // (page_scoring.h; contract, budget and measurements kernels/page_scoring/NOTES.md; reference
 // reference/page_scoring.c).
 //
-// Scoring kernels (hybrid pass 1, Quest): a block of 8 warps scores tiles of TILE pages of one KV head
-// (256, or 128 for small contexts so that there are twice the blocks); a thread owns 8 consecutive pages
-// of one row (a 16-byte piece of a bf16 metadata row), a row's tile takes TILE/8 lanes, and the rows
-// are spread over the block's row slots (8 or 16), so that a small context still gives every SM work;
-// a tile ends with a sum over the slots in shared memory. Each thread streams its own pieces through a
-// ring of S stages of cp.async in shared memory (it reads back only what it copied itself, so no
-// barrier guards the ring): S - 1 pieces in flight per thread, across tile boundaries too, without
-// registers to hold them. Blocks take contiguous runs of tiles of one head, as many blocks as fill the
-// GPU once (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once
-// per block and the blocks end together.
+// Quest scoring: a block of 8 warps scores tiles of TILE pages of one KV head (256, or 128 for small
+// contexts so that there are twice the blocks); a thread owns 8 consecutive pages of one row (a 16-byte
+// piece of a bf16 metadata row), a row's tile takes TILE/8 lanes, and the rows are spread over the
+// block's row slots (8 or 16), so that a small context still gives every SM work; a tile ends with a
+// sum over the slots in shared memory. Each thread streams its own pieces through a ring of S stages of
+// cp.async in shared memory (it reads back only what it copied itself, so no barrier guards the ring):
+// S - 1 pieces in flight per thread, across tile boundaries too, without registers to hold them. The
+// lanes of a row piece read 256 or 512 contiguous bytes of one row per step (channel-major rows); the
+// pieces land in shared memory at thread x 16 B (conflict-free), and are read back the same way.
 //
-// Coalescing: the lanes of a row piece read 256 or 512 contiguous bytes of one row per step, a
-// metadata row being contiguous over pages (channel-major layout); the cp.async pieces land in shared
-// memory at thread x 16 B (conflict-free), and are read back the same way.
+// Hybrid pass 1 (design at hybrid_score_kernel): the r x pages product on the tensor cores (mma.sync
+// m16n8k16, the scaled queries split into a bf16 hi and lo column each); a block tile of 8 warps x 64
+// pages (16 for small contexts), each warp streaming its own 16-channel x 64-page stages through its
+// own cp.async ring, with no block barrier until the end.
 //
-// Occupancy (ptxas, sm_90a; 3 blocks per SM asked for G <= 4): hybrid G = 4: 72-77 registers, 33 KB
-// static + 32 KB ring -> 3 blocks (24 warps) per SM, 3 x 28 KB = 84 KB in flight per SM; Quest G = 4:
-// 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight; G = 8: 2 blocks per SM. Little's law
-// at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
+// Both: blocks take contiguous runs of tiles of one head, as many blocks as fill the GPU once
+// (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once per block
+// and the blocks end together.
+//
+// Occupancy (ptxas, sm_90a, 3 blocks per SM asked): hybrid pass 1, 64-page warp tiles: G <= 4: 67-70
+// registers, 7.5 KB static + 64 KB ring, up to 3 stages of 2 KB in flight per warp; G >= 5: 80
+// registers, 11.7 KB + 48 KB, 2 stages in flight; no spills -> 3 blocks (24 warps) per SM, 144 or 96 KB
+// in flight per SM. Quest G = 4: 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight;
+// G = 8: 2 blocks per SM.
+// Little's law at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
 //
 // Napkin math (read ceiling ~4.5 TB/s; Llama-3-8B heads: Hkv = 8, G = 4, D = 128; B = 8, L = 128K,
 // T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages per head):
@@ -33,8 +39,9 @@
 //     270 MB -> 60 us.
 //   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
 //     at the copy rate; append is a few scattered 2-byte writes per channel: launch-bound.
-// Compute per 16-byte piece is small (hybrid: 8 pages x G FMAs; Quest: 8 x (2 min/max + 2G FMAs)):
-// below the memory time at G <= 8.
+// Compute: Quest per 16-byte piece 8 x (2 min/max + 2G FMAs), below the memory time at G <= 8. Hybrid
+// with fp32 FMAs (8 G per piece plus the bf16 unpacking) was instruction-bound on an H200, hence the
+// tensor cores: one mma per 16 pages x 16 channels x 4 heads (hi and lo).
 #include <cfloat>
 #include <cstdint>
 
@@ -49,8 +56,7 @@ namespace {
 using namespace kvb_dev;
 
 constexpr int THREADS = 256, WARPS = THREADS / 32;
-constexpr int WIDE = 256, NARROW = 128; // pages per tile (TILE): a row piece of TILE / 8 lanes x 8 pages
-constexpr int HYB_STAGES = 8;   // hybrid: 7 pieces of 16 B in flight per thread (28 KB per block)
+constexpr int WIDE = 256, NARROW = 128; // Quest: pages per tile (TILE), a row piece of TILE / 8 lanes x 8 pages
 constexpr int QUEST_STAGES = 6; // Quest: 5 steps of 2 pieces (kmax, kmin) in flight (40 KB per block)
 
 __host__ __device__ constexpr int tiles_of(int n_pages, int tile) { return (n_pages + tile - 1) / tile; }
@@ -112,13 +118,53 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     m = M;
 }
 
+// Merged over the lanes with xor offsets 16, 8, .., LAST (LAST = 1: the whole warp; 4: the 8 lanes of
+// one t = lane % 4, a column of an mma fragment).
+template <int LAST = 1>
 __device__ __forceinline__ void lse_warp_merge(float &m, float &s)
 {
 #pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    for (int o = 16; o >= LAST; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
 
 // ---- RocketKV hybrid scoring ----
+
+// Pass 1 on the tensor cores: for a warp's WT pages, z^T (WT pages x heads) = E^T (WT x Kp) Qs (Kp x
+// heads), Kp = r rounded up to 16, one mma.sync m16n8k16 (bf16 in, fp32 accumulate) per 16 pages, 16
+// channels and 8 columns. A = E^T: the warp's stage holds 16 channel rows x WT pages as they lie in
+// the metadata (pages contiguous), so ldmatrix .trans gives the row-major A fragment. B = the scaled
+// queries s = q[h][c] / tau_h split in two bf16, hi = bf16(s) in column 2h' and lo = bf16(s - hi) in
+// column 2h' + 1 of n-tile h / 4 (h' = h % 4): the products of bf16 E with hi and lo are exact, so z
+// keeps ~17 bits of s where one bf16 of s would keep 8 (an error of ~1e-2 in z, a relative error of
+// u). Thread (g, t) of a warp then holds z of head 4 nt + t for pages g and g + 8 of each m-tile as
+// c0 + c1 and c2 + c3: no shuffle. Padded channels (r..Kp-1) have zero rows (zero-filled copies) and
+// zero B entries, so they add exactly 0.
+//
+// Streaming: a block tile is WARPS x WT pages; warp w owns pages [w WT, (w + 1) WT) of every tile of
+// the block's run and streams its steps (tile, 16-channel chunk) through its own ring of STAGES stages:
+// it copies a stage (16 rows x 2 WT bytes, 16-byte cp.async, a row's 2 WT bytes contiguous), waits for
+// its own groups and __syncwarp()s, then ldmatrix + mma. No block barrier in the loop; the block's
+// warps meet only at the end, for the (max, sum) partials.
+constexpr int HYB_KC = 16; // channels per k-chunk (the mma's k)
+
+template <int G, int WT>
+struct HybTile {
+    static_assert(WT == 64 || WT == 16, "warp tiles of 64 (WIDE) or 16 (NARROW) pages");
+    static constexpr int TILE = WARPS * WT;         // pages per block tile: 512 or 128
+    static constexpr int MT = WT / 16;              // m16 tiles per step
+    static constexpr int U = WT / 8;                // 16-byte units per row of a stage
+    static constexpr int ROWB = WT * 2;             // bytes per row of a stage
+    static constexpr int STAGE = HYB_KC * ROWB;     // bytes per stage: 2 KB or 512 B
+    static constexpr int PIECES = HYB_KC * U / 32;  // cp.async per lane and stage: 4 or 1
+    // stages per warp: 2 KB x 4 (G <= 4; 3 x 6 KB in flight per warp) or x 3 (G >= 5, whose larger
+    // static shared memory leaves 3 x 48 KB), or 512 B x 8 (narrow)
+    static constexpr int STAGES = WT == 64 ? (G <= 4 ? 4 : 3) : 8;
+    static constexpr int RING = WARPS * STAGES * STAGE; // dynamic shared memory per block: 64, 48 or 32 KB
+    // Unit u of row k of a stage lies at unit u ^ swz(k): the 8 rows (same u, consecutive k) that one
+    // ldmatrix phase reads fall in 8 different 16-byte bank groups (8 / U rows share a 128-byte line).
+    __device__ static int swz(int k) { return (k / (8 / U)) & (U - 1); }
+    __device__ static uint32_t at(int k, int u) { return (uint32_t)(k * ROWB + ((u ^ swz(k)) << 4)); }
+};
 
 struct HybridArgs {
     const uint16_t *q, *kmin, *kmax;
@@ -130,45 +176,50 @@ struct HybridArgs {
     int32_t *channels;            // [heads, r] or NULL
 };
 
+// The prologue's scratch, in the (then unused) dynamic shared memory of the ring.
+template <int G>
+struct HybridScratch {
+    float q[G][PAGE_MAX_D];
+    uint32_t key[PAGE_MAX_D];
+};
+
 template <int G>
 struct HybridSmem {
-    union {
-        float q[G][PAGE_MAX_D]; // the prologue's queries
-        float2 run[G][THREADS]; // then each thread's (max, sum n_j exp(z - max)) per query head, over
-                                // its pages (in shared memory: G = 8 would not fit in registers)
-    };
-    uint32_t key[PAGE_MAX_D];
-    int chosen[PAGE_MAX_D];       // the r channels, ascending
-    const uint16_t *row[PAGE_MAX_D]; // E row of each chosen channel (kmax or kmin by the sign of sg)
-    float qs[PAGE_MAX_D][G];      // q[h][I_i] / tau_h
+    static constexpr int NT = (G + 3) / 4; // n8 tiles: 4 heads' (hi, lo) column pairs each
+    uint2 bq[PAGE_MAX_D / HYB_KC][NT][32]; // B fragments (b0, b1) per k-chunk, n-tile and lane
+    const uint16_t *row[PAGE_MAX_D];       // E row of each chosen channel (kmax or kmin by the sign
+                                           // of sg); padded channels: kmin (never read)
+    int chosen[PAGE_MAX_D];                // the r channels, ascending
     float inv_tau[G];
     int warp_count[WARPS];
     unsigned char use_max[PAGE_MAX_D];
-    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
     float2 lse[WARPS][G];
 };
 
 // Pass 1: the channel choice of this (b, KV head), then z for the block's tiles (written to a.z) and
 // the block's (max, sum n_j exp(z - max)) per query head (written to a.part).
-template <int G, int TILE>
-__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(HybridArgs a, int64_t head0)
+template <int G, int WT>
+__global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, int64_t head0)
 {
-    using S = Shape<TILE>;
+    using T = HybTile<G, WT>;
+    constexpr int NT = HybridSmem<G>::NT;
+    static_assert(sizeof(HybridScratch<G>) <= (size_t)T::RING, "the prologue's scratch fits in the ring");
     __shared__ HybridSmem<G> sm;
-    extern __shared__ __align__(16) uint4 ring[]; // [HYB_STAGES][THREADS]: a 16-byte piece per thread and stage
+    extern __shared__ __align__(16) uint4 ring[]; // [WARPS][STAGES][STAGE bytes]
+    HybridScratch<G> &scr = *reinterpret_cast<HybridScratch<G> *>(ring);
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     // a[c] = sum_h |q[h][c]| and sg[c] = sum_h q[h][c], in double with h ascending as the reference
     // does, so the channel scores (a rounded to fp32) and the signs are bit for bit the reference's.
     const uint16_t *qg = a.q + bh * G * D;
-    for (int i = threadIdx.x; i < G * D; i += THREADS) sm.q[i / D][i % D] = bf16_bits_to_float(qg[i]);
+    for (int i = threadIdx.x; i < G * D; i += THREADS) scr.q[i / D][i % D] = bf16_bits_to_float(qg[i]);
     __syncthreads();
     for (int c = threadIdx.x; c < D; c += THREADS) {
         double abs_sum = 0, sum = 0;
 #pragma unroll
-        for (int h = 0; h < G; ++h) abs_sum += fabs((double)sm.q[h][c]), sum += (double)sm.q[h][c];
-        sm.key[c] = order_key((float)abs_sum);
+        for (int h = 0; h < G; ++h) abs_sum += fabs((double)scr.q[h][c]), sum += (double)scr.q[h][c];
+        scr.key[c] = order_key((float)abs_sum);
         sm.use_max[c] = sum > 0; // sg == 0 takes kmin
     }
     __syncthreads();
@@ -178,9 +229,9 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(H
     bool chosen = false;
     const int c = threadIdx.x;
     if (c < D) {
-        const uint32_t kc = sm.key[c];
+        const uint32_t kc = scr.key[c];
         int beaten_by = 0;
-        for (int o = 0; o < D; ++o) beaten_by += sm.key[o] > kc || (sm.key[o] == kc && o < c);
+        for (int o = 0; o < D; ++o) beaten_by += scr.key[o] > kc || (scr.key[o] == kc && o < c);
         chosen = beaten_by < r;
     }
     const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
@@ -195,8 +246,8 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(H
     // tau_h = sqrt(D * sum_{c in I} |q[h][c]| / sum_c |q[h][c]|), one warp per query head
     if (warp < G) {
         double part = 0, all = 0;
-        for (int i = lane; i < D; i += 32) all += fabs((double)sm.q[warp][i]);
-        for (int i = lane; i < r; i += 32) part += fabs((double)sm.q[warp][sm.chosen[i]]);
+        for (int i = lane; i < D; i += 32) all += fabs((double)scr.q[warp][i]);
+        for (int i = lane; i < r; i += 32) part += fabs((double)scr.q[warp][sm.chosen[i]]);
 #pragma unroll
         for (int o = 16; o >= 1; o >>= 1) {
             part += __shfl_xor_sync(0xffffffffu, part, o);
@@ -206,81 +257,153 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) hybrid_score_kernel(H
         if (lane == 0) sm.inv_tau[warp] = part > 0 ? (float)(1.0 / sqrt(D * part / all)) : 0.f;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < r; i += THREADS) {
-        const int ch = sm.chosen[i];
-        sm.row[i] = (sm.use_max[ch] ? a.kmax : a.kmin) + (bh * D + ch) * a.cap;
-#pragma unroll
-        for (int h = 0; h < G; ++h) sm.qs[i][h] = sm.q[h][ch] * sm.inv_tau[h];
-        if (a.channels && blockIdx.x == 0) a.channels[bh * r + i] = ch;
+    const int n_kc = (r + HYB_KC - 1) / HYB_KC; // k-chunks per tile
+    for (int i = threadIdx.x; i < n_kc * HYB_KC; i += THREADS) {
+        if (i < r) {
+            const int ch = sm.chosen[i];
+            sm.row[i] = (sm.use_max[ch] ? a.kmax : a.kmin) + (bh * D + ch) * a.cap;
+            if (a.channels && blockIdx.x == 0) a.channels[bh * r + i] = ch;
+        } else {
+            sm.row[i] = a.kmin; // a padded channel: its copies are zero-filled, nothing is read
+        }
     }
-    __syncthreads();
+    // B fragments: lane (g, t) of chunk kc and n-tile nt holds column g = (head 4 nt + g / 2, hi if g is
+    // even, lo if odd) at channels kc 16 + 2t, +1 (b0) and kc 16 + 2t + 8, +9 (b1). s = q / tau in fp32.
+    for (int i = threadIdx.x; i < n_kc * NT * 32; i += THREADS) {
+        const int l = i % 32, nt = (i / 32) % NT, kc = i / (32 * NT);
+        const int g = l / 4, t = l % 4, h = 4 * nt + g / 2;
+        uint32_t w[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float v[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int k = kc * HYB_KC + half * 8 + 2 * t + e;
+                const float s = k < r && h < G ? scr.q[h][sm.chosen[k]] * sm.inv_tau[h] : 0.f;
+                const float hi = __bfloat162float(__float2bfloat16_rn(s));
+                v[e] = g & 1 ? s - hi : hi; // s - hi is exact; pack_bf16 rounds it once
+            }
+            w[half] = pack_bf16(v[0], v[1]);
+        }
+        sm.bq[kc][nt][l] = make_uint2(w[0], w[1]);
+    }
+    __syncthreads(); // the scratch (q, key) is dead from here: the ring may be written
 
-    // Stream: step s of this thread = (tile s / steps_per_tile, row group s % steps_per_tile); the
-    // thread takes row i = group * SLOTS + its slot of the tile, and its 16-byte piece of that row.
+    // This warp's steps: (tile, chunk) for the run's tiles in which it has pages (only the head's last
+    // tile can leave a warp without any), chunk-minor.
     const TileRun run = tile_run(a.per_block, a.tiles);
-    const int steps_per_tile = (r + S::SLOTS - 1) / S::SLOTS, steps = run.count * steps_per_tile;
+    const int wp0 = warp * WT; // the warp's first page in a tile
+    const int n_tiles = run.count - ((run.first + run.count - 1) * T::TILE + wp0 >= a.n_pages ? 1 : 0);
+    const int steps = n_tiles * n_kc;
     const uint64_t policy = l2_evict_first_policy();
-    uint4 *mine = ring + threadIdx.x; // stage k at mine[k * THREADS]
-    auto issue = [&](int s) {
-        if (s < steps) {
-            const int tile = run.first + s / steps_per_tile, i = (s % steps_per_tile) * S::SLOTS + S::slot();
-            const int page = tile * TILE + S::first_page();
-            const bool valid = i < r && page < a.n_pages; // page < n_pages <= cap - 8 + 1: inside the row
-            const uint16_t *src = valid ? sm.row[i] + page : a.kmin;
-            cp_async16_hint(smem_u32(mine + (s % HYB_STAGES) * THREADS), src, valid, policy);
+    const uint32_t ring_w = smem_u32(ring) + warp * (T::STAGES * T::STAGE); // this warp's ring
+    // Copies: lane l takes row ck = l / 2 of every chunk and units 2p + l % 2 (p < PIECES) of it, so a
+    // lane pair copies one 32-byte sector of each of the 16 rows per instruction; a source offset is
+    // clamped into the row (cap - 8) where the piece is past n_pages (zero-filled, nothing read).
+    const int ck = lane / 2, cl = (lane % 2) * 8, last8 = a.cap - 8;
+    uint32_t cp_off[T::PIECES];
+#pragma unroll
+    for (int p = 0; p < T::PIECES; ++p) {
+        cp_off[p] = T::at(ck, 2 * p + lane % 2);
+        asm volatile("" : "+r"(cp_off[p])); // kept in a register, not recomputed at every step
+    }
+    // ldmatrix .x4 .trans of m-tile mt: matrix i = lane / 8 is (channels 8 (i / 2) .., pages 16 mt + 8 (i % 2) ..),
+    // lane gives the address of its row (channel 8 (i / 2) + lane % 8): fragments a0..a3 of the mma.
+    uint32_t ld_off[T::MT];
+#pragma unroll
+    for (int mt = 0; mt < T::MT; ++mt) ld_off[mt] = T::at((lane / 16) * 8 + lane % 8, 2 * mt + (lane / 8) % 2);
+
+    int is = 0, is_kc = 0, is_stage = 0, is_page = run.first * T::TILE + wp0 + cl;
+    auto issue = [&]() {
+        if (is < steps) {
+            const uint32_t dst = ring_w + is_stage * T::STAGE;
+            const int k = is_kc * HYB_KC + ck;
+            const uint16_t *src = sm.row[k];
+            const bool row_ok = k < r; // a padded channel: zero-filled
+#pragma unroll
+            for (int p = 0; p < T::PIECES; ++p) {
+                const int page = is_page + 16 * p;
+                cp_async16_hint(dst + cp_off[p], src + min(page, last8), row_ok && page < a.n_pages, policy);
+            }
+            if (++is_kc == n_kc) is_kc = 0, is_page += T::TILE;
+            if (++is_stage == T::STAGES) is_stage = 0;
+            ++is;
         }
         cp_async_commit(); // also when empty: one group per step keeps the wait count uniform
     };
 #pragma unroll
-    for (int s = 0; s < HYB_STAGES - 1; ++s) issue(s);
+    for (int s = 0; s < T::STAGES - 1; ++s) issue();
 
+    const int g = lane / 4, t = lane % 4;
+    float run_m[NT], run_s[NT]; // this thread's (max, sum n_j exp(z - max)) of head 4 nt + t
+    float acc[T::MT][NT][4];
 #pragma unroll
-    for (int h = 0; h < G; ++h) sm.run[h][threadIdx.x] = make_float2(-INFINITY, 0.f); // q is no longer read
-    float acc[G][8];
-    int buf = 0;
+    for (int nt = 0; nt < NT; ++nt) {
+        run_m[nt] = -INFINITY, run_s[nt] = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    }
+    int chunk = 0, stage = 0, page0 = run.first * T::TILE + wp0;
     for (int s = 0; s < steps; ++s) {
-        const int group = s % steps_per_tile, i = group * S::SLOTS + S::slot();
-        if (group == 0) {
+        cp_async_wait<T::STAGES - 2>(); // this lane's copies of step s have landed
+        __syncwarp();                   // and every lane's: the stage is the warp's
+        const uint32_t st = ring_w + stage * T::STAGE;
+        uint2 b[NT];
 #pragma unroll
-            for (int h = 0; h < G; ++h)
+        for (int nt = 0; nt < NT; ++nt) b[nt] = sm.bq[chunk][nt][lane];
 #pragma unroll
-                for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
+        for (int mt = 0; mt < T::MT; ++mt) {
+            uint32_t af[4];
+            ldsm_x4_trans(af, st + ld_off[mt]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[mt][nt], af, b[nt].x, b[nt].y);
         }
-        cp_async_wait<HYB_STAGES - 2>(); // this thread's piece of step s has landed
-        if (i < r) {
-            float e[8];
-            unpack_bf16x8(mine[(s % HYB_STAGES) * THREADS], e);
+        issue(); // into the stage read in step s - 1 (before this step's __syncwarp)
+        if (++stage == T::STAGES) stage = 0;
+        if (++chunk < n_kc) continue;
+        // The warp's WT pages are done: z = hi column + lo column, written, and folded into the
+        // running (max, sum n_j exp(z - max)) of the thread's head.
+        chunk = 0;
 #pragma unroll
-            for (int h = 0; h < G; ++h) {
-                const float qh = sm.qs[i][h];
+        for (int nt = 0; nt < NT; ++nt) {
+            const int h = 4 * nt + t;
+            float z[T::MT][2], n_j[T::MT][2], mx = -INFINITY;
 #pragma unroll
-                for (int p = 0; p < 8; ++p) acc[h][p] = fmaf(qh, e[p], acc[h][p]);
-            }
-        }
-        issue(s + HYB_STAGES - 1); // into the stage read in step s - 1
-        if (group == steps_per_tile - 1) { // tile done: z of page j = tile * TILE + thread
-            const int j = (run.first + s / steps_per_tile) * TILE + threadIdx.x;
-            const bool mine_j = threadIdx.x < TILE && j < a.n_pages;
-            const float n_j = mine_j ? (float)min(a.P, a.L - j * a.P) : 0.f;
+            for (int mt = 0; mt < T::MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < G; ++h) {
-                const float z = block_sum_tile<TILE>(sm.red, buf, acc[h]);
-                if (mine_j) {
-                    a.z[(bh * G + h) * a.cap + j] = z;
-                    float2 &run_h = sm.run[h][threadIdx.x];
-                    lse_merge(run_h.x, run_h.y, z, n_j);
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int j = page0 + mt * 16 + hf * 8 + g;
+                    z[mt][hf] = acc[mt][nt][2 * hf] + acc[mt][nt][2 * hf + 1];
+                    n_j[mt][hf] = j < a.n_pages ? (float)min(a.P, a.L - j * a.P) : 0.f;
+                    if (h < G && j < a.n_pages) {
+                        a.z[(bh * G + h) * a.cap + j] = z[mt][hf];
+                        mx = fmaxf(mx, z[mt][hf]);
+                    }
+                    acc[mt][nt][2 * hf] = acc[mt][nt][2 * hf + 1] = 0.f;
                 }
+            const float M = fmaxf(run_m[nt], mx);
+            if (M != -INFINITY) { // a head beyond G, or no valid page yet: nothing to fold
+                float sum = run_m[nt] == -INFINITY ? 0.f : run_s[nt] * expf(run_m[nt] - M);
+#pragma unroll
+                for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+                        if (n_j[mt][hf] > 0.f) sum += n_j[mt][hf] * expf(z[mt][hf] - M);
+                run_m[nt] = M, run_s[nt] = sum;
             }
         }
+        page0 += T::TILE;
     }
     cp_async_wait<0>();
 
-    // the block's partial per query head
+    // the block's partial per query head: over the 8 lanes of a head (same t), then over the warps
 #pragma unroll
-    for (int h = 0; h < G; ++h) {
-        float2 v = sm.run[h][threadIdx.x];
-        lse_warp_merge(v.x, v.y);
-        if (lane == 0) sm.lse[warp][h] = v;
+    for (int nt = 0; nt < NT; ++nt) {
+        float m = run_m[nt], s = run_s[nt];
+        lse_warp_merge<4>(m, s);
+        if (g == 0 && 4 * nt + t < G) sm.lse[warp][4 * nt + t] = make_float2(m, s);
     }
     __syncthreads();
     if (threadIdx.x < G) {
@@ -526,30 +649,32 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
     HybridWorkspace w;
     w.z = 0;
     w.part = align256(sizeof(float) * (size_t)heads * G * s->cap);
-    w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n, NARROW) * G); // blocks per head <= tiles
+    w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n, HybTile<1, 16>::TILE) * G); // blocks per head <= tiles
     w.total = w.topk + align256(topk_workspace_bytes((int)heads, n));
     return w;
 }
 
-// NARROW tiles when WIDE ones would leave resident block slots empty (a small context): twice the blocks.
-bool narrow_tiles(int resident, int64_t heads, int n_pages) { return heads * tiles_of(n_pages, WIDE) < resident; }
+// Narrow tiles when wide ones (`wide` pages) would leave resident block slots empty (a small context):
+// more blocks (Quest: twice, hybrid: four times).
+bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
 template <int G>
 int launch_hybrid(HybridArgs a, int64_t heads, cudaStream_t stream)
 {
-    constexpr size_t ring = sizeof(uint4) * HYB_STAGES * THREADS;
+    using Wide = HybTile<G, 64>;
+    using Narrow = HybTile<G, 16>;
     static int resident = 0, resident_narrow = 0; // per instantiation, on the first call
-    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G, WIDE>, ring, &resident);
-    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(hybrid_score_kernel<G, NARROW>, ring, &resident_narrow)))
+    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G, 64>, Wide::RING, &resident);
+    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(hybrid_score_kernel<G, 16>, Narrow::RING, &resident_narrow)))
         return rc;
-    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
-    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages, Wide::TILE);
+    a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : Wide::TILE);
     plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
     const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
-        if (narrow) hybrid_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
-        else hybrid_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
+        if (narrow) hybrid_score_kernel<G, 16><<<grid, THREADS, Narrow::RING, stream>>>(a, h0);
+        else hybrid_score_kernel<G, 64><<<grid, THREADS, Wide::RING, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
         hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
@@ -565,7 +690,7 @@ int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
     int rc = resident ? KVB_OK : resident_blocks(quest_score_kernel<G, WIDE>, ring, &resident);
     if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(quest_score_kernel<G, NARROW>, ring, &resident_narrow)))
         return rc;
-    const bool narrow = narrow_tiles(resident, heads, a.n_pages);
+    const bool narrow = narrow_tiles(resident, heads, a.n_pages, WIDE);
     a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
     int blocks = 0;
     plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &blocks);
