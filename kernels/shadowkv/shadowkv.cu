@@ -24,13 +24,14 @@
     } while (0)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+constexpr int CHOLQR_PASSES = 2; // CholeskyQR2: the passes of each product's QR (subspace_cholqr2)
 
 // ---- the factorization ------------------------------------------------------------------------------
 
 // Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
 // also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
 // eigenvectors), tau [k] (the fallback QR's reflectors), and the QR's fp64 scratch: Yd [N, k] (Y in
-// fp64), C [k, k] (its Gram matrix, then the Cholesky factor R), potrf's work, chol_info [3 * iterations]
+// fp64), C [k, k] (its Gram matrix, then the Cholesky factor R), potrf's work, chol_info [2 * iterations]
 // (each potrf's status); gesvdr At [N, S]
 // (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
 // gesvdr's own device workspace.
@@ -58,7 +59,7 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     w.Yd = (double *)take_bytes(rr ? N * k * sizeof(double) : 0);
     w.C = (double *)take_bytes(rr ? k * k * sizeof(double) : 0);
     w.chol_work = (double *)take_bytes(rr ? (size_t)p->chol_lwork * sizeof(double) : 0);
-    w.chol_info = (int *)take_bytes(rr ? 3 * SHADOWKV_RR_ITERS * sizeof(int) : 0);
+    w.chol_info = (int *)take_bytes(rr ? CHOLQR_PASSES * SHADOWKV_RR_ITERS * sizeof(int) : 0);
     const size_t at = p->eig == SHADOWKV_EIG_GESVDR ? N * (size_t)p->S : 0;
     w.At = take(at), w.sigma = take(k), w.Vr = take(N * k);
     w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
@@ -190,18 +191,6 @@ __global__ void svd_as_eig_kernel(const float *__restrict__ sigma, const float *
     }
 }
 
-// The first CholeskyQR pass's shift: C += s I with s = c * ||Y||_F^2, ||Y||_F^2 = trace(C = Y^T Y) read
-// on the device (no host round trip). One warp: each lane sums a strided part of the diagonal, then adds
-// s to the same entries, so no lane writes what another reads.
-__global__ void chol_shift_kernel(double *__restrict__ C, int k, double c)
-{
-    double t = 0.0;
-    for (int i = threadIdx.x; i < k; i += 32) t += C[(int64_t)i * (k + 1)];
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    const double s = c * t;
-    for (int i = threadIdx.x; i < k; i += 32) C[(int64_t)i * (k + 1)] += s;
-}
-
 template <typename From, typename To>
 __global__ void cast_kernel(const From *__restrict__ x, int64_t n, To *__restrict__ y)
 {
@@ -216,12 +205,12 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bflo
 }
 
 // Q (w.Q, N x k) <- an orthonormal basis of the subspace after SHADOWKV_RR_ITERS products by G from the
-// seeded start. The QR is shifted CholeskyQR3 in fp64 (Fukaya et al. 2020): three passes of C = X^T X,
-// R = chol(C), X = X R^{-1}. The first pass's shift s = 11 (N k + k (k+1)) u ||Y||_F^2 (u = 2^-53) keeps C
-// positive definite for any cond(Y) up to about 1/u and leaves X well enough conditioned for two
-// unshifted passes (CholeskyQR2) to make it orthonormal to fp64 rounding. Each potrf's status goes to
-// w.chol_info (nonzero: not positive definite, Q not to be used).
-static int subspace_cholqr3(const shadowkv_lowrank_plan *p, const lowrank_ws &w, cudaStream_t stream)
+// seeded start. The QR is CholeskyQR2 in fp64 (Yamamoto et al. 2015): two passes of C = X^T X, R = chol(C),
+// X = X R^{-1}; the first leaves X well conditioned, the second makes it orthonormal to fp64 rounding. It
+// needs cond(Y) below about u^-1/2 = 9.5e7 (u = 2^-53): Y is fp32 data, whose rounding keeps cond(Y) near
+// or under 3.5e7 even for a low-rank Kpre (emulated). Each potrf's status goes to w.chol_info (nonzero:
+// not positive definite, Q not to be used: the caller runs the Householder fallback).
+static int subspace_cholqr2(const shadowkv_lowrank_plan *p, const lowrank_ws &w, cudaStream_t stream)
 {
     cublasHandle_t cb = (cublasHandle_t)p->cublas;
     cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
@@ -230,22 +219,16 @@ static int subspace_cholqr3(const shadowkv_lowrank_plan *p, const lowrank_ws &w,
     const unsigned qblocks = (unsigned)((nq + threads - 1) / threads);
     const float one = 1.f, zero = 0.f;
     const double one_d = 1.0, zero_d = 0.0;
-    const double u = 1.0 / 9007199254740992.0; // 2^-53
-    const double shift_per_norm2 = 11.0 * ((double)N * k + (double)k * (k + 1)) * u;
     start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
     CUDA_TRY(cudaGetLastError());
     for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
         CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
         cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
         CUDA_TRY(cudaGetLastError());
-        for (int pass = 0; pass < 3; pass++) {
+        for (int pass = 0; pass < CHOLQR_PASSES; pass++) {
             CUBLAS_TRY(cublasDsyrk(cb, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, k, N, &one_d, w.Yd, N, &zero_d, w.C, k));
-            if (pass == 0) {
-                chol_shift_kernel<<<1, 32, 0, stream>>>(w.C, k, shift_per_norm2);
-                CUDA_TRY(cudaGetLastError());
-            }
             CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
-                                          w.chol_info + 3 * it + pass));
+                                          w.chol_info + CHOLQR_PASSES * it + pass));
             CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, N,
                                    k, &one_d, w.C, k, w.Yd, N));
         }
@@ -345,17 +328,17 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         // subspace iteration: Q <- qr(G Q), SHADOWKV_RR_ITERS times from a seeded start, then the
         // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
         const int k = p->k;
-        int rc = subspace_cholqr3(p, w, stream);
+        int rc = subspace_cholqr2(p, w, stream);
         if (rc) return rc;
-        // an exactly rank-deficient G Q (G of rank below k: Kpre zero in enough columns, or S < k) has a
-        // singular Gram matrix, which a later unshifted pass cannot factor: then the iteration again from
-        // the same start, with Householder QR. The statuses are read on the host; the solvers below
+        // a rank-deficient or too ill-conditioned G Q (G of rank below k: Kpre zero in enough columns, or
+        // S < k; cond above ~1e8) has a Gram matrix that potrf cannot factor: then the iteration again
+        // from the same start, with Householder QR. The statuses are read on the host; the solvers below
         // synchronize with it anyway.
-        int status[3 * SHADOWKV_RR_ITERS];
+        int status[CHOLQR_PASSES * SHADOWKV_RR_ITERS];
         CUDA_TRY(cudaMemcpyAsync(status, w.chol_info, sizeof status, cudaMemcpyDeviceToHost, stream));
         CUDA_TRY(cudaStreamSynchronize(stream));
         int failed = 0;
-        for (int i = 0; i < 3 * SHADOWKV_RR_ITERS; i++) failed |= status[i] != 0;
+        for (int i = 0; i < CHOLQR_PASSES * SHADOWKV_RR_ITERS; i++) failed |= status[i] != 0;
         if (qr_fallback) *qr_fallback = failed;
         if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
         CUDA_TRY(ev.mark(2, stream));

@@ -40,7 +40,7 @@ extern "C" {
 
 /* How the top-r eigenpairs of the Gram matrix are found: syevdx of the r largest, syevd of all, or
  * randomized subspace iteration on G (k = min(N, max(r + SHADOWKV_RR_OVERSAMPLE, 3r/2)) columns, SHADOWKV_RR_ITERS products
- * by G, each followed by a shifted CholeskyQR3 in fp64; where G times the subspace is exactly rank-
+ * by G, each followed by a CholeskyQR2 in fp64; where G times the subspace is rank-
  * deficient, the iteration again with Householder QR) and the exact eigenpairs of the small projected
  * matrix.
  * GESVDR: no Gram matrix; cuSOLVER's randomized SVD (cusolverDnXgesvdr) of Kpre itself, with the same
