@@ -221,6 +221,10 @@ static int subspace_cholqr2(const shadowkv_lowrank_plan *p, const lowrank_ws &w,
     const double one_d = 1.0, zero_d = 0.0;
     start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
     CUDA_TRY(cudaGetLastError());
+    // syrk writes only C's upper triangle, but potrf's upper-triangle kernels also load from the strictly
+    // lower one (compute-sanitizer initcheck: uninitialized reads in potrf_alg2_upper_trsm): zeroed once,
+    // those loads read defined values
+    CUDA_TRY(cudaMemsetAsync(w.C, 0, (size_t)k * k * sizeof(double), stream));
     for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
         CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
         cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
