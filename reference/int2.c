@@ -229,23 +229,30 @@ int ref_int2_append(int2_cache *c, const kvb_bf16 *knew, const kvb_bf16 *vnew, c
 
 /* ---- dequantized reads ---- */
 
-/* dequant(K)[b,h,d,t] and dequant(V)[b,h,t,d] of the cache, in double */
-static double key_at(const int2_cache *c, const int2_layout *l, int64_t bh, int d, int64_t t)
+/* dequant(K)[b,h,d,t] and dequant(V)[b,h,t,d] of the cache, in double; *parts (may be NULL) receives
+ * |code * scale| + |zero|, the size of the two terms a kernel rounds before they cancel */
+static double dequant_parts(unsigned code, kvb_fp16 scale, kvb_fp16 zero, double *parts)
+{
+    if (parts) *parts = fabs((double)code * (double)kvb_fp16_to_float(scale)) + fabs((double)kvb_fp16_to_float(zero));
+    return int2_dequant(code, scale, zero);
+}
+
+static double key_at(const int2_cache *c, const int2_layout *l, int64_t bh, int d, int64_t t, double *parts)
 {
     int64_t row = bh * l->D + d;
     uint32_t word = c->Kq[row * (l->Tcap / 16) + t / 16];
     unsigned code = (word >> (2 * (t % 16))) & 3u;
     int64_t g = row * (l->Tcap / l->gs) + t / l->gs;
-    return int2_dequant(code, c->Ks[g], c->Kz[g]);
+    return dequant_parts(code, c->Ks[g], c->Kz[g], parts);
 }
 
-static double value_at(const int2_cache *c, const int2_layout *l, int64_t bh, int64_t t, int d)
+static double value_at(const int2_cache *c, const int2_layout *l, int64_t bh, int64_t t, int d, double *parts)
 {
     int64_t row = bh * l->Tcap + t;
     uint32_t word = c->Vq[row * (l->D / 16) + d / 16];
     unsigned code = (word >> (2 * (d % 16))) & 3u;
     int64_t g = row * (l->D / l->gs) + d / l->gs;
-    return int2_dequant(code, c->Vs[g], c->Vz[g]);
+    return dequant_parts(code, c->Vs[g], c->Vz[g], parts);
 }
 
 int ref_int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, double *mag, const int2_layout *l,
@@ -264,9 +271,10 @@ int ref_int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, double *m
             for (int64_t t = 0; t < l->T; t++) {
                 double s = 0, a = 0;
                 for (int d = 0; d < D; d++) {
-                    double prod = kvb_bf16_to_double(q[hq * D + d]) * key_at(c, l, sl, d, t);
-                    s += prod;
-                    a += fabs(prod);
+                    double parts;
+                    double qd = kvb_bf16_to_double(q[hq * D + d]);
+                    s += qd * key_at(c, l, sl, d, t, &parts);
+                    a += fabs(qd) * parts;
                 }
                 scores[hq * l->T + t] = (float)s;
                 mag[hq * l->T + t] = a;
@@ -292,9 +300,10 @@ int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, co
             for (int d = 0; d < D; d++) {
                 double s = 0, a = 0;
                 for (int64_t t = 0; t < l->T; t++) {
-                    double prod = (double)p[hq * l->T + t] * value_at(c, l, sl, t, d);
-                    s += prod;
-                    a += fabs(prod);
+                    double parts;
+                    double pt = (double)p[hq * l->T + t];
+                    s += pt * value_at(c, l, sl, t, d, &parts);
+                    a += fabs(pt) * parts;
                 }
                 out[hq * D + d] = (float)s;
                 mag[hq * D + d] = a;
@@ -330,7 +339,7 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
         for (int64_t t = 0; t < n; t++) { /* s = [q . dequant(K)[:, t] ; q . Kr[t]] / sqrt(D) */
             double dot[INT2_MAX_G] = {0};
             for (int d = 0; d < D; d++) {
-                double k = t < l->T ? key_at(c, l, sl, d, t) : kvb_bf16_to_double(Kr[(t - l->T) * D + d]);
+                double k = t < l->T ? key_at(c, l, sl, d, t, NULL) : kvb_bf16_to_double(Kr[(t - l->T) * D + d]);
                 for (int g = 0; g < G; g++) dot[g] += qd[g][d] * k;
             }
             for (int g = 0; g < G; g++) s[(int64_t)g * n + t] = dot[g] * scale;
@@ -344,7 +353,7 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
                 double p = exp(sg[t] - m);
                 sum += p;
                 for (int d = 0; d < D; d++)
-                    acc[d] += p * (t < l->T ? value_at(c, l, sl, t, d) : kvb_bf16_to_double(Vr[(t - l->T) * D + d]));
+                    acc[d] += p * (t < l->T ? value_at(c, l, sl, t, d, NULL) : kvb_bf16_to_double(Vr[(t - l->T) * D + d]));
             }
             kvb_bf16 *oh = o + ((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D;
             for (int d = 0; d < D; d++) oh[d] = kvb_double_to_bf16(acc[d] / sum);

@@ -131,13 +131,14 @@ static inline int2_layout int2_after_append(const int2_layout *l)
     return a;
 }
 
-/* scores[b,h,t] = sum_d q[b,h,d] * dequant(K)[b,h/G,d,t] for t < T, and mag[b,h,t] = sum_d |q * dequant(K)|
- * (the magnitude the tolerance is relative to). q [B, Hq, D] bf16; scores [B, Hq, T] fp32, mag double.
+/* scores[b,h,t] = sum_d q[b,h,d] * dequant(K)[b,h/G,d,t] for t < T, and mag[b,h,t] = sum_d |q| (|code *
+ * scale| + |zero|) (the magnitude the tolerance is relative to: a kernel rounds the scaled codes' and the
+ * zeros' terms, which cancel in the sum, each relative to its own size). q [B, Hq, D] bf16; scores [B, Hq, T] fp32, mag double.
  * `slices`: NULL or one byte per (b, kv head), b-major (as in decode.h). */
 int ref_int2_qk(const kvb_bf16 *q, const int2_cache *c, float *scores, double *mag, const int2_layout *l,
                 const uint8_t *slices);
 
-/* out[b,h,d] = sum_t p[b,h,t] * dequant(V)[b,h/G,t,d] for t < T, and mag = sum_t |p * dequant(V)|.
+/* out[b,h,d] = sum_t p[b,h,t] * dequant(V)[b,h/G,t,d] for t < T, and mag = sum_t |p| (|code * scale| + |zero|).
  * p [B, Hq, T] fp32; out [B, Hq, D] fp32, mag double. */
 int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, const int2_layout *l,
                 const uint8_t *slices);

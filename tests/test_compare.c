@@ -147,7 +147,7 @@ static void test_indexset_tie_tolerant(void **state)
     assert_int_equal(r.first[0].index, 1);
 }
 
-/* A bound relative to a per-element magnitude (kernels/int2/NOTES.md: 1e-3 * sum |a_k w_k| + 1e-5): an error
+/* A bound relative to a per-element magnitude (kernels/int2/NOTES.md: 1e-3 * sum |a_k| (|c_k s_k| + |z_k|) + 1e-5): an error
  * that |ref| would forbid passes when the magnitude allows it, and the reverse. */
 static void test_float_magnitude(void **state)
 {

@@ -227,21 +227,23 @@ static void test_matmuls_against_direct_sums(void **state)
             double s = 0, a = 0;
             for (int d = 0; d < D; d++) {
                 unsigned code = (Kq[d * (T / 16) + t / 16] >> (2 * (t % 16))) & 3;
-                double w = code * (double)kvb_fp16_to_float(Ks[d * (T / GS) + t / GS]) + kvb_fp16_to_float(Kz[d * (T / GS) + t / GS]);
-                s += kvb_bf16_to_double(q[h * D + d]) * w;
-                a += fabs(kvb_bf16_to_double(q[h * D + d]) * w);
+                double cs = code * (double)kvb_fp16_to_float(Ks[d * (T / GS) + t / GS]), z = kvb_fp16_to_float(Kz[d * (T / GS) + t / GS]);
+                s += kvb_bf16_to_double(q[h * D + d]) * (cs + z);
+                a += fabs(kvb_bf16_to_double(q[h * D + d])) * (fabs(cs) + fabs(z)); /* the scale/zero form's size */
             }
             assert_true(scores[h * T + t] == (float)s);
             assert_true(fabs(mag_s[h * T + t] - a) <= 1e-12 * a);
         }
         for (int d = 0; d < D; d++) {
-            double s = 0;
+            double s = 0, a = 0;
             for (int t = 0; t < T; t++) {
                 unsigned code = (Vq[t * (D / 16) + d / 16] >> (2 * (d % 16))) & 3;
-                double w = code * (double)kvb_fp16_to_float(Vs[t * (D / GS) + d / GS]) + kvb_fp16_to_float(Vz[t * (D / GS) + d / GS]);
-                s += (double)p[h * T + t] * w;
+                double cs = code * (double)kvb_fp16_to_float(Vs[t * (D / GS) + d / GS]), z = kvb_fp16_to_float(Vz[t * (D / GS) + d / GS]);
+                s += (double)p[h * T + t] * (cs + z);
+                a += fabs((double)p[h * T + t]) * (fabs(cs) + fabs(z));
             }
             assert_true(out[h * D + d] == (float)s);
+            assert_true(fabs(mag_o[h * D + d] - a) <= 1e-12 * a);
         }
     }
 }

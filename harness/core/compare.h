@@ -6,7 +6,7 @@
  *   exact    data movement: bit-exact; % of tolerance is 0 or 100
  *   float    |out - ref| <= atol + rtol*|ref| per element, and rel L2 <= l2; NaN/Inf where the
  *            reference is finite fails. Where a family states the bound relative to another
- *            magnitude (kernels/int2/NOTES.md: 1e-3 * sum |a_k w_k| + 1e-5 for a dot product),
+ *            magnitude (kernels/int2/NOTES.md: 1e-3 * sum |a_k| (|c_k s_k| + |z_k|) + 1e-5, a dot product with dequantized w_k = c_k s_k + z_k),
  *            the tensor carries that magnitude per element and rtol multiplies it instead of |ref|
  *   indexset top-k selections, tie-tolerant: per row the sets are equal, or every selected index
  *            scores >= (k-th reference score - tol) and the selected scores sum to within tol of

@@ -8,7 +8,7 @@
  *   int2_append       one decode step's append to the residual, with the flush (quantize 128 tokens
  *                     and append them) when the residual reaches 128 tokens; the whole cache compared
  *                     bit-exact after the step
- *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k w_k| + 1e-5
+ *   int2_qk, int2_av  the two dequant-matmuls; tolerance |out - ref| <= 1e-3 * sum_k |a_k| (|c_k s_k| + |z_k|) + 1e-5
  *                     per element (the reference returns the magnitude), rel L2 1e-3
  *   int2_qk_native, int2_av_native  the two over the kernel-native layout (Rec, Km converted by the
  *                     reference from the interchange cache), against the same references and tolerances

@@ -9,7 +9,7 @@
  *   outlier   keys: every 8th channel x8 and shifted by +4; values: every 16th token x6 (KIVI's observation:
  *             key outliers by channel)
  *   spiky     outlier, and one value in 512 x16 on top (groups with extreme ranges; scores up to ~60).
- *             For the quantizer (bit-exact), the dot products (tolerance relative to sum |a_k w_k|) and
+ *             For the quantizer (bit-exact), the dot products (tolerance relative to sum |a_k| (|c_k s_k| + |z_k|)) and
  *             decode attention v3 and v2 (exact codes, q s_g as two fp16 halves). Kernels that round the
  *             dequantized keys to 16 bits (v1, dequant_dense) exceed the attention tolerance there: their
  *             attention cases use outlier
