@@ -206,6 +206,12 @@ static void test_injected_failures(void **state)
 static void test_pool_failure_fails_the_case(void **state)
 {
     (void)state;
+    if (kvb_gpu_available()) {
+        /* with a GPU the pool is pinned memory (cudaHostAlloc), outside the host allocator's trace and
+         * failure injection; the failure's handling (fail_case) is the same code on both paths */
+        print_message("      skipped: the pool is pinned here, out of reach of the allocator's injection\n");
+        skip();
+    }
     kvb_case c = parse("gather_copy_all B=1 Hkv=2 M=4 c=8 D=64 ctx=4096 sparse_start=32 extra=8");
     kvb_host_pool_release();
     trace t = {0};

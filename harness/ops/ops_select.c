@@ -97,11 +97,13 @@ static void cost_topk(const kvb_run *r, kvb_cost *c)
     }
 }
 
-/* scores in, idx out, the reference's row of (key, index) pairs per thread */
+/* scores in, idx out, the reference's row of (key, index) pairs per thread that has a row (a thread per row
+ * at most: with 16 threads and one row, one such buffer, not 16) */
 static size_t host_bytes_topk(const kvb_case *c)
 {
     const double rows = kvb_case_int(c, "rows"), n = kvb_case_int(c, "n"), k = kvb_case_int(c, "k");
-    return kvb_host_bytes_sat(KVB_HOLD_IN * 4 * rows * n + KVB_HOLD_OUT * 4 * rows * k + kvb_ref_threads() * 8.0 * n);
+    const double threads = kvb_ref_threads() < rows ? kvb_ref_threads() : rows;
+    return kvb_host_bytes_sat(KVB_HOLD_IN * 4 * rows * n + KVB_HOLD_OUT * 4 * rows * k + threads * 8.0 * n);
 }
 
 static const kvb_impl topk_impls[] = {
