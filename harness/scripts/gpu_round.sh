@@ -58,7 +58,11 @@ device_facts() {
         echo "host: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
     } >"$out/device.txt" 2>&1
 }
-run_tests() { KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"; }
+# the phase's status is the tests' (not the filter's: a pipeline's status is its last command's)
+run_tests() {
+    KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"
+    return "${PIPESTATUS[0]}"
+}
 shard=(${SHARD:+--shard "$SHARD"})
 run_check() { "$kv" check --cases "$cases" --json "$out/check.json" "${shard[@]}" "$@" >"$out/check.log" 2>&1; }
 run_sanitize() {
