@@ -395,7 +395,7 @@ if [ ! -e "$tmp/m2.json" ]; then ok "... a refused merge writes nothing"; else f
 round=$(cd "$(dirname "$kvbench")/../.." && pwd)/results/h200
 if command -v python3 >/dev/null && [ -f "$round/bench.json" ] && [ -f "$root/harness/report/plot_report.py" ]; then
     mapfile -t ids < <(python3 -c 'import json,sys
-for b in json.load(open(sys.argv[1]))["benchmarks"]: print(b["name"].split("/manual_time")[0])' "$round/bench.json")
+for b in json.load(open(sys.argv[1]))["benchmarks"]: print(b["name"].split("/")[0])' "$round/bench.json")
     for k in 1 2; do "$kvbench" list --cases "$cases" --shard "$k/2" "${ids[@]}" 2>/dev/null | sed -E 's/^[a-z]+ +//' >"$tmp/ids$k"; done
     python3 - "$round/bench.json" "$tmp" <<'PY'
 import json, re, sys
@@ -415,10 +415,11 @@ for b in d["benchmarks"]:
         b.setdefault("goal_us", g[0])
 for k in (1, 2):
     ids = set(open("%s/ids%d" % (sys.argv[2], k)).read().split("\n")) - {""}
-    part = [b for b in d["benchmarks"] if b["name"].split("/manual_time")[0] in ids]
+    part = [b for b in d["benchmarks"] if b["name"].split("/")[0] in ids]
     json.dump({"context": dict(d["context"], shard="%d/2" % k), "benchmarks": part}, open("%s/b%d.json" % (sys.argv[2], k), "w"), indent=1)
 PY
     mkdir -p "$tmp/round"
+    [ -f "$round/peers_excluded.json" ] && cp "$round/peers_excluded.json" "$tmp/round/" # peers the publisher moved out
     expect "merge bench shards with --summary" 0 "kvbench merge: ${#ids[@]} bench cases from 2 files" -- merge "$tmp/round/bench.json" "$tmp/b1.json" "$tmp/b2.json" --summary "$tmp/round/summary.md"
     expect "... compare ORIGINAL MERGED passes" 0 "compare: 0 slower, 0 faster, ${#ids[@]} same, .*: pass" -- compare "$round/bench.json" "$tmp/round/bench.json"
     if [ "$(grep -c '^| `' "$tmp/round/summary.md")" -eq "$(grep -c '^| `' "$round/summary.md")" ] && [ -s "$tmp/ids1" ] && [ -s "$tmp/ids2" ] &&

@@ -10,7 +10,7 @@ gpu=${2:?usage: publish.sh ROUND_DIR GPU}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dest=$root/results/$gpu
 [ -s "$round/bench.json" ] || { echo "publish: $round/bench.json missing or empty" >&2; exit 2; }
-round_files="device.txt round.log tests.log check.json check.log sanitize.txt peers.json peers.log bench.json bench.log summary.md"
+round_files="device.txt round.log tests.log check.json check.log sanitize.txt peers.json peers.log peers_excluded.json round_notes.md bench.json bench.log summary.md"
 mkdir -p "$dest"
 # the previous round's files go (a file the new round lacks must not survive from the old one); the
 # subdirectories other than sanitize/ are other measurements and stay

@@ -87,9 +87,9 @@ def main():
             if not m:
                 continue
             passed = "+".join(re.findall(r"(\d+) passed", m.group(3)))
-            failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
+            san_failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
             found = sorted(set(re.findall(r"(\d+ errors|\d+ hazards|\d+ bytes leaked)", m.group(3))))
-            verdicts.append("%s exit %s (%s cases passed, %d failed; %s)" % (m.group(1), m.group(2), passed, failed,
+            verdicts.append("%s exit %s (%s cases passed, %d failed; %s)" % (m.group(1), m.group(2), passed, san_failed,
                                                                              ", ".join(found) or "no summary"))
         lines.append("- `sanitize.txt`: compute-sanitizer over the sanitize tier (memcheck also the smoke tier): " +
                      "; ".join(verdicts) + ".")
@@ -102,6 +102,9 @@ def main():
         p, f, s = tests[-1]
         lines.append("- `tests.log`: the test programs on the GPU: %s passed, %s failed%s." % (p, f, ", %s skipped" % s if s else ""))
     lines.append("- `pct_of_ceiling.png`: each case's % of its ceiling with its peers (`make plots`).")
+    notes = read(os.path.join(res, "round_notes.md")).strip()  # the publisher's notes on this round, if any
+    if notes:
+        lines += ["", notes]
     body = "\n".join(lines)
     path = os.path.join(ROOT, "results", "README.md")
     text = read(path)
