@@ -37,14 +37,27 @@ run_tool() {
     [ "$tool" = memcheck ] && read -r -a tiers <<<"${SANITIZE_LEAK_TIERS:-sanitize smoke}"
     : >"$out/sanitize_$tool.log"
     for tier in "${tiers[@]}"; do
+        # in the background and waited for: a TERM to this script is handled at once, not after the pass
         ${SANITIZE_TIMEOUT:+timeout "$SANITIZE_TIMEOUT"} compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 100 \
-            "$kvbench" check --tier "$tier" --cases "$cases" "${filter[@]}" >>"$out/sanitize_$tool.log" 2>&1
+            "$kvbench" check --tier "$tier" --cases "$cases" "${filter[@]}" >>"$out/sanitize_$tool.log" 2>&1 &
+        wait $!
         t=$?
         [ "$t" -eq 0 ] || rc=$t
+        # killed by a signal (128 + n; timeout's own 124 is not one): the pass stops here, no next tier
+        # starts behind whoever stopped it (a memcheck left running would share the GPU with what follows)
+        [ "$t" -gt 128 ] && break
     done
     echo $rc >"$out/sanitize_$tool.rc"
 }
 filter=("$@")
+# TERM or INT stops the passes under way (their tools, and the tools' checks) before this script ends
+stop_all() {
+    trap - TERM INT
+    for j in $(jobs -p); do pkill -TERM -P "$j" 2>/dev/null; kill -TERM "$j" 2>/dev/null; done
+    pkill -TERM -P $$ 2>/dev/null
+    exit 143
+}
+trap stop_all TERM INT
 read -r -a tools <<<"${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}" # a subset: SANITIZE_TOOLS="racecheck"
 for tool in "${tools[@]}"; do
     if [ "${SANITIZE_PARALLEL:-0}" = 1 ]; then run_tool "$tool" & else run_tool "$tool"; fi

@@ -449,6 +449,36 @@ if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then
     else fail "main job GPUS=0 refused (exit $rc)"; fi
 fi
 
+# sanitize.sh, with a stand-in compute-sanitizer (it logs its tool and tier and its pid, then sleeps): a tool
+# killed by a signal ends its pass (memcheck starts no second tier behind it), and TERM to the script
+# stops every pass under way, leaving no tool running
+if [ -f "$root/profiles/sanitize.sh" ]; then
+    mkdir -p "$tmp/fake"
+    printf '%s\n' '#!/bin/bash' 'echo "$2 $(echo "$@" | grep -o -- "--tier [a-z]*")" >>"$FAKE_DIR/launches"' \
+        'echo $$ >>"$FAKE_DIR/pids"' 'exec sleep 30' >"$tmp/fake/compute-sanitizer"
+    chmod +x "$tmp/fake/compute-sanitizer"
+    alive() { local n=0 p; for p in $(cat "$tmp/fake/pids" 2>/dev/null); do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+    : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
+    FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
+    sp=$!
+    for _ in $(seq 50); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
+    kill -TERM $(cat "$tmp/fake/pids") 2>/dev/null
+    wait $sp
+    if [ "$(wc -l <"$tmp/fake/launches")" -eq 4 ] && ! grep -q 'memcheck --tier smoke' "$tmp/fake/launches" &&
+       grep -q '^sanitize memcheck: exit 143' "$tmp/san.txt"; then ok "sanitize.sh: a killed tool ends its pass (no next tier)"
+    else fail "sanitize.sh: a killed tool ends its pass (no next tier)"; sed 's/^/    /' "$tmp/fake/launches"; fi
+    : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
+    FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
+    sp=$!
+    for _ in $(seq 50); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
+    kill -TERM $sp
+    wait $sp
+    rc=$?
+    sleep 0.2
+    if [ $rc -eq 143 ] && [ "$(alive)" -eq 0 ]; then ok "sanitize.sh: TERM stops every pass under way"
+    else fail "sanitize.sh: TERM stops every pass under way (exit $rc, $(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
+fi
+
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"
