@@ -53,7 +53,10 @@ filter=("$@")
 # TERM or INT stops the passes under way (their tools, and the tools' checks) before this script ends
 stop_all() {
     trap - TERM INT
-    for j in $(jobs -p); do pkill -TERM -P "$j" 2>/dev/null; kill -TERM "$j" 2>/dev/null; done
+    local jobs_now
+    jobs_now=$(jobs -p)
+    for j in $jobs_now; do kill -STOP "$j" 2>/dev/null; done # no pass starts a tool while the others are stopped
+    for j in $jobs_now; do pkill -TERM -P "$j" 2>/dev/null; kill -TERM "$j" 2>/dev/null; kill -CONT "$j" 2>/dev/null; done
     pkill -TERM -P $$ 2>/dev/null
     exit 143
 }

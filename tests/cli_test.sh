@@ -457,11 +457,18 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     printf '%s\n' '#!/bin/bash' 'echo "$2 $(echo "$@" | grep -o -- "--tier [a-z]*")" >>"$FAKE_DIR/launches"' \
         'echo $$ >>"$FAKE_DIR/pids"' 'exec sleep 30' >"$tmp/fake/compute-sanitizer"
     chmod +x "$tmp/fake/compute-sanitizer"
-    alive() { local n=0 p; for p in $(cat "$tmp/fake/pids" 2>/dev/null); do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+    # running stand-ins (a zombie, killed but not yet reaped where no init reaps orphans, does not count)
+    alive() {
+        local n=0 p
+        for p in $(cat "$tmp/fake/pids" 2>/dev/null); do
+            [ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && n=$((n + 1))
+        done
+        echo $n
+    }
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
     FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
     sp=$!
-    for _ in $(seq 50); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
+    for _ in $(seq 300); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
     kill -TERM $(cat "$tmp/fake/pids") 2>/dev/null
     wait $sp
     if [ "$(wc -l <"$tmp/fake/launches")" -eq 4 ] && ! grep -q 'memcheck --tier smoke' "$tmp/fake/launches" &&
@@ -470,11 +477,11 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
     FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
     sp=$!
-    for _ in $(seq 50); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
+    for _ in $(seq 300); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
     kill -TERM $sp
     wait $sp
     rc=$?
-    sleep 0.2
+    for _ in $(seq 20); do [ "$(alive)" -eq 0 ] && break; sleep 0.1; done
     if [ $rc -eq 143 ] && [ "$(alive)" -eq 0 ]; then ok "sanitize.sh: TERM stops every pass under way"
     else fail "sanitize.sh: TERM stops every pass under way (exit $rc, $(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
 fi
