@@ -142,7 +142,7 @@ static void test_result_file_that_is_an_input_refused(void **state)
     write_text(path_in("casedir/a.cases"), "topk rows=1 n=8 k=2 tier=check\n");
     symlink(cases, path_in("link.json"));
     kvb_options o;
-    char line[1024];
+    char line[2048]; /* three paths of up to 512 bytes and the words between */
     snprintf(line, sizeof line, "check|--cases|%s|--json|%s", cases, cases);
     assert_int_equal(kvb_test_parse_line(&o, line), 0);
     assert_int_equal(kvb_check_paths(&o), 2);
