@@ -486,6 +486,32 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     else fail "sanitize.sh: TERM stops every pass under way (exit $rc, $(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
 fi
 
+# gpu_round.sh from a stand-in bundle (its kvbench logs its pid and sleeps in `check`): TERM during the check
+# phase ends the round with 143, says so in round.log, and leaves no check running
+if [ -f "$root/harness/scripts/gpu_round.sh" ]; then
+    mkdir -p "$tmp/fb/bin" "$tmp/fb/cases"
+    cp "$root/harness/scripts/gpu_round.sh" "$tmp/fb/"
+    printf '%s\n' '#!/bin/bash' '[ "$1" = --version ] && { echo "kvbench stand-in"; exit 0; }' \
+        "echo \$\$ >>'$tmp/fb/pids'" 'exec sleep 30' >"$tmp/fb/bin/kvbench"
+    chmod +x "$tmp/fb/bin/kvbench"
+    : >"$tmp/fb/pids"
+    TESTS=0 SANITIZE=0 PEERS=0 BENCH=0 bash "$tmp/fb/gpu_round.sh" "$tmp/fbout" >/dev/null 2>&1 &
+    rp=$!
+    for _ in $(seq 300); do [ -s "$tmp/fb/pids" ] && break; sleep 0.1; done
+    kill -TERM $rp
+    wait $rp
+    rc=$?
+    fb_alive() {
+        local p=$(cat "$tmp/fb/pids")
+        [ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && echo 1 || echo 0
+    }
+    for _ in $(seq 20); do [ "$(fb_alive)" -eq 0 ] && break; sleep 0.1; done
+    if [ $rc -eq 143 ] && [ "$(fb_alive)" -eq 0 ] && grep -q 'round: stopped by a signal' "$tmp/fbout/round.log"; then
+        ok "gpu_round.sh: TERM stops the phase under way and ends the round"
+    else fail "gpu_round.sh: TERM stops the phase under way and ends the round (exit $rc, stand-in left: $(fb_alive))"
+        kill "$(cat "$tmp/fb/pids")" 2>/dev/null; fi
+fi
+
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

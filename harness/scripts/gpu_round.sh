@@ -37,14 +37,34 @@ cases="$here/cases"
 cd "$here"
 rc=0
 round_t0=$(date +%s)
-# phase NAME CMD...: runs CMD, logs its wall time and exit code
+# TERM or INT stops the phase under way (its processes too: a check or a sanitizer left running would
+# share the GPU with whatever runs next) and ends the round
+phase_pid=
+stop_round() {
+    trap - TERM INT
+    if [ -n "$phase_pid" ]; then
+        kill -STOP "$phase_pid" 2>/dev/null
+        pkill -TERM -P "$phase_pid" 2>/dev/null
+        kill -TERM "$phase_pid" 2>/dev/null
+        kill -CONT "$phase_pid" 2>/dev/null
+    fi
+    echo "[$(date -u +%FT%TZ)] round: stopped by a signal" >>"$log"
+    exit 143
+}
+trap stop_round TERM INT
+
+# phase NAME CMD...: runs CMD (in the background, waited for, so that a signal is handled at once), logs
+# its wall time and exit code
 phase() {
     local name=$1 t0 s
     shift
     t0=$(date +%s)
     echo "[$(date -u +%FT%TZ)] $name: start" >>"$log"
-    "$@"
+    "$@" &
+    phase_pid=$!
+    wait "$phase_pid"
     s=$?
+    phase_pid=
     echo "[$(date -u +%FT%TZ)] $name: exit $s, $(($(date +%s) - t0)) s" >>"$log"
     [ "$s" -eq 0 ] || rc=1
     tail -n 1 "$log"
