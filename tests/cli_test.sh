@@ -449,6 +449,15 @@ if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then
     else fail "main job GPUS=0 refused (exit $rc)"; fi
 fi
 
+# running PIDFILE: how many of the processes listed are still running (a zombie, killed but not yet reaped
+# where no init reaps orphans, does not count)
+running() {
+    local n=0 p
+    for p in $(cat "$1" 2>/dev/null); do
+        [ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && n=$((n + 1))
+    done
+    echo $n
+}
 # sanitize.sh, with a stand-in compute-sanitizer (it logs its tool and tier and its pid, then sleeps): a tool
 # killed by a signal ends its pass (memcheck starts no second tier behind it), and TERM to the script
 # stops every pass under way, leaving no tool running
@@ -457,14 +466,7 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     printf '%s\n' '#!/bin/bash' 'echo "$2 $(echo "$@" | grep -o -- "--tier [a-z]*")" >>"$FAKE_DIR/launches"' \
         'echo $$ >>"$FAKE_DIR/pids"' 'exec sleep 30' >"$tmp/fake/compute-sanitizer"
     chmod +x "$tmp/fake/compute-sanitizer"
-    # running stand-ins (a zombie, killed but not yet reaped where no init reaps orphans, does not count)
-    alive() {
-        local n=0 p
-        for p in $(cat "$tmp/fake/pids" 2>/dev/null); do
-            [ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && n=$((n + 1))
-        done
-        echo $n
-    }
+    alive() { running "$tmp/fake/pids"; }
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
     FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
     sp=$!
@@ -501,10 +503,7 @@ if [ -f "$root/harness/scripts/gpu_round.sh" ]; then
     kill -TERM $rp
     wait $rp
     rc=$?
-    fb_alive() {
-        local p=$(cat "$tmp/fb/pids")
-        [ -r "/proc/$p/stat" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && echo 1 || echo 0
-    }
+    fb_alive() { running "$tmp/fb/pids"; }
     for _ in $(seq 20); do [ "$(fb_alive)" -eq 0 ] && break; sleep 0.1; done
     if [ $rc -eq 143 ] && [ "$(fb_alive)" -eq 0 ] && grep -q 'round: stopped by a signal' "$tmp/fbout/round.log"; then
         ok "gpu_round.sh: TERM stops the phase under way and ends the round"
