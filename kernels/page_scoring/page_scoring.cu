@@ -297,14 +297,16 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     const int steps = n_tiles * n_kc;
     const uint64_t policy = l2_evict_first_policy();
     const uint32_t ring_w = smem_u32(ring) + warp * (T::STAGES * T::STAGE); // this warp's ring
-    // Copies: lane l takes row ck = l / 2 of every chunk and units 2p + l % 2 (p < PIECES) of it, so a
-    // lane pair copies one 32-byte sector of each of the 16 rows per instruction; a source offset is
-    // clamped into the row (cap - 8) where the piece is past n_pages (zero-filled, nothing read).
-    const int ck = lane / 2, cl = (lane % 2) * 8, last8 = a.cap - 8;
+    // Copies: a row's ROWB bytes are taken by U consecutive lanes (one 16-byte unit each), so an
+    // instruction copies 32 / U whole rows (wide: 4 rows of one 128-byte line each, 4 sectors per L2
+    // request; narrow: 16 rows of 32 bytes) and piece p the rows p (32 / U) + lane / U. A source offset
+    // is clamped into the row (cap - 8) where the piece is past n_pages (zero-filled, nothing read).
+    constexpr int ROWS_PER_COPY = 32 / T::U;
+    const int cu = lane % T::U, cl = cu * 8, last8 = a.cap - 8;
     uint32_t cp_off[T::PIECES];
 #pragma unroll
     for (int p = 0; p < T::PIECES; ++p) {
-        cp_off[p] = T::at(ck, 2 * p + lane % 2);
+        cp_off[p] = T::at(p * ROWS_PER_COPY + lane / T::U, cu);
         asm volatile("" : "+r"(cp_off[p])); // kept in a register, not recomputed at every step
     }
     // ldmatrix .x4 .trans of m-tile mt: matrix i = lane / 8 is (channels 8 (i / 2) .., pages 16 mt + 8 (i % 2) ..),
@@ -317,13 +319,12 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     auto issue = [&]() {
         if (is < steps) {
             const uint32_t dst = ring_w + is_stage * T::STAGE;
-            const int k = is_kc * HYB_KC + ck;
-            const uint16_t *src = sm.row[k];
-            const bool row_ok = k < r; // a padded channel: zero-filled
+            const int page = is_page; // this lane's unit of every row it copies
 #pragma unroll
             for (int p = 0; p < T::PIECES; ++p) {
-                const int page = is_page + 16 * p;
-                cp_async16_hint(dst + cp_off[p], src + min(page, last8), row_ok && page < a.n_pages, policy);
+                const int k = is_kc * HYB_KC + p * ROWS_PER_COPY + lane / T::U;
+                const bool row_ok = k < r; // a padded channel: zero-filled
+                cp_async16_hint(dst + cp_off[p], sm.row[k] + min(page, last8), row_ok && page < a.n_pages, policy);
             }
             if (++is_kc == n_kc) is_kc = 0, is_page += T::TILE;
             if (++is_stage == T::STAGES) is_stage = 0;
