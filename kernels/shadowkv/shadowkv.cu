@@ -36,7 +36,7 @@ constexpr int CHOLQR_PASSES = 2; // CholeskyQR2: the passes of each product's QR
 // (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
 // gesvdr's own device workspace.
 struct lowrank_ws {
-    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr, *hi, *lo, *X;
     double *Yd, *C, *chol_work;
     int *chol_info;
     void *svd_work;
@@ -57,6 +57,8 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
     const bool rr = p->eig == SHADOWKV_EIG_RANDOMIZED;
     w.Yd = (double *)take_bytes(rr ? N * k * sizeof(double) : 0);
+    const size_t sn = rr ? (size_t)p->S * N : 0; // the Gram matrix's tf32 split (randomized path)
+    w.hi = take(sn), w.lo = take(sn), w.X = take(rr ? N * N : 0);
     w.C = (double *)take_bytes(rr ? k * k * sizeof(double) : 0);
     w.chol_work = (double *)take_bytes(rr ? (size_t)p->chol_lwork * sizeof(double) : 0);
     w.chol_info = (int *)take_bytes(rr ? CHOLQR_PASSES * SHADOWKV_RR_ITERS * sizeof(int) : 0);
@@ -65,6 +67,30 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
     *bytes = (size_t)(b - (char *)ws);
     return w;
+}
+
+// The Gram matrix by 3xTF32 on the tensor cores: Kpre = hi + lo, hi = tf32(Kpre) (round to nearest), lo =
+// Kpre - hi (exact in fp32, rounded to tf32 by the GEMM: 2^-11 of 2^-11 relative); G = hi hi^T + hi lo^T +
+// lo hi^T, the lo lo^T term (2^-22 relative) dropped: fp32-like accuracy at the tensor cores' rate.
+__global__ void tf32_split_kernel(const float *__restrict__ x, int64_t n, float *__restrict__ hi, float *__restrict__ lo)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        uint32_t t;
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(t) : "f"(v));
+        const float h = __uint_as_float(t);
+        hi[i] = h, lo[i] = v - h;
+    }
+}
+
+// G (N x N, column-major, both triangles) += X + X^T
+__global__ void add_sym_kernel(float *__restrict__ G, const float *__restrict__ X, int N)
+{
+    const int64_t n = (int64_t)N * N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i % N, c = i / N;
+        G[i] += X[i] + X[r * N + c];
+    }
 }
 
 // The subspace's start: a seeded uniform matrix in [-1, 1) (any full-rank start does; fixed for
@@ -309,7 +335,26 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     PhaseEvents ev;
     CUDA_TRY(ev.make(stages != NULL));
     CUDA_TRY(ev.mark(0, stream));
-    if (p->eig != SHADOWKV_EIG_GESVDR)
+    if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
+        // 3xTF32 (tf32_split_kernel): G = hi hi^T, X = hi lo^T, G += X + X^T; TF32 asked of this call only
+        const int64_t sn = (int64_t)S * N;
+        const int64_t blocks = (sn + 255) / 256;
+        tf32_split_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(Kpre, sn, w.hi, w.lo);
+        CUDA_TRY(cudaGetLastError());
+        CUBLAS_TRY(cublasSetMathMode(cb, CUBLAS_DEFAULT_MATH));
+        const cublasStatus_t g1 = cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, N, N, S, &one, w.hi, CUDA_R_32F, N, w.hi,
+                                               CUDA_R_32F, N, &zero, w.G, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                               CUBLAS_GEMM_DEFAULT);
+        const cublasStatus_t g2 = cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, N, N, S, &one, w.hi, CUDA_R_32F, N, w.lo,
+                                               CUDA_R_32F, N, &zero, w.X, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                               CUBLAS_GEMM_DEFAULT);
+        CUBLAS_TRY(cublasSetMathMode(cb, CUBLAS_PEDANTIC_MATH));
+        CUBLAS_TRY(g1);
+        CUBLAS_TRY(g2);
+        const int64_t nn = (int64_t)N * N;
+        add_sym_kernel<<<(unsigned)((nn + 255) / 256), 256, 0, stream>>>(w.G, w.X, N);
+        CUDA_TRY(cudaGetLastError());
+    } else if (p->eig != SHADOWKV_EIG_GESVDR)
         CUBLAS_TRY(cublasSsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, S, &one, Kpre, N, &zero, w.G, N));
     CUDA_TRY(ev.mark(1, stream));
     if (p->eig != SHADOWKV_EIG_RANDOMIZED) CUDA_TRY(ev.mark(2, stream)); // no iteration: iterate_ms = 0

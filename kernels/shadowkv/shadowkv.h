@@ -2,7 +2,8 @@
  * is the plain C version, step by step).
  *
  * Low-rank pre-RoPE keys (step 1), planned on the host, then only enqueued:
- *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D, fp32 (cublasSsyrk, no TF32)
+ *   G  = Kpre^T Kpre                      [N, N], N = Hkv*D: 3xTF32 GEMMs (Kpre = hi + lo, fp32-like
+ *                                         error); the exact paths: cublasSsyrk in fp32, no TF32
  *   G  ~ V diag(lambda) V^T               the r largest eigenpairs: subspace iteration on G (k = max(r +
  *                                         32, 3r/2) columns, 3 products, each QR'd) and the exact eigenpairs of
  *                                         Q^T G Q; or cuSOLVER syevdx of the r largest (the exact path),
