@@ -1,37 +1,37 @@
 # written by harness/report/plot_report.py with plot.dat; loaded by harness/report/plots.gp
 gpu = "NVIDIA H200"
-runs = "bench bd31d4d 2026-11-29 02:52"
+runs = "bench b4fd6ef 2026-11-29 04:42"
 array run_lines[1]
-run_lines[1] = "bench bd31d4d 2026-11-29 02:52"
+run_lines[1] = "bench b4fd6ef 2026-11-29 04:42"
 n_cases = 27
-max_pct = 98.43
+max_pct = 97.89
 n_over = 0
 n_skipped = 1
 n_panels = 6
 array panel_title[6]
 array panel_rows[6]
 array panel_cols[6]
-panel_title[1] = "device read (measured: read 4520 GB/s)"
+panel_title[1] = "device read (measured: read 4616 GB/s)"
 panel_rows[1] = 16
 panel_cols[1] = "6 7 8 9 13 14 15"
-panel_title[2] = "bf16 matrix rate (measured: GEMM 790 TFLOP/s)"
+panel_title[2] = "bf16 matrix rate (measured: GEMM 812 TFLOP/s)"
 panel_rows[2] = 2
-panel_cols[2] = "10"
-panel_title[3] = "pinned H2D copy (measured: H2D 44 GB/s)"
+panel_cols[2] = "10 16 17"
+panel_title[3] = "pinned H2D copy (measured: H2D 55 GB/s)"
 panel_rows[3] = 3
 panel_cols[3] = "11 12"
-panel_title[4] = "device copy (measured: copy 4273 GB/s)"
+panel_title[4] = "device copy (measured: copy 4249 GB/s)"
 panel_rows[4] = 1
 panel_cols[4] = "8"
-panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4520 GB/s)"
+panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4616 GB/s)"
 panel_rows[5] = 4
-panel_cols[5] = "16 17 18"
-panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4520 GB/s, H2D 44 GB/s)"
+panel_cols[5] = "18 19 20"
+panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4616 GB/s, H2D 55 GB/s)"
 panel_rows[6] = 1
 panel_cols[6] = ""
-n_cols = 13
-array col_name[13]
-array col_inside[13]
+n_cols = 15
+array col_name[15]
+array col_inside[15]
 col_name[1] = "impl=dense_bf16"
 col_inside[1] = 1
 col_name[2] = "impl=score_only"
@@ -52,9 +52,13 @@ col_name[9] = "torch_sdpa_flash"
 col_inside[9] = 0
 col_name[10] = "torch_topk"
 col_inside[10] = 0
-col_name[11] = "torch_block_cudnn_eager"
+col_name[11] = "torch_sdpa_cudnn_fwd"
 col_inside[11] = 0
-col_name[12] = "torch_block_cudnn_graph"
+col_name[12] = "torch_sdpa_flash_fwd"
 col_inside[12] = 0
-col_name[13] = "torch_block_flash_graph"
+col_name[13] = "torch_block_cudnn_eager"
 col_inside[13] = 0
+col_name[14] = "torch_block_cudnn_graph"
+col_inside[14] = 0
+col_name[15] = "torch_block_flash_graph"
+col_inside[15] = 0
