@@ -68,16 +68,53 @@ struct SmemKeys {
     __device__ uint32_t operator()(int i) const { return k[i]; }
 };
 
+__device__ __forceinline__ void count_key(int *hist, uint32_t key, uint32_t prefix, uint32_t mask, int shift, int nbins)
+{
+    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
+}
+
 // Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. Plain
 // shared-memory atomics: adding once per warp for the lanes that hit the same bin (match_any) measured
 // slower (kernels/select/NOTES.md, Tried).
 template <class Keys>
 __device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift, int nbins)
 {
-    for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
-        const uint32_t key = keys(i);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
+    for (int i = lo + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+}
+
+// From global memory the pass is a stream of the row: 16-byte loads, two per thread issued before
+// either is counted (32 KB in flight per SM at two blocks), where one 4-byte load per iteration left
+// the loads waiting on DRAM latency. A scalar head up to the first 16-byte boundary and a scalar tail.
+__device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift,
+                          int nbins)
+{
+    if (hi <= lo) return;
+    const float *x = keys.x;
+    const int mis = (int)(((uintptr_t)(x + lo) >> 2) & 3); // floats before the 16-byte boundary
+    const int body = mis ? min(hi, lo + 4 - mis) : lo;
+    for (int i = lo + threadIdx.x; i < body; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+    const int nvec = (hi - body) / 4;
+    const float4 *v = reinterpret_cast<const float4 *>(x + body);
+    int j = threadIdx.x;
+    for (; j + THREADS < nvec; j += 2 * THREADS) {
+        const float4 a = __ldg(v + j), b = __ldg(v + j + THREADS);
+        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.w), prefix, mask, shift, nbins);
     }
+    if (j < nvec) {
+        const float4 a = __ldg(v + j);
+        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
+    }
+    for (int i = body + 4 * nvec + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
 }
 
 // Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
