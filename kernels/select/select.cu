@@ -117,6 +117,31 @@ __device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t p
     for (int i = body + 4 * nvec + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
 }
 
+// A thread's ITEMS consecutive keys from `first` (0 past hi).
+template <class Keys>
+__device__ __forceinline__ void load_items(Keys keys, int first, int hi, uint32_t (&key)[ITEMS])
+{
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) key[j] = first + j < hi ? keys(first + j) : 0u;
+}
+
+// From global memory: two 16-byte loads where the thread's items are whole and 16-byte aligned (one
+// block per row: the row's start aligned), issued before any key is used.
+__device__ __forceinline__ void load_items(GlobalKeys keys, int first, int hi, uint32_t (&key)[ITEMS])
+{
+    static_assert(ITEMS == 8, "two float4 loads a thread");
+    const float *p = keys.x + first;
+    if (first + ITEMS <= hi && ((uintptr_t)p & 15) == 0) {
+        const float4 a = __ldg(reinterpret_cast<const float4 *>(p));
+        const float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+        key[0] = order_key(a.x), key[1] = order_key(a.y), key[2] = order_key(a.z), key[3] = order_key(a.w);
+        key[4] = order_key(b.x), key[5] = order_key(b.y), key[6] = order_key(b.z), key[7] = order_key(b.w);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) key[j] = first + j < hi ? keys(first + j) : 0u;
+}
+
 // Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
 // equal keys of the whole row is below `need_eq`. `written` and `eq_seen` count what came before lo.
 // Each thread takes ITEMS consecutive elements, one scan per tile carries (gt, eq) counts.
@@ -127,10 +152,10 @@ __device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_t T, in
     for (int base = lo; base < hi; base += TILE) {
         const int first = base + threadIdx.x * ITEMS;
         uint32_t key[ITEMS];
+        load_items(keys, first, hi, key);
         int gt = 0, eq = 0;
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
-            key[j] = first + j < hi ? keys(first + j) : 0u;
             gt += first + j < hi && key[j] > T;
             eq += first + j < hi && key[j] == T;
         }
