@@ -1,0 +1,213 @@
+// select_row.cuh: the device half of the suite's top-k (kernels/select/select.cu, contract in
+// kernels/select/NOTES.md): one block of kvb_select::THREADS threads selects the k largest keys of one row by a radix
+// select (11 + 11 + 10 bits from the top) and an ordered compaction. A header so that a kernel which
+// produces the scores (a page scoring's normalization) can select from shared memory in the same launch.
+// CUDA C++ only.
+#ifndef KVB_KERNELS_SELECT_ROW_CUH
+#define KVB_KERNELS_SELECT_ROW_CUH
+
+#include <cstdint>
+
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/common/kvb_device.cuh"
+
+namespace kvb_select {
+
+constexpr int THREADS = 512;           // one block per row, and the blocks of a split row
+constexpr int NBINS = 2048;            // 11-bit digits (the last pass 10)
+constexpr int ITEMS = 8;               // compaction: consecutive elements per thread and tile
+constexpr int TILE = THREADS * ITEMS;  // elements per compaction step
+constexpr int SMEM_ROW_N = 8192;      // rows up to this long are held in shared memory (32 KB of keys)
+__host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
+__host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
+
+using kvb_dev::order_key; // the one copy (kvb_device.cuh), shared with the page selections
+
+using Scan = cub::BlockScan<int, THREADS>;
+
+struct SelectSmem {
+    typename Scan::TempStorage scan;
+    int hist[NBINS];
+    int digit, need;
+};
+
+// The digit d of the k-th largest: above(d) < need <= above(d) + hist[d], above(d) = sum of the
+// bins above d. Thread t holds bins nbins - (t+1)*per .. nbins - t*per - 1 (thread 0 the highest);
+// an exclusive scan gives each thread the count above its bins. Exactly one thread finds d.
+inline __device__ void find_digit(SelectSmem &s, const int *hist, int nbins, int need)
+{
+    const int per = nbins / THREADS, hi = nbins - threadIdx.x * per; // per = 4 or 2
+    int mine = 0;
+    for (int d = hi - 1; d >= hi - per; --d) mine += hist[d];
+    int above;
+    Scan(s.scan).ExclusiveSum(mine, above);
+    for (int d = hi - 1; d >= hi - per; --d) {
+        if (above < need && above + hist[d] >= need) s.digit = d, s.need = need - above;
+        above += hist[d];
+    }
+    __syncthreads();
+}
+
+// Where a pass reads its keys: the order keys of a row in global memory (read through L2 each pass),
+// or a copy of them in shared memory (rows short enough to hold).
+struct GlobalKeys {
+    const float *x;
+    __device__ uint32_t operator()(int i) const { return order_key(__ldg(x + i)); }
+};
+struct SmemKeys {
+    const uint32_t *k;
+    __device__ uint32_t operator()(int i) const { return k[i]; }
+};
+
+__device__ __forceinline__ void count_key(int *hist, uint32_t key, uint32_t prefix, uint32_t mask, int shift, int nbins)
+{
+    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
+}
+
+// Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. Plain
+// shared-memory atomics: adding once per warp for the lanes that hit the same bin (match_any) measured
+// slower (kernels/select/NOTES.md, Tried).
+template <class Keys>
+inline __device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift, int nbins)
+{
+    for (int i = lo + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+}
+
+// From global memory the pass is a stream of the row: 16-byte loads, two per thread issued before
+// either is counted (32 KB in flight per SM at two blocks), where one 4-byte load per iteration left
+// the loads waiting on DRAM latency. A scalar head up to the first 16-byte boundary and a scalar tail.
+inline __device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift,
+                          int nbins)
+{
+    if (hi <= lo) return;
+    const float *x = keys.x;
+    const int mis = (int)(((uintptr_t)(x + lo) >> 2) & 3); // floats before the 16-byte boundary
+    const int body = mis ? min(hi, lo + 4 - mis) : lo;
+    for (int i = lo + threadIdx.x; i < body; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+    const int nvec = (hi - body) / 4;
+    const float4 *v = reinterpret_cast<const float4 *>(x + body);
+    int j = threadIdx.x;
+    for (; j + THREADS < nvec; j += 2 * THREADS) {
+        const float4 a = __ldg(v + j), b = __ldg(v + j + THREADS);
+        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(b.w), prefix, mask, shift, nbins);
+    }
+    if (j < nvec) {
+        const float4 a = __ldg(v + j);
+        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
+        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
+    }
+    for (int i = body + 4 * nvec + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+}
+
+// A thread's ITEMS consecutive keys from `first` (0 past hi).
+template <class Keys>
+__device__ __forceinline__ void load_items(Keys keys, int first, int hi, uint32_t (&key)[ITEMS])
+{
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) key[j] = first + j < hi ? keys(first + j) : 0u;
+}
+
+// From global memory: two 16-byte loads where the thread's items are whole and 16-byte aligned (one
+// block per row: the row's start aligned), issued before any key is used.
+__device__ __forceinline__ void load_items(GlobalKeys keys, int first, int hi, uint32_t (&key)[ITEMS])
+{
+    static_assert(ITEMS == 8, "two float4 loads a thread");
+    const float *p = keys.x + first;
+    if (first + ITEMS <= hi && ((uintptr_t)p & 15) == 0) {
+        const float4 a = __ldg(reinterpret_cast<const float4 *>(p));
+        const float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+        key[0] = order_key(a.x), key[1] = order_key(a.y), key[2] = order_key(a.z), key[3] = order_key(a.w);
+        key[4] = order_key(b.x), key[5] = order_key(b.y), key[6] = order_key(b.z), key[7] = order_key(b.w);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) key[j] = first + j < hi ? keys(first + j) : 0u;
+}
+
+// Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
+// equal keys of the whole row is below `need_eq`. `written` and `eq_seen` count what came before lo.
+// Each thread takes ITEMS consecutive elements, one scan per tile carries (gt, eq) counts.
+template <class Keys>
+inline __device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_t T, int need_eq, int written, int eq_seen,
+                        int32_t *out)
+{
+    for (int base = lo; base < hi; base += TILE) {
+        const int first = base + threadIdx.x * ITEMS;
+        uint32_t key[ITEMS];
+        load_items(keys, first, hi, key);
+        int gt = 0, eq = 0;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            gt += first + j < hi && key[j] > T;
+            eq += first + j < hi && key[j] == T;
+        }
+        // gt and eq per tile are at most TILE = 8192 < 2^16: one scan carries both
+        int packed = gt | (eq << 16), before, total;
+        Scan(s.scan).ExclusiveSum(packed, before, total);
+        __syncthreads(); // the scan storage is reused next tile
+        const int gt_before = before & 0xFFFF, eq_before = before >> 16;
+        const int eq_total = total >> 16, gt_total = total & 0xFFFF;
+        const int eq_left = need_eq - eq_seen > 0 ? need_eq - eq_seen : 0; // equal keys still wanted
+        int pos = written + gt_before + (eq_before < eq_left ? eq_before : eq_left);
+        int eq_rank = eq_before;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            if (first + j >= hi) break;
+            if (key[j] > T) out[pos++] = first + j;
+            else if (key[j] == T && eq_rank++ < eq_left) out[pos++] = first + j;
+        }
+        written += gt_total + (eq_total < eq_left ? eq_total : eq_left);
+        eq_seen += eq_total;
+    }
+}
+
+inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n)
+{
+    for (int i = threadIdx.x; i < tail_n; i += THREADS) out[k + i] = tail_first + i;
+}
+
+// ---- many rows, or short ones: one block per row, the whole selection in one kernel ----
+
+// Three radix passes over the row's keys, then the ordered compaction.
+template <class Keys>
+inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out)
+{
+    uint32_t prefix = 0, mask = 0;
+    int need = k;
+#pragma unroll 1
+    for (int p = 0; p < 3; ++p) {
+        const int nbins = 1 << pass_bits(p);
+        for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
+        __syncthreads();
+        histogram(s.hist, keys, 0, n, prefix, mask, pass_shift(p), nbins);
+        __syncthreads();
+        find_digit(s, s.hist, nbins, need);
+        prefix |= (uint32_t)s.digit << pass_shift(p);
+        mask |= (uint32_t)(nbins - 1) << pass_shift(p);
+        need = s.need;
+        __syncthreads(); // everyone has read digit and need before the next pass can write them
+    }
+    compact(s, keys, 0, n, prefix, need, 0, 0, out);
+}
+
+// The rows' trivial selections (k = 0: nothing; k >= n: every index) and the tail; true when done.
+inline __device__ bool trivial_row(int n, int k, int tail_first, int tail_n, int32_t *out)
+{
+    fill_tail(out, k, tail_first, tail_n);
+    if (k >= n)
+        for (int i = threadIdx.x; i < n; i += THREADS) out[i] = i;
+    return k >= n || k == 0;
+}
+
+} // namespace kvb_select
+#endif
