@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
     __syncthreads();
     int lo, hi;
     chunk_of(a, blockIdx.x, &lo, &hi);
-    histogram(s.hist, GlobalKeys{a.scores + row * a.ld}, lo, hi, prefix, mask, pass_shift(p), nbins);
+    stream_histogram<2>(s.hist, GlobalKeys{a.scores + row * a.ld}, lo, hi, prefix, mask, pass_shift(p), nbins);
     __syncthreads();
     int *g = a.hist + (int64_t)row * NBINS;
     for (int i = threadIdx.x; i < nbins; i += THREADS)

@@ -74,11 +74,38 @@ inline __device__ void histogram(int *hist, Keys keys, int lo, int hi, uint32_t 
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
 }
 
-// From global memory the pass is a stream of the row: 16-byte loads, two per thread issued before
-// either is counted (32 KB in flight per SM at two blocks), where one 4-byte load per iteration left
-// the loads waiting on DRAM latency. A scalar head up to the first 16-byte boundary and a scalar tail.
-inline __device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift,
-                          int nbins)
+__device__ __forceinline__ void count_vec(int *hist, float4 a, uint32_t prefix, uint32_t mask, int shift, int nbins)
+{
+    count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
+    count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
+    count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
+    count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
+}
+
+// Counts the vectors v[j], v[j + THREADS], ... DEPTH at a time, all DEPTH loads issued before any is
+// counted, while DEPTH whole steps are left; returns where it stopped.
+template <int DEPTH>
+__device__ __forceinline__ int count_vectors(int *hist, const float4 *v, int j, int nvec, uint32_t prefix,
+                                             uint32_t mask, int shift, int nbins)
+{
+    for (; j + (DEPTH - 1) * THREADS < nvec; j += DEPTH * THREADS) {
+        float4 a[DEPTH];
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d) a[d] = __ldg(v + j + d * THREADS);
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d) count_vec(hist, a[d], prefix, mask, shift, nbins);
+    }
+    return j;
+}
+
+// From global memory the pass is a stream of the row: 16-byte loads, four per thread issued before
+// any is counted (64 KB in flight a SM at two blocks), where one 4-byte load per iteration left the
+// loads waiting on DRAM latency; what is left two, then one at a time (a split row's 4096-element
+// chunk is two vectors a thread, and its pass is built with MAX_DEPTH 2: the four-deep loop it never
+// enters made the split plan slower). A scalar head and tail to the 16-byte boundary.
+template <int MAX_DEPTH>
+inline __device__ void stream_histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t prefix, uint32_t mask,
+                                        int shift, int nbins)
 {
     if (hi <= lo) return;
     const float *x = keys.x;
@@ -88,25 +115,16 @@ inline __device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uin
     const int nvec = (hi - body) / 4;
     const float4 *v = reinterpret_cast<const float4 *>(x + body);
     int j = threadIdx.x;
-    for (; j + THREADS < nvec; j += 2 * THREADS) {
-        const float4 a = __ldg(v + j), b = __ldg(v + j + THREADS);
-        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
-        count_key(hist, order_key(b.x), prefix, mask, shift, nbins);
-        count_key(hist, order_key(b.y), prefix, mask, shift, nbins);
-        count_key(hist, order_key(b.z), prefix, mask, shift, nbins);
-        count_key(hist, order_key(b.w), prefix, mask, shift, nbins);
-    }
-    if (j < nvec) {
-        const float4 a = __ldg(v + j);
-        count_key(hist, order_key(a.x), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.y), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.z), prefix, mask, shift, nbins);
-        count_key(hist, order_key(a.w), prefix, mask, shift, nbins);
-    }
+    if (MAX_DEPTH >= 4) j = count_vectors<4>(hist, v, j, nvec, prefix, mask, shift, nbins);
+    j = count_vectors<2>(hist, v, j, nvec, prefix, mask, shift, nbins);
+    count_vectors<1>(hist, v, j, nvec, prefix, mask, shift, nbins);
     for (int i = body + 4 * nvec + threadIdx.x; i < hi; i += THREADS) count_key(hist, keys(i), prefix, mask, shift, nbins);
+}
+
+inline __device__ void histogram(int *hist, GlobalKeys keys, int lo, int hi, uint32_t prefix, uint32_t mask, int shift,
+                                 int nbins)
+{
+    stream_histogram<4>(hist, keys, lo, hi, prefix, mask, shift, nbins);
 }
 
 // A thread's ITEMS consecutive keys from `first` (0 past hi).
