@@ -34,7 +34,10 @@
 //     358 MB -> ~80 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
 //     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
 //     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
-//     Page top-k of 64 rows x 43691 (topk_rows, split rows): a few launches, some tens of us.
+//     Page top-k of 64 rows x 43691 (topk_rows, split rows): a few launches, some tens of us. Rows of
+//     at most 8192 pages (RocketKV's step: 4239 after SnapKV++) are normalized and selected in one
+//     launch from shared memory (hybrid_normalize_select_kernel): at B = 1 pass 2 alone was ~8 us of
+//     a 52 us step, mostly its launch and dependency.
 //   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
 //     270 MB -> 60 us.
 //   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
@@ -50,6 +53,7 @@
 #include "kernels/common/kvb_grid.h"
 #include "kernels/page_scoring/page_scoring.h"
 #include "kernels/select/select.h"
+#include "kernels/select/select_row.cuh"
 
 namespace {
 
@@ -416,12 +420,10 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
 
 constexpr int NORM_PAGES = THREADS * 8; // pass 2: pages per block
 
-// Pass 2: lse_h from the blocks' partials, then u[j] = sum_h exp(z[h][j] - lse_h).
+// lse_h of query head h = warp < G of (b, KV head) bh, merged from the scoring blocks' partials.
 template <int G>
-__global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
+__device__ void head_lse(const HybridArgs &a, int64_t bh, float *lse)
 {
-    __shared__ float lse[G];
-    const int64_t bh = head0 + blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp < G) {
         float m = -INFINITY, s = 0.f;
@@ -432,15 +434,75 @@ __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a,
         lse_warp_merge(m, s);
         if (lane == 0) lse[warp] = m + logf(s);
     }
-    __syncthreads();
-    const int end = min(a.n_pages, (int)(blockIdx.x + 1) * NORM_PAGES);
-    const float *z = a.z + bh * G * a.cap;
-    for (int j = blockIdx.x * NORM_PAGES + threadIdx.x; j < end; j += THREADS) {
-        float sum = 0.f;
+}
+
+// u[j] = sum_h exp(z[h][j] - lse_h) of (b, KV head) bh
+template <int G>
+__device__ __forceinline__ float page_mass(const float *z, int cap, const float *lse, int j)
+{
+    float sum = 0.f;
 #pragma unroll
-        for (int h = 0; h < G; ++h) sum += expf(z[(int64_t)h * a.cap + j] - lse[h]);
-        a.u[bh * a.n_pages + j] = sum;
+    for (int h = 0; h < G; ++h) sum += expf(z[(int64_t)h * cap + j] - lse[h]);
+    return sum;
+}
+
+// Pass 2: lse_h from the blocks' partials, then u[j] = sum_h exp(z[h][j] - lse_h).
+template <int G>
+__global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
+{
+    __shared__ float lse[G];
+    const int64_t bh = head0 + blockIdx.y;
+    head_lse<G>(a, bh, lse);
+    __syncthreads();
+    // Four consecutive pages a thread: one 16-byte load of z per head (z's rows are 16-byte aligned when
+    // the workspace is: cap is a multiple of 8), all G issued before any is used; a block's last partial
+    // quad page by page (z past n_pages is never written), and all of it so where the workspace is not
+    // 16-byte aligned.
+    const float *z = a.z + bh * G * a.cap;
+    const int begin = blockIdx.x * NORM_PAGES, end = min(a.n_pages, begin + NORM_PAGES);
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : (end - begin) / 4;
+    float *u = a.u + bh * a.n_pages;
+    for (int i = threadIdx.x; i < quads; i += THREADS) {
+        const int j = begin + 4 * i;
+        float4 zq[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) zq[h] = *reinterpret_cast<const float4 *>(z + (int64_t)h * a.cap + j);
+        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            s0 += expf(zq[h].x - lse[h]), s1 += expf(zq[h].y - lse[h]);
+            s2 += expf(zq[h].z - lse[h]), s3 += expf(zq[h].w - lse[h]);
+        }
+        u[j] = s0, u[j + 1] = s1, u[j + 2] = s2, u[j + 3] = s3; // u's rows (n_pages) need not be aligned
     }
+    for (int j = begin + 4 * quads + threadIdx.x; j < end; j += THREADS) u[j] = page_mass<G>(z, a.cap, lse, j);
+}
+
+// Pass 2 with the page top-k where the selection holds a row in shared memory (n_pages <=
+// kvb_select::SMEM_ROW_N, e.g. RocketKV's step): one block of kvb_select::THREADS per (b, KV head)
+// computes u, writes it, keeps its order keys in shared memory and selects the pages from there. One
+// launch where pass 2 and topk_rows took two, and u is not read back.
+template <int G>
+__global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_kernel(HybridArgs a, int64_t head0,
+                                                                                     int n_sel, int32_t *pages)
+{
+    namespace ks = kvb_select;
+    __shared__ ks::SelectSmem sel;
+    __shared__ float lse[G];
+    extern __shared__ uint32_t row_keys[]; // n_pages order keys of u
+    const int64_t bh = head0 + blockIdx.x;
+    head_lse<G>(a, bh, lse);
+    __syncthreads();
+    const float *z = a.z + bh * G * a.cap;
+    for (int j = threadIdx.x; j < a.n_pages; j += ks::THREADS) {
+        const float u = page_mass<G>(z, a.cap, lse, j);
+        a.u[bh * a.n_pages + j] = u;
+        row_keys[j] = ks::order_key(u);
+    }
+    __syncthreads();
+    int32_t *out = pages + bh * n_sel;
+    if (ks::trivial_row(a.n_pages, n_sel, 0, 0, out)) return;
+    ks::select_row(sel, ks::SmemKeys{row_keys}, a.n_pages, n_sel, out);
 }
 
 // ---- Quest ----
@@ -659,8 +721,10 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
 // more blocks (Quest: twice, hybrid: four times).
 bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
+// n_sel pages into `pages` as well when `pages` is not NULL and the rows fit the selection's shared
+// memory (then *selected = true); otherwise u only, and the caller selects.
 template <int G>
-int launch_hybrid(HybridArgs a, int64_t heads, cudaStream_t stream)
+int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *selected, cudaStream_t stream)
 {
     using Wide = HybTile<G, 64>;
     using Narrow = HybTile<G, 16>;
@@ -672,12 +736,17 @@ int launch_hybrid(HybridArgs a, int64_t heads, cudaStream_t stream)
     a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : Wide::TILE);
     plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
     const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
+    *selected = pages && a.n_pages <= kvb_select::SMEM_ROW_N;
+    const size_t row_bytes = sizeof(uint32_t) * (size_t)a.n_pages;
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
         if (narrow) hybrid_score_kernel<G, 16><<<grid, THREADS, Narrow::RING, stream>>>(a, h0);
         else hybrid_score_kernel<G, 64><<<grid, THREADS, Wide::RING, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
-        hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
+        if (*selected)
+            hybrid_normalize_select_kernel<G><<<n, kvb_select::THREADS, row_bytes, stream>>>(a, h0, n_sel, pages);
+        else
+            hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     });
@@ -779,18 +848,19 @@ extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_b
     a.z = (float *)((char *)workspace + w.z);
     a.part = (float2 *)((char *)workspace + w.part);
     a.u = u, a.channels = channels;
-    switch (s->Hq / s->Hkv) {
-    case 1: rc = launch_hybrid<1>(a, heads, stream); break;
-    case 2: rc = launch_hybrid<2>(a, heads, stream); break;
-    case 3: rc = launch_hybrid<3>(a, heads, stream); break;
-    case 4: rc = launch_hybrid<4>(a, heads, stream); break;
-    case 5: rc = launch_hybrid<5>(a, heads, stream); break;
-    case 6: rc = launch_hybrid<6>(a, heads, stream); break;
-    case 7: rc = launch_hybrid<7>(a, heads, stream); break;
-    default: rc = launch_hybrid<8>(a, heads, stream); break; // page_layout_check: G in [1, 8]
-    }
-    if (rc || !pages) return rc;
     const int n_sel = hybrid_selected_pages(k, s->P);
+    bool selected = false;
+    switch (s->Hq / s->Hkv) {
+    case 1: rc = launch_hybrid<1>(a, heads, n_sel, pages, &selected, stream); break;
+    case 2: rc = launch_hybrid<2>(a, heads, n_sel, pages, &selected, stream); break;
+    case 3: rc = launch_hybrid<3>(a, heads, n_sel, pages, &selected, stream); break;
+    case 4: rc = launch_hybrid<4>(a, heads, n_sel, pages, &selected, stream); break;
+    case 5: rc = launch_hybrid<5>(a, heads, n_sel, pages, &selected, stream); break;
+    case 6: rc = launch_hybrid<6>(a, heads, n_sel, pages, &selected, stream); break;
+    case 7: rc = launch_hybrid<7>(a, heads, n_sel, pages, &selected, stream); break;
+    default: rc = launch_hybrid<8>(a, heads, n_sel, pages, &selected, stream); break; // page_layout_check: G in [1, 8]
+    }
+    if (rc || !pages || selected) return rc;
     void *topk_ws = w.total > w.topk ? (char *)workspace + w.topk : NULL;
     return topk_rows(u, (int)heads, a.n_pages, a.n_pages, n_sel, 0, 0, pages, n_sel, topk_ws, stream);
 }
