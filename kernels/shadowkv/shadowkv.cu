@@ -247,16 +247,14 @@ static int subspace_cholqr2(const shadowkv_lowrank_plan *p, const lowrank_ws &w,
     const double one_d = 1.0, zero_d = 0.0;
     start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
     CUDA_TRY(cudaGetLastError());
-    // syrk writes only C's upper triangle, but potrf's upper-triangle kernels also load from the strictly
-    // lower one (compute-sanitizer initcheck: uninitialized reads in potrf_alg2_upper_trsm): zeroed once,
-    // those loads read defined values
-    CUDA_TRY(cudaMemsetAsync(w.C, 0, (size_t)k * k * sizeof(double), stream));
     for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
-        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, N, &one, w.G, N, w.Q, N, &zero, w.Y, N));
         cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
         CUDA_TRY(cudaGetLastError());
         for (int pass = 0; pass < CHOLQR_PASSES; pass++) {
-            CUBLAS_TRY(cublasDsyrk(cb, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, k, N, &one_d, w.Yd, N, &zero_d, w.C, k));
+            // C = Y^T Y whole by GEMM (fp64 tensor cores): cuBLAS's syrk of one triangle ran ~53 us a call
+            // in 225 blocks of its own kernel; potrf reads C's upper triangle
+            CUBLAS_TRY(cublasDgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one_d, w.Yd, N, w.Yd, N, &zero_d, w.C, k));
             CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
                                           w.chol_info + CHOLQR_PASSES * it + pass));
             CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, N,
@@ -280,7 +278,7 @@ static int subspace_householder(const shadowkv_lowrank_plan *p, const lowrank_ws
     start_matrix_kernel<<<(unsigned)((nq + threads - 1) / threads), threads, 0, stream>>>(w.Q, nq);
     CUDA_TRY(cudaGetLastError());
     for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
-        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, w.Q, N, &zero, w.Y, N));
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, N, &one, w.G, N, w.Q, N, &zero, w.Y, N));
         CUSOLVER_TRY(cusolverDnSgeqrf(cs, N, k, w.Y, N, w.tau, w.work, p->eig_lwork, info));
         CUSOLVER_TRY(cusolverDnSorgqr(cs, N, k, k, w.Y, N, w.tau, w.work, p->eig_lwork, info));
         CUDA_TRY(cudaMemcpyAsync(w.Q, w.Y, (size_t)nq * sizeof(float), cudaMemcpyDeviceToDevice, stream));
@@ -375,7 +373,9 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         m = r, V = w.Y;
     } else if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
         // subspace iteration: Q <- qr(G Q), SHADOWKV_RR_ITERS times from a seeded start, then the
-        // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z
+        // Rayleigh-Ritz step: T = Q^T G Q (k x k), its eigenpairs (Z, lambda), V = Q Z. The products G Q
+        // are GEMMs over the whole G, which the Gram GEMMs above wrote in both triangles: cuBLAS's symm
+        // on one triangle ran as panel kernels of a few dozen blocks
         const int k = p->k;
         int rc = subspace_cholqr2(p, w, stream);
         if (rc) return rc;
@@ -392,7 +392,7 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
         CUDA_TRY(ev.mark(2, stream));
         float *Q = w.Q, *Y = w.Y;
-        CUBLAS_TRY(cublasSsymm(cb, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, N, k, &one, w.G, N, Q, N, &zero, Y, N));
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, N, &one, w.G, N, Q, N, &zero, Y, N));
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
         CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
                                       p->eig_lwork, info));
