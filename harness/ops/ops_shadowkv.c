@@ -344,7 +344,7 @@ static size_t host_bytes_lowrank(const kvb_case *c)
 
 static const kvb_impl lowrank_impls[] = {
     {"kernel", launch_lowrank, 1, "Gram matrix (3xTF32 GEMMs on the tensor cores), subspace iteration on it (max(r + 32, 3r/2) columns, 3 "
-                                  "products, CholeskyQR2 in fp64), the small projected matrix's eigenpairs "
+                                  "products, CholeskyQR in fp64: one pass, two in the last), the small projected matrix's eigenpairs "
                                   "(syevd), one GEMM"},
     {"syevdx", launch_lowrank, 1, "the exact path: Gram matrix + cuSOLVER syevdx of the r largest + one GEMM"},
     {"syevd_all", launch_lowrank, 1, "the exact path with every eigenpair (syevd), kept to compare"},

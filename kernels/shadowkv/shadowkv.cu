@@ -24,7 +24,11 @@
     } while (0)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-constexpr int CHOLQR_PASSES = 2; // CholeskyQR2: the passes of each product's QR (subspace_cholqr2)
+// The CholeskyQR passes of each product's QR (subspace_cholqr2): one in every iteration but the last,
+// whose Q the Rayleigh-Ritz step needs orthonormal (CholeskyQR2); one pass leaves Q well conditioned,
+// which is all the next product needs, since the subspace, not the basis, carries over
+constexpr int CHOLQR_PASSES_EARLY = 1, CHOLQR_PASSES_LAST = 2;
+constexpr int CHOLQR_CALLS = CHOLQR_PASSES_EARLY * (SHADOWKV_RR_ITERS - 1) + CHOLQR_PASSES_LAST;
 
 // ---- the factorization ------------------------------------------------------------------------------
 
@@ -61,7 +65,7 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     w.hi = take(sn), w.lo = take(sn), w.X = take(rr ? N * N : 0);
     w.C = (double *)take_bytes(rr ? k * k * sizeof(double) : 0);
     w.chol_work = (double *)take_bytes(rr ? (size_t)p->chol_lwork * sizeof(double) : 0);
-    w.chol_info = (int *)take_bytes(rr ? CHOLQR_PASSES * SHADOWKV_RR_ITERS * sizeof(int) : 0);
+    w.chol_info = (int *)take_bytes(rr ? CHOLQR_CALLS * sizeof(int) : 0);
     const size_t at = p->eig == SHADOWKV_EIG_GESVDR ? N * (size_t)p->S : 0;
     w.At = take(at), w.sigma = take(k), w.Vr = take(N * k);
     w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
@@ -231,8 +235,10 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bflo
 }
 
 // Q (w.Q, N x k) <- an orthonormal basis of the subspace after SHADOWKV_RR_ITERS products by G from the
-// seeded start. The QR is CholeskyQR2 in fp64 (Yamamoto et al. 2015): two passes of C = X^T X, R = chol(C),
-// X = X R^{-1}; the first leaves X well conditioned, the second makes it orthonormal to fp64 rounding. It
+// seeded start. The last product's QR is CholeskyQR2 in fp64 (Yamamoto et al. 2015): two passes of
+// C = X^T X, R = chol(C), X = X R^{-1}; the first leaves X well conditioned (||X^T X - I||_F 0.07-0.09,
+// emulated), the second makes it orthonormal to fp64 rounding; the earlier products' QR is the first
+// pass alone. It
 // needs cond(Y) below about u^-1/2 = 9.5e7 (u = 2^-53): Y is fp32 data, whose rounding keeps cond(Y) near
 // or under 3.5e7 even for a low-rank Kpre (emulated). Each potrf's status goes to w.chol_info (nonzero:
 // not positive definite, Q not to be used: the caller runs the Householder fallback).
@@ -247,16 +253,18 @@ static int subspace_cholqr2(const shadowkv_lowrank_plan *p, const lowrank_ws &w,
     const double one_d = 1.0, zero_d = 0.0;
     start_matrix_kernel<<<qblocks, threads, 0, stream>>>(w.Q, nq);
     CUDA_TRY(cudaGetLastError());
+    int call = 0; // potrf calls so far: the index of the next status
     for (int it = 0; it < SHADOWKV_RR_ITERS; it++) {
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, N, &one, w.G, N, w.Q, N, &zero, w.Y, N));
         cast_kernel<float, double><<<qblocks, threads, 0, stream>>>(w.Y, nq, w.Yd);
         CUDA_TRY(cudaGetLastError());
-        for (int pass = 0; pass < CHOLQR_PASSES; pass++) {
+        const int passes = it == SHADOWKV_RR_ITERS - 1 ? CHOLQR_PASSES_LAST : CHOLQR_PASSES_EARLY;
+        for (int pass = 0; pass < passes; pass++, call++) {
             // C = Y^T Y whole by GEMM (fp64 tensor cores): cuBLAS's syrk of one triangle ran ~53 us a call
             // in 225 blocks of its own kernel; potrf reads C's upper triangle
             CUBLAS_TRY(cublasDgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one_d, w.Yd, N, w.Yd, N, &zero_d, w.C, k));
             CUSOLVER_TRY(cusolverDnDpotrf(cs, CUBLAS_FILL_MODE_UPPER, k, w.C, k, w.chol_work, p->chol_lwork,
-                                          w.chol_info + CHOLQR_PASSES * it + pass));
+                                          w.chol_info + call));
             CUBLAS_TRY(cublasDtrsm(cb, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, N,
                                    k, &one_d, w.C, k, w.Yd, N));
         }
@@ -383,11 +391,11 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         // S < k; cond above ~1e8) has a Gram matrix that potrf cannot factor: then the iteration again
         // from the same start, with Householder QR. The statuses are read on the host; the solvers below
         // synchronize with it anyway.
-        int status[CHOLQR_PASSES * SHADOWKV_RR_ITERS];
+        int status[CHOLQR_CALLS];
         CUDA_TRY(cudaMemcpyAsync(status, w.chol_info, sizeof status, cudaMemcpyDeviceToHost, stream));
         CUDA_TRY(cudaStreamSynchronize(stream));
         int failed = 0;
-        for (int i = 0; i < CHOLQR_PASSES * SHADOWKV_RR_ITERS; i++) failed |= status[i] != 0;
+        for (int i = 0; i < CHOLQR_CALLS; i++) failed |= status[i] != 0;
         if (qr_fallback) *qr_fallback = failed;
         if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
         CUDA_TRY(ev.mark(2, stream));
