@@ -273,7 +273,25 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
         while (per_block > min_steps && N / per_block < (int64_t)sms * 7 / 8) per_block /= 2;
     }
     const int64_t want = (N + per_block - 1) / per_block;
-    const int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
+    int grid = (int)(want < cap ? (want > 0 ? want : 1) : cap);
+    // Every sequence the same length (dense) or list (sparse): a whole number of blocks a head, so that no
+    // block straddles two heads (part_begin(j * per_head) = j * steps of a head) and each head's merge
+    // waits only on its own blocks (kernels/decode/NOTES.md, Tried: 64 steps a block, 32 a head at B=1
+    // L=32K; sparse grids that split heads evenly were the faster ones)
+    bool equal = true;
+    for (int b = 1; equal && b < d->B; b++) equal = tokens[b] == tokens[0];
+    const int64_t heads = (int64_t)d->B * d->Hkv, head_steps = (tokens[0] + 15) / 16;
+    if (equal && heads <= grid) {
+        int64_t per_head = grid / heads;
+        const int64_t most = head_steps / per_block > 0 ? head_steps / per_block : 1;
+        if (per_head > most) per_head = most;
+        // Dense: blocks of at least 64 steps where that still gives every SM a block (B=1 L=32K: 32 a
+        // head). Not the sparse lists: at B=8 budget 4096 it left 4 blocks a head, slower than 6 (Tried)
+        const int64_t long_blocks = head_steps / 64;
+        if (src == SRC_DENSE && long_blocks >= 1 && heads * long_blocks >= kvb_sm_count() && per_head > long_blocks)
+            per_head = long_blocks;
+        grid = (int)(heads * per_head);
+    }
     size_t parts_off;
     workspace_layout(d, cap, &parts_off);
     DecodeParams p;
