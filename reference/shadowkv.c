@@ -350,3 +350,20 @@ int ref_shadowkv_host_values(const kvb_bf16 *V, const shadowkv_layout *L, kvb_bf
                    sizeof(kvb_bf16) * (size_t)chunk);
     return KVB_OK;
 }
+
+void ref_shadowkv_rope_keys(const float *Kpre, const kvb_bf16 *cos_sin, int S, int Hkv, int D, kvb_bf16 *K)
+{
+    const int half = D / 2;
+#pragma omp parallel for schedule(static)
+    for (int s = 0; s < S; s++)
+        for (int h = 0; h < Hkv; h++) {
+            const float *x = Kpre + ((int64_t)s * Hkv + h) * D;
+            const kvb_bf16 *cs = cos_sin + (int64_t)s * D;
+            kvb_bf16 *y = K + ((int64_t)h * S + s) * D;
+            for (int i = 0; i < half; i++) {
+                const double co = kvb_bf16_to_double(cs[i]), si = kvb_bf16_to_double(cs[half + i]);
+                y[i] = kvb_double_to_bf16(x[i] * co - x[i + half] * si);
+                y[i + half] = kvb_double_to_bf16(x[i + half] * co + x[i] * si);
+            }
+        }
+}

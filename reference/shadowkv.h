@@ -81,6 +81,11 @@ int ref_shadowkv_chunks(const kvb_bf16 *K, int Hkv, int S, int D, int c, int loc
                         int outlier_chunks, kvb_bf16 *landmarks, int32_t *landmark_idx,
                         int32_t *outliers, float *min_cos);
 
+/* Post-RoPE bf16 keys K [Hkv, S, D] of one prompt from Kpre [S, Hkv*D] with a rotate-half table
+ * cos_sin [S, D] (rope_table: cos in [0, D/2), sin in [D/2, D)), in double with one rounding: the keys a
+ * prefill would have cached, the input of steps 2-4. */
+void ref_shadowkv_rope_keys(const float *Kpre, const kvb_bf16 *cos_sin, int S, int Hkv, int D, kvb_bf16 *K);
+
 /* ---- the GPU buffer and the host values ------------------------------------------------------- */
 
 /* The buffer [B, Hkv, NB, D] of one layer, in token order:

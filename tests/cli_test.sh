@@ -59,6 +59,8 @@ expect "shadowkv: rank 0" 2 'shadowkv_lowrank: r=0 out of range \[1, 8192\]' -- 
 expect "shadowkv: gesvdr on a wide matrix" 2 'shadowkv_lowrank: impl=gesvdr: S=100 out of range \[Hkv\*D = 256, 2\^24\]' -- check --cases "$cases" "shadowkv_lowrank S=100 Hkv=2 D=128 r=50 impl=gesvdr"
 expect "shadowkv: more outliers than chunks" 2 'shadowkv_landmarks: outlier_chunks=9 out of range \[0, n_chunks = floor\(S/c\) - local_chunks = floor\(100/8\) - 4 = 8\]' -- check --cases "$cases" "shadowkv_landmarks S=100 outlier_chunks=9"
 expect "shadowkv: no chunk before the local window" 2 'shadowkv_landmarks: S=30 out of range \[c\*\(local_chunks\+1\) = 8\*5 = 40' -- check --cases "$cases" "shadowkv_landmarks S=30"
+expect "shadowkv prefill: odd D" 2 'shadowkv_prefill: D=33 out of range: even in \[2, 1024\]' -- check --cases "$cases" "shadowkv_prefill S=203 Hkv=2 D=33 r=8"
+expect "shadowkv prefill: rank above Hkv*D" 2 'shadowkv_prefill: r=100 out of range \[1, min\(S, Hkv\*D\) = 64\]' -- check --cases "$cases" "shadowkv_prefill S=203 Hkv=2 D=32 r=100"
 expect "batch_gemm_rotary: rank 0" 2 'batch_gemm_rotary: r=0 out of range \[1, 1024\]' -- check --cases "$cases" "batch_gemm_rotary r=0"
 expect "batch_gemm_rotary: more slots than chunks" 2 'batch_gemm_rotary: M=300 out of range \[1, ctx/c = 256\]' -- check --cases "$cases" "batch_gemm_rotary M=300 ctx=2048"
 expect "batch_gemm_rotary: context shorter than a chunk" 2 'batch_gemm_rotary: ctx=4 out of range \[c = 8' -- check --cases "$cases" "batch_gemm_rotary ctx=4"

@@ -168,6 +168,7 @@ static void test_injected_failures(void **state)
         "sparse_attn_pages B=2 Hq=8 Hkv=2 D=64 L=300 budget=64 P=16",
         "landmark_score B=1 Hq=8 Hkv=2 D=64 Lm=64 M=8 outliers=4",
         "shadowkv_landmarks B=1 Hkv=2 S=512 D=64 c=8 local_chunks=2 outlier_chunks=4",
+        "shadowkv_prefill S=203 Hkv=2 D=32 r=8 c=8 local_chunks=2 outlier_chunks=3",
     };
     int injected = 0;
     for (size_t l = 0; l < sizeof lines / sizeof lines[0]; l++) {

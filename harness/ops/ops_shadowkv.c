@@ -30,12 +30,18 @@
  *   landmark is bf16 of its chunk's mean within the tolerance (the means from the reference with
  *   no outliers, which returns every chunk's mean). Inputs (dist=): normal, N(0, 1) keys; repeat,
  *   chunk k a copy of chunk k mod 7 (equal minimums: the lower-chunk rule decides).
+ *
+ * shadowkv_prefill: one layer and sequence, shadowkv_lowrank's impl=kernel path on Kpre, then
+ *   shadowkv_landmarks on Kpre's post-RoPE keys (Llama-3's table, made on the host), on one stream:
+ *   one wall-timed figure with the stages gram, iterate, eig, factors and landmarks. Each part is
+ *   judged by its own op's checks (the helpers below take the part's state explicitly).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/batch_gemm_rotary.h"
 #include "reference/shadowkv.h"
 #include "harness/core/ceilings.h"
 #include "harness/core/op.h"
@@ -63,24 +69,26 @@ static const kvb_param lowrank_params[] = {
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 
-static int validate_lowrank(const kvb_case *c)
+static int validate_lowrank_as(const kvb_case *c, const char *who)
 {
     const int64_t S = kvb_case_i64(c, "S"), N = (int64_t)kvb_case_int(c, "Hkv") * kvb_case_int(c, "D");
     const int r = kvb_case_int(c, "r");
     const int64_t max_r = S < N ? S : N;
     if (r > max_r)
-        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: r=%d out of range [1, min(S, Hkv*D) = %lld]", r, (long long)max_r);
+        return kvb_fail(KVB_EINVAL, "%s: r=%d out of range [1, min(S, Hkv*D) = %lld]", who, r, (long long)max_r);
     if (S * N > 2147483647LL) /* LAPACK's 32-bit indices, and the reference's time */
-        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: S*Hkv*D = %lld out of range [1, 2^31 - 1]", (long long)(S * N));
+        return kvb_fail(KVB_EINVAL, "%s: S*Hkv*D = %lld out of range [1, 2^31 - 1]", who, (long long)(S * N));
 #if KVB_HAVE_CUDA
     if (N > SHADOWKV_GPU_MAX_N)
-        return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: Hkv*D=%lld out of range [1, %d]", (long long)N, SHADOWKV_GPU_MAX_N);
+        return kvb_fail(KVB_EINVAL, "%s: Hkv*D=%lld out of range [1, %d]", who, (long long)N, SHADOWKV_GPU_MAX_N);
 #endif
     if (!strcmp(kvb_case_enum(c, "impl"), "gesvdr") && S < N) /* gesvdr factors the tall S x N matrix */
         return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: impl=gesvdr: S=%lld out of range [Hkv*D = %lld, 2^24]", (long long)S,
                         (long long)N);
     return KVB_OK;
 }
+
+static int validate_lowrank(const kvb_case *c) { return validate_lowrank_as(c, "shadowkv_lowrank"); }
 
 typedef struct lowrank_priv {
     int S, Hkv, D, r, N;
@@ -143,11 +151,10 @@ static void lowrank_memo_keep(const lowrank_priv *p, int dist, uint64_t seed, in
     lowrank_memo.optimal = p->optimal, lowrank_memo.norm = p->norm;
 }
 
-static int setup_lowrank(kvb_run *r)
+/* Step 1's tensors (Kpre, U, SV, their bf16 copies, info, workspace), its input and the singular values */
+static int lowrank_setup(kvb_run *r, lowrank_priv *p)
 {
     const kvb_case *c = r->c;
-    lowrank_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_lowrank state");
-    r->priv = p;
     p->S = kvb_case_int(c, "S"), p->Hkv = kvb_case_int(c, "Hkv"), p->D = kvb_case_int(c, "D");
     p->r = kvb_case_int(c, "r"), p->N = p->Hkv * p->D;
     const int S = p->S, N = p->N, R = p->r;
@@ -210,10 +217,16 @@ static int setup_lowrank(kvb_run *r)
     return rc;
 }
 
-/* Every slice: the device's fp32 factors against the bound, and the bf16 ones reported. */
-static int out_check_lowrank(kvb_run *r)
+static int setup_lowrank(kvb_run *r)
 {
-    lowrank_priv *p = r->priv;
+    lowrank_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_lowrank state");
+    r->priv = p;
+    return lowrank_setup(r, p);
+}
+
+/* Every slice: the device's fp32 factors against the bound, and the bf16 ones reported. */
+static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
+{
     const kvb_tensor *K = kvb_run_find(r, "Kpre");
     double e32, e16;
     int rc = ref_shadowkv_lowrank_error(K->h, p->S, p->Hkv, p->D, p->r, kvb_run_find(r, "U")->out,
@@ -244,16 +257,19 @@ static int out_check_lowrank(kvb_run *r)
     return KVB_OK;
 }
 
+static int out_check_lowrank(kvb_run *r) { return lowrank_out_check(r, r->priv); }
+
 #if KVB_HAVE_CUDA
 static void *dev(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }
 
-static int launch_lowrank(kvb_run *r)
+static int lowrank_launch(kvb_run *r, lowrank_priv *p)
 {
-    lowrank_priv *p = r->priv;
     return shadowkv_lowrank(&p->plan, dev(r, "Kpre"), dev(r, "U"), dev(r, "SV"), dev(r, "U_bf16"), dev(r, "SV_bf16"),
                             dev(r, "info"), dev(r, "workspace"), &p->qr_fallback, r->stage_timing ? &p->stages : NULL,
                             r->stream);
 }
+
+static int launch_lowrank(kvb_run *r) { return lowrank_launch(r, r->priv); }
 
 /* The bench's stage times (the counters stage_us_gram, _iterate, _eig, _factors): the GPU impls' phases.
  * impl=lapacke has none: refused, so the bench does not rerun the CPU reference for them. */
@@ -318,13 +334,17 @@ static void cost_lowrank(const kvb_run *r, kvb_cost *c)
 #endif
 }
 
-static void teardown_lowrank(kvb_run *r)
+static void lowrank_teardown(lowrank_priv *p)
 {
-    lowrank_priv *p = r->priv;
     if (!p) return;
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_plan_free(&p->plan);
 #endif
+}
+
+static void teardown_lowrank(kvb_run *r)
+{
+    lowrank_teardown(r->priv);
     r->priv = NULL;
 }
 
@@ -332,15 +352,16 @@ static void teardown_lowrank(kvb_run *r)
  * the bf16 check's, impl=lapacke's); dist=lowrank's factors; LAPACKE_dgesdd's copy of Kpre, its
  * factors and its own workspace (3 k^2 + max(S, N) + 4 k^2 + 4 k doubles, 8 k ints for k = min(S, N));
  * a reconstructed row per thread (the error) */
-static size_t host_bytes_lowrank(const kvb_case *c)
+static double lowrank_host_bytes(const kvb_case *c)
 {
     const double S = kvb_case_i64(c, "S"), N = (double)kvb_case_int(c, "Hkv") * kvb_case_int(c, "D"),
                  R = kvb_case_int(c, "r"), k = S < N ? S : N, R0 = LOWRANK_SIGNAL_RANK;
     const double factors = (S + N) * R * 6, mx = S > N ? S : N;
-    return kvb_host_bytes_sat(KVB_HOLD_IN * S * N * 4 + KVB_HOLD_OUT * (factors + 4) + 8 * k + 2 * factors + (S + N) * R0 * 4 +
-                              8 * (S * N + k + S * k + k * N) + 8 * (7 * k * k + mx + 4 * k) + 32 * k +
-                              kvb_ref_threads() * 8.0 * N);
+    return KVB_HOLD_IN * S * N * 4 + KVB_HOLD_OUT * (factors + 4) + 8 * k + 2 * factors + (S + N) * R0 * 4 +
+           8 * (S * N + k + S * k + k * N) + 8 * (7 * k * k + mx + 4 * k) + 32 * k + kvb_ref_threads() * 8.0 * N;
 }
+
+static size_t host_bytes_lowrank(const kvb_case *c) { return kvb_host_bytes_sat(lowrank_host_bytes(c)); }
 
 static const kvb_impl lowrank_impls[] = {
     {"kernel", launch_lowrank, 1, "Gram matrix (3xTF32 GEMMs on the tensor cores), subspace iteration on it (max(r + 32, 3r/2) columns, 3 "
@@ -385,41 +406,48 @@ static const kvb_param landmarks_params[] = {
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 
-static int landmark_counts(const kvb_case *c, int *n_chunks, int *Lm)
+static int landmark_counts(const kvb_case *c, int *n_chunks, int *Lm, const char *who)
 {
     return shadowkv_chunk_counts(kvb_case_int(c, "S"), kvb_case_int(c, "c"), kvb_case_int(c, "local_chunks"),
-                                 kvb_case_int(c, "outlier_chunks"), n_chunks, Lm, "shadowkv_landmarks");
+                                 kvb_case_int(c, "outlier_chunks"), n_chunks, Lm, who);
+}
+
+static int validate_landmarks_as(const kvb_case *c, int B, const char *who)
+{
+    int n_chunks, Lm;
+    int rc = landmark_counts(c, &n_chunks, &Lm, who);
+    if (rc) return rc;
+    if (Lm < 1)
+        return kvb_fail(KVB_EINVAL, "%s: outlier_chunks=%d out of range [1, n_chunks - 1 = %d]", who,
+                        kvb_case_int(c, "outlier_chunks"), n_chunks - 1);
+    const double bytes = 2.0 * B * kvb_case_int(c, "Hkv") * kvb_case_i64(c, "S") * kvb_case_int(c, "D");
+    if (bytes > 8e9)
+        return kvb_fail(KVB_EINVAL, "%s: B*Hkv*S*D = %.0f keys out of range [1, 4e9] (8 GB)", who, bytes / 2);
+    return KVB_OK;
 }
 
 static int validate_landmarks(const kvb_case *c)
 {
-    int n_chunks, Lm;
-    int rc = landmark_counts(c, &n_chunks, &Lm);
-    if (rc) return rc;
-    if (Lm < 1)
-        return kvb_fail(KVB_EINVAL, "shadowkv_landmarks: outlier_chunks=%d out of range [1, n_chunks - 1 = %d]",
-                        kvb_case_int(c, "outlier_chunks"), n_chunks - 1);
-    const double bytes = 2.0 * kvb_case_int(c, "B") * kvb_case_int(c, "Hkv") * kvb_case_i64(c, "S") * kvb_case_int(c, "D");
-    if (bytes > 8e9)
-        return kvb_fail(KVB_EINVAL, "shadowkv_landmarks: B*Hkv*S*D = %.0f keys out of range [1, 4e9] (8 GB)", bytes / 2);
-    return KVB_OK;
+    return validate_landmarks_as(c, kvb_case_int(c, "B"), "shadowkv_landmarks");
 }
 
 typedef struct landmarks_priv {
     int B, Hkv, S, D, c, local, O, n_chunks, Lm;
+    const char *workspace; /* the name of its workspace tensor */
     kvb_bf16 *all_means; /* [B, Hkv, n_chunks, D]: bf16 mean of every chunk (the reference, no outliers) */
     float *neg_min_cos;  /* [B, Hkv, n_chunks]: the outliers' selection scores (largest = smallest min_cos) */
 } landmarks_priv;
 
-static int setup_landmarks(kvb_run *r)
+/* The landmarks' tensors and reference for B sequences of the case's Hkv, S, D and chunk counts; the
+ * keys from `keys` ([B, Hkv, S, D]) or, when it is NULL, filled by the case's dist. */
+static int landmarks_setup(kvb_run *r, landmarks_priv *p, int batch, const kvb_bf16 *keys, const char *workspace,
+                           const char *who)
 {
     const kvb_case *c = r->c;
-    landmarks_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_landmarks state");
-    r->priv = p;
-    p->B = kvb_case_int(c, "B"), p->Hkv = kvb_case_int(c, "Hkv"), p->S = kvb_case_int(c, "S");
+    p->B = batch, p->Hkv = kvb_case_int(c, "Hkv"), p->S = kvb_case_int(c, "S");
     p->D = kvb_case_int(c, "D"), p->c = kvb_case_int(c, "c"), p->local = kvb_case_int(c, "local_chunks");
-    p->O = kvb_case_int(c, "outlier_chunks");
-    int rc = landmark_counts(c, &p->n_chunks, &p->Lm);
+    p->O = kvb_case_int(c, "outlier_chunks"), p->workspace = workspace;
+    int rc = landmark_counts(c, &p->n_chunks, &p->Lm, who);
     if (rc) return rc;
     const int B = p->B, H = p->Hkv, S = p->S, D = p->D, nc = p->n_chunks, Lm = p->Lm, O = p->O;
     int64_t sk[4] = {B, H, S, D}, sl[4] = {B, H, Lm, D}, si[3] = {B, H, Lm}, so[3] = {B, H, O}, sm[3] = {B, H, nc};
@@ -434,10 +462,12 @@ static int setup_landmarks(kvb_run *r)
 #if KVB_HAVE_CUDA
     if (kvb_gpu_available()) ws[0] = (int64_t)shadowkv_landmarks_workspace_bytes(B, H, nc, D);
 #endif
-    kvb_run_tensor(r, "workspace", KVB_U8, 1, ws, KVB_SCRATCH);
+    kvb_run_tensor(r, workspace, KVB_U8, 1, ws, KVB_SCRATCH);
 
     kvb_bf16 *k = K->h;
-    if (!strcmp(kvb_case_enum(c, "dist"), "repeat")) {
+    if (keys) {
+        memcpy(k, keys, (size_t)K->n * 2);
+    } else if (!strcmp(kvb_case_enum(c, "dist"), "repeat")) {
         kvb_fill_bf16_normal(k, K->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
         const int64_t chunk = (int64_t)p->c * D;
         for (int64_t row = 0; row < (int64_t)B * H; row++)
@@ -469,11 +499,17 @@ static int setup_landmarks(kvb_run *r)
     return rc;
 }
 
+static int setup_landmarks(kvb_run *r)
+{
+    landmarks_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_landmarks state");
+    r->priv = p;
+    return landmarks_setup(r, p, kvb_case_int(r->c, "B"), NULL, "workspace", "shadowkv_landmarks");
+}
+
 /* Every (b, h) row, given the device's outliers: landmark_idx = the other chunks ascending (exact), and
  * landmarks[l] = bf16 mean of chunk landmark_idx[l] within the tolerance. */
-static int out_check_landmarks(kvb_run *r)
+static int landmarks_out_check(kvb_run *r, landmarks_priv *p)
 {
-    landmarks_priv *p = r->priv;
     const int64_t rows = (int64_t)p->B * p->Hkv;
     const int32_t *ol = kvb_run_find(r, "outliers")->out, *li = kvb_run_find(r, "landmark_idx")->out;
     kvb_tensor *lm = kvb_run_find(r, "landmarks");
@@ -511,30 +547,34 @@ static int out_check_landmarks(kvb_run *r)
     return rc;
 }
 
+static int out_check_landmarks(kvb_run *r) { return landmarks_out_check(r, r->priv); }
+
 #if KVB_HAVE_CUDA
-static int launch_landmarks(kvb_run *r)
+static int landmarks_launch(kvb_run *r, const landmarks_priv *p)
 {
-    landmarks_priv *p = r->priv;
     return shadowkv_landmarks(dev(r, "K"), p->B, p->Hkv, p->S, p->D, p->c, p->local, p->O, dev(r, "landmarks"),
-                              dev(r, "landmark_idx"), dev(r, "outliers"), dev(r, "min_cos"), dev(r, "workspace"),
+                              dev(r, "landmark_idx"), dev(r, "outliers"), dev(r, "min_cos"), dev(r, p->workspace),
                               r->stream);
 }
 #else
-static int launch_landmarks(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+static int landmarks_launch(kvb_run *r, const landmarks_priv *p) { (void)r, (void)p; return KVB_EDEVICE; }
 #endif
+
+static int launch_landmarks(kvb_run *r) { return landmarks_launch(r, r->priv); }
 
 /* Bytes: the keys of the chunks read once (the local window is not read), the landmarks, their ids,
  * the outliers and min_cos written; the means' bf16 round trip through the workspace is not in the
  * floor. Read-mostly: stated against the read ceiling. */
-static void cost_landmarks(const kvb_run *r, kvb_cost *c)
+static void landmarks_cost(const landmarks_priv *p, kvb_cost *c)
 {
-    const landmarks_priv *p = r->priv;
     const double rows = (double)p->B * p->Hkv;
     c->bytes_dev = rows * ((double)p->n_chunks * p->c * p->D * 2 + (double)p->Lm * (p->D * 2 + 4) + p->O * 4.0 +
                            p->n_chunks * 4.0);
     c->flops = rows * p->n_chunks * p->c * p->D * 5.0;
     c->ceiling = KVB_CEIL_READ;
 }
+
+static void cost_landmarks(const kvb_run *r, kvb_cost *c) { landmarks_cost(r->priv, c); }
 
 static void teardown_landmarks(kvb_run *r)
 {
@@ -545,15 +585,20 @@ static void teardown_landmarks(kvb_run *r)
 
 /* K in; landmarks, landmark_idx, outliers, min_cos out; every chunk's mean, the outliers' scores, the
  * ids of a batch's chunks, out_check's expected landmarks; the reference's scratch */
-static size_t host_bytes_landmarks(const kvb_case *c)
+static double landmarks_host_bytes(const kvb_case *c, double B)
 {
     int nc, Lm;
-    if (landmark_counts(c, &nc, &Lm)) return 0;
-    const double B = kvb_case_int(c, "B"), H = kvb_case_int(c, "Hkv"), S = kvb_case_i64(c, "S"), D = kvb_case_int(c, "D"),
+    if (landmark_counts(c, &nc, &Lm, "shadowkv_landmarks")) return 0;
+    const double H = kvb_case_int(c, "Hkv"), S = kvb_case_i64(c, "S"), D = kvb_case_int(c, "D"),
                  O = kvb_case_int(c, "outlier_chunks"), rows = B * H;
     const double out = rows * (Lm * (D * 2 + 4) + O * 4 + nc * 4.0);
-    return kvb_host_bytes_sat(KVB_HOLD_IN * rows * S * D * 2 + KVB_HOLD_OUT * out + rows * nc * (D * 2 + 4) + H * nc * 4 +
-                              rows * Lm * D * 2 + nc * (D * 8 + 17) + D * 8);
+    return KVB_HOLD_IN * rows * S * D * 2 + KVB_HOLD_OUT * out + rows * nc * (D * 2 + 4) + H * nc * 4 + rows * Lm * D * 2 +
+           nc * (D * 8 + 17) + D * 8;
+}
+
+static size_t host_bytes_landmarks(const kvb_case *c)
+{
+    return kvb_host_bytes_sat(landmarks_host_bytes(c, kvb_case_int(c, "B")));
 }
 
 static const kvb_impl landmarks_impls[] = {
@@ -575,4 +620,157 @@ const kvb_op op_shadowkv_landmarks = {
     .cost = cost_landmarks,
     .teardown = teardown_landmarks,
     .out_check = out_check_landmarks,
+};
+
+/* ==== shadowkv_prefill ============================================================================= */
+
+#define PREFILL_THETA 500000.0 /* the RoPE base of the post-RoPE keys: Llama-3's */
+
+static const kvb_param prefill_params[] = {
+    {"S", KVB_P_INT, 32768, 1, SHADOWKV_MAX_S, NULL, "prompt tokens"},
+    {"Hkv", KVB_P_INT, 8, 1, SHADOWKV_MAX_HKV, NULL, "KV heads"},
+    {"D", KVB_P_INT, 128, 2, SHADOWKV_MAX_D, NULL, "head dimension, even (RoPE's halves)"},
+    {"r", KVB_P_INT, 160, 1, 8192, NULL, "rank, in [1, min(S, Hkv*D)]"},
+    {"c", KVB_P_INT, 8, 1, SHADOWKV_MAX_C, NULL, "tokens per chunk"},
+    {"local_chunks", KVB_P_INT, 4, 0, 1 << 20, NULL, "local chunks (the window kept exact)"},
+    {"outlier_chunks", KVB_P_INT, 48, 1, 1 << 20, NULL, "outlier chunks, in [1, n_chunks - 1]"},
+    {"dist", KVB_P_ENUM, 0, 0, 0, "normal|lowrank", "Kpre: normal (flat spectrum) or lowrank (decaying, + noise)"},
+    {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
+    {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
+};
+
+static int validate_prefill(const kvb_case *c)
+{
+    const char *who = "shadowkv_prefill";
+    if (kvb_case_int(c, "D") % 2)
+        return kvb_fail(KVB_EINVAL, "%s: D=%d out of range: even in [2, %d] (RoPE rotates halves)", who,
+                        kvb_case_int(c, "D"), SHADOWKV_MAX_D);
+    int rc = validate_lowrank_as(c, who);
+    return rc ? rc : validate_landmarks_as(c, 1, who);
+}
+
+typedef struct prefill_priv {
+    lowrank_priv *lowrank;     /* step 1 on Kpre */
+    landmarks_priv landmarks;  /* steps 2-4 on RoPE(Kpre) */
+#if KVB_HAVE_CUDA
+    kvb_timer *landmarks_timer; /* the landmarks' stage time (stage-timed launches only) */
+#endif
+} prefill_priv;
+
+static int setup_prefill(kvb_run *r)
+{
+    prefill_priv *p = kvb_run_alloc(r, sizeof *p, "shadowkv_prefill state");
+    r->priv = p;
+    lowrank_priv *lr = p->lowrank = kvb_run_alloc(r, sizeof *lr, "shadowkv_prefill's step 1 state");
+    int rc = lowrank_setup(r, lr);
+    if (rc) return rc;
+    /* steps 2-4 on the same prompt's post-RoPE keys */
+    const int S = lr->S, Hkv = lr->Hkv, D = lr->D;
+    kvb_bf16 *cos_sin = kvb_run_alloc(r, (size_t)S * D * 2, "RoPE table");
+    kvb_bf16 *keys = kvb_run_alloc(r, (size_t)Hkv * S * D * 2, "post-RoPE keys");
+    if ((rc = rope_table(cos_sin, S, D, PREFILL_THETA, ROPE_LLAMA)) == KVB_OK) {
+        ref_shadowkv_rope_keys(kvb_run_find(r, "Kpre")->h, cos_sin, S, Hkv, D, keys);
+        rc = landmarks_setup(r, &p->landmarks, 1, keys, "landmarks_workspace", "shadowkv_prefill");
+    }
+    kvb_run_free(r, cos_sin), kvb_run_free(r, keys);
+    return rc;
+}
+
+static int out_check_prefill(kvb_run *r)
+{
+    prefill_priv *p = r->priv;
+    int rc = lowrank_out_check(r, p->lowrank);
+    return rc ? rc : landmarks_out_check(r, &p->landmarks);
+}
+
+#if KVB_HAVE_CUDA
+/* Step 1 then steps 2-4 on one stream; cuSOLVER's solvers in step 1 wait on the host (wall-timed). */
+static int launch_prefill(kvb_run *r)
+{
+    prefill_priv *p = r->priv;
+    int rc = lowrank_launch(r, p->lowrank);
+    if (rc) return rc;
+    if (!r->stage_timing) return landmarks_launch(r, &p->landmarks);
+    if (!p->landmarks_timer && !(p->landmarks_timer = kvb_timer_create()))
+        return kvb_fail(KVB_EDEVICE, "shadowkv_prefill: the landmarks' stage timer could not be created");
+    kvb_timer_start(p->landmarks_timer, r->stream);
+    rc = landmarks_launch(r, &p->landmarks);
+    kvb_timer_stop(p->landmarks_timer, r->stream);
+    return rc;
+}
+
+/* The bench's stage times: step 1's phases (gram, iterate, eig, factors) and the landmarks (steps 2-4). */
+static int stage_times_prefill(kvb_run *r)
+{
+    prefill_priv *p = r->priv;
+    const shadowkv_lowrank_stages *st = &p->lowrank->stages;
+    const char *names[5] = {"gram", "iterate", "eig", "factors", "landmarks"};
+    const double ms[5] = {st->gram_ms, st->iterate_ms, st->eig_ms, st->factors_ms,
+                          p->landmarks_timer ? kvb_timer_seconds(p->landmarks_timer) * 1e3 : 0};
+    r->n_stages = 5;
+    for (int i = 0; i < 5; i++) {
+        snprintf(r->stage_name[i], sizeof r->stage_name[i], "%s", names[i]);
+        r->stage_ms[i] = ms[i];
+    }
+    return KVB_OK;
+}
+#else
+static int launch_prefill(kvb_run *r) { (void)r; return KVB_EDEVICE; }
+#define stage_times_prefill NULL
+#endif
+
+/* The two parts' work and bytes; no ceiling (step 1 is latency-bound solvers) and no goal of its own:
+ * the figure is reported with its stages. */
+static void cost_prefill(const kvb_run *r, kvb_cost *c)
+{
+    const prefill_priv *p = r->priv;
+    const double S = p->lowrank->S, N = p->lowrank->N, R = p->lowrank->r;
+    kvb_cost lm = {0};
+    landmarks_cost(&p->landmarks, &lm);
+    c->flops = S * N * (N + 1) + 9.0 * N * N * N + 2.0 * S * N * R + lm.flops;
+    c->bytes_dev = 2.0 * S * N * 4 + S * R * 6 + N * R * 6 + lm.bytes_dev;
+    c->ceiling = KVB_CEIL_NONE;
+#if KVB_HAVE_CUDA
+    c->workspace_bytes = (double)p->lowrank->plan.workspace_bytes;
+#endif
+}
+
+static void teardown_prefill(kvb_run *r)
+{
+    prefill_priv *p = r->priv;
+    if (!p) return;
+    lowrank_teardown(p->lowrank);
+#if KVB_HAVE_CUDA
+    if (p->landmarks_timer) kvb_timer_destroy(p->landmarks_timer);
+#endif
+    r->priv = NULL;
+}
+
+/* Both parts' (the landmarks at B = 1), the RoPE table and the post-RoPE keys of the set-up */
+static size_t host_bytes_prefill(const kvb_case *c)
+{
+    const double S = kvb_case_i64(c, "S"), Hkv = kvb_case_int(c, "Hkv"), D = kvb_case_int(c, "D");
+    return kvb_host_bytes_sat(lowrank_host_bytes(c) + landmarks_host_bytes(c, 1) + S * D * 2 + Hkv * S * D * 2);
+}
+
+static const kvb_impl prefill_impls[] = {
+    {"kernel", launch_prefill, 1, "shadowkv_lowrank's impl=kernel, then shadowkv_landmarks, on one stream"},
+};
+
+const kvb_op op_shadowkv_prefill = {
+    .name = "shadowkv_prefill",
+    .family = "shadowkv",
+    .summary = "ShadowKV prefill of one layer and sequence: the low-rank factors, then landmarks and outliers",
+    .params = prefill_params,
+    .n_params = NPARAMS(prefill_params),
+    KVB_IMPLS(prefill_impls),
+    .tol = {1e-6, 8e-3, 4e-3},
+    .validate = validate_prefill,
+    .host_bytes = host_bytes_prefill,
+    .setup = setup_prefill,
+    .launch = launch_prefill,
+    .cost = cost_prefill,
+    .teardown = teardown_prefill,
+    .out_check = out_check_prefill,
+    .stage_times = stage_times_prefill,
 };

@@ -9,7 +9,7 @@ extern const kvb_op op_index_scan, op_gather_copy, op_gather_copy_d2d, op_gather
 extern const kvb_op op_selective_attn, op_heavy_hitters, op_snapkv;
 extern const kvb_op op_decode_attn, op_sparse_attn_idx, op_sparse_attn_pages;
 extern const kvb_op op_topk;
-extern const kvb_op op_shadowkv_lowrank, op_shadowkv_landmarks;
+extern const kvb_op op_shadowkv_lowrank, op_shadowkv_landmarks, op_shadowkv_prefill;
 extern const kvb_op op_landmark_score;
 extern const kvb_op op_batch_gemm_rotary;
 extern const kvb_op op_int2_quantize, op_int2_quantize_native, op_int2_native, op_int2_append, op_int2_qk, op_int2_av,
@@ -26,7 +26,7 @@ static const kvb_op *const g_ops[] = {
     &op_sparse_attn_idx,
     &op_sparse_attn_pages,
     &op_topk,
-    &op_shadowkv_lowrank, &op_shadowkv_landmarks,
+    &op_shadowkv_lowrank, &op_shadowkv_landmarks, &op_shadowkv_prefill,
     &op_landmark_score,
     &op_batch_gemm_rotary,
     &op_int2_quantize, &op_int2_quantize_native, &op_int2_native, &op_int2_append, &op_int2_qk, &op_int2_av,

@@ -32,7 +32,7 @@ FAMILY = {
     "quest_score": "page_scoring", "omnikv_select": "omnikv", "index_scan": "gather_copy",
     "gather_copy": "gather_copy", "gather_copy_d2d": "gather_copy", "gather_copy_all": "gather_copy",
     "gather_step": "gather_copy", "packed_load": "gather_copy", "shadowkv_lowrank": "shadowkv",
-    "shadowkv_landmarks": "shadowkv", "landmark_score": "landmark_score", "batch_gemm_rotary": "batch_gemm_rotary",
+    "shadowkv_landmarks": "shadowkv", "shadowkv_prefill": "shadowkv", "landmark_score": "landmark_score", "batch_gemm_rotary": "batch_gemm_rotary",
     "selective_attn": "selective_attn", "decode_step": "step", "rocketkv_decode": "step",
 }
 for k in ("int2_quantize", "int2_quantize_native", "int2_native", "int2_append", "int2_qk", "int2_av",

@@ -67,25 +67,6 @@ static int shape_skv(const kvb_case *c, step_case *s)
 
 /* ---- the activations ---- */
 
-/* Post-RoPE bf16 keys [Hkv, S, D] of one prompt from Kpre [S, Hkv*D] with the block's table (rotate-half,
- * in double, one rounding): what the device would have cached at prefill. */
-static void rope_prompt(const float *Kpre, const kvb_bf16 *cos_sin, int S, int Hkv, int D, kvb_bf16 *K)
-{
-    const int half = D / 2;
-#pragma omp parallel for schedule(static)
-    for (int s = 0; s < S; s++)
-        for (int h = 0; h < Hkv; h++) {
-            const float *x = Kpre + ((int64_t)s * Hkv + h) * D;
-            const kvb_bf16 *cs = cos_sin + (int64_t)s * D;
-            kvb_bf16 *y = K + ((int64_t)h * S + s) * D;
-            for (int i = 0; i < half; i++) {
-                const double co = kvb_bf16_to_double(cs[i]), si = kvb_bf16_to_double(cs[half + i]);
-                y[i] = kvb_double_to_bf16(x[i] * co - x[i + half] * si);
-                y[i + half] = kvb_double_to_bf16(x[i + half] * co + x[i] * si);
-            }
-        }
-}
-
 static int setup_skv(kvb_run *r, step_priv *p)
 {
     const shadowkv_step_shape *sh = &p->s.skv;
@@ -105,8 +86,8 @@ static int setup_skv(kvb_run *r, step_priv *p)
     kvb_fill_f32_normal(kpre->h, kpre->n, r->seed, kvb_stream_of("Kpre"), 0, 0, 1);
     const kvb_bf16 *cs = kvb_run_find(r, "cos_sin")->h;
     for (int j = 0; j < q->P; j++)
-        rope_prompt((const float *)kpre->h + (int64_t)j * S * Hkv * D, cs, S, Hkv, D,
-                    (kvb_bf16 *)kpost->h + (int64_t)j * Hkv * S * D);
+        ref_shadowkv_rope_keys((const float *)kpre->h + (int64_t)j * S * Hkv * D, cs, S, Hkv, D,
+                               (kvb_bf16 *)kpost->h + (int64_t)j * Hkv * S * D);
     /* values: every chunk before the local window in pinned host memory (the pool), the window's own */
     int64_t vs[5] = {B, Hkv, L->n_chunks, L->c, D};
     kvb_tensor *vh = kvb_run_tensor(r, "Vh", KVB_BF16, 5, vs, 0); /* role 0: no host copy allocated */
