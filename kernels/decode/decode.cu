@@ -83,7 +83,7 @@ __device__ __forceinline__ int64_t head_tokens(const DecodeParams &p, int b)
 // during the previous step's math instead of being waited on where they are used. A stage holds one
 // step's 16 K rows then its 16 V rows; the ring shares its space with the merge's MergeSmem (used only
 // after the step loop, behind a barrier).
-constexpr int RING_STAGES = 2;
+constexpr int RING_STAGES = 3; // a step computed while the next two are copied
 template <int D>
 __host__ __device__ constexpr int ring_stage_elems()
 {
@@ -265,24 +265,28 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                 return t >= 0 && t < lenb ? t : -1;
             };
             if constexpr (uses_ring<S, SRC>()) {
-                // The ring: this step's rows were copied an iteration ago; the next step's copy is issued
-                // before this one is computed, and the list read for the step after it.
+                // The ring: this step's rows were copied two iterations ago; the copy of the step two
+                // ahead is issued before this one is computed, and the list read for the step after it.
                 __nv_bfloat16 *ring = reinterpret_cast<__nv_bfloat16 *>(smem) + warp * RING_STAGES * ring_stage_elems<D>();
-                int cur = row_at(s0 + warp), nxt = row_at(s0 + warp + WARPS), stage = 0;
+                int cur = row_at(s0 + warp), nxt = row_at(s0 + warp + WARPS), nxt2 = row_at(s0 + warp + 2 * WARPS);
+                int stage = 0;
                 if (s0 + warp < s1) ring_copy<D>(ring, Kh, Vh, cur, lane);
                 cp_async_commit();
+                if (s0 + warp + WARPS < s1) ring_copy<D>(ring + ring_stage_elems<D>(), Kh, Vh, nxt, lane);
+                cp_async_commit();
                 for (int64_t s = s0 + warp; s < s1; s += WARPS) {
-                    const int after = row_at(s + 2 * WARPS);
-                    if (s + WARPS < s1) ring_copy<D>(ring + (stage ^ 1) * ring_stage_elems<D>(), Kh, Vh, nxt, lane);
+                    const int after = row_at(s + 3 * WARPS);
+                    const int ahead = stage == 0 ? 2 : stage - 1; // (stage + 2) mod 3
+                    if (s + 2 * WARPS < s1) ring_copy<D>(ring + ahead * ring_stage_elems<D>(), Kh, Vh, nxt2, lane);
                     cp_async_commit();
-                    cp_async_wait<1>(); // this lane's copies of the current step have landed
+                    cp_async_wait<2>(); // this lane's copies of the current step have landed
                     __syncwarp();       // and every lane's
                     DenseRegs<D> r;
                     ring_read<D>(r, ring + stage * ring_stage_elems<D>(), lane);
                     const uint32_t valid = __ballot_sync(0xffffffffu, cur >= 0) & 0xffffu;
                     masked_compute<D>(st, qb, r, valid, p.scale, lane);
-                    __syncwarp(); // every lane has read the stage before the next iteration copies into it
-                    cur = nxt, nxt = after, stage ^= 1;
+                    __syncwarp(); // every lane has read the stage before a later iteration copies into it
+                    cur = nxt, nxt = nxt2, nxt2 = after, stage = stage == 2 ? 0 : stage + 1;
                 }
                 cp_async_wait<0>();
                 __syncthreads(); // every warp is done with the ring, which MergeSmem overlays
