@@ -78,16 +78,99 @@ __device__ __forceinline__ int64_t head_tokens(const DecodeParams &p, int b)
     else return (int64_t)p.cnt[b] * p.P;
 }
 
+// Sparse sources, one step in flight (S == 1): each warp copies the K and V rows of its next step into a
+// shared-memory ring by cp.async while it computes the current one, so a step's gathers are in flight
+// during the previous step's math instead of being waited on where they are used. A stage holds one
+// step's 16 K rows then its 16 V rows; the ring shares its space with the merge's MergeSmem (used only
+// after the step loop, behind a barrier).
+constexpr int RING_STAGES = 3; // a step computed while the next two are copied
 template <int D>
-constexpr size_t smem_bytes_fixed()
+__host__ __device__ constexpr int ring_stage_elems()
 {
-    return sizeof(MergeSmem<D>) + sizeof(float) * (MAXG * D + 64 * MAXG);
+    return 2 * 16 * D;
+}
+template <int S, int SRC>
+__host__ __device__ constexpr bool uses_ring()
+{
+    return SRC != SRC_DENSE && S == 1;
+}
+template <int D, int S, int SRC>
+__host__ __device__ constexpr size_t front_bytes()
+{
+    constexpr size_t ring = (size_t)WARPS * RING_STAGES * ring_stage_elems<D>() * sizeof(__nv_bfloat16);
+    return uses_ring<S, SRC>() && ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
 }
 
-template <int D>
+template <int D, int S, int SRC>
 size_t smem_bytes(int B)
 {
-    return smem_bytes_fixed<D>() + sizeof(int64_t) * (size_t)(B + 1);
+    return front_bytes<D, S, SRC>() + sizeof(float) * (MAXG * D + 64 * MAXG) + sizeof(int64_t) * (size_t)(B + 1);
+}
+
+// The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
+// that the fragment reads below (8 lanes a phase: rows g, g+8 at chunk t*D/32 + c for K; rows 2t + e at
+// chunks g, 8 + g for V) and the copies (8 consecutive chunks of one row) hit 8 distinct bank groups.
+__device__ __forceinline__ int ring_chunk(int row, int cidx)
+{
+    return cidx ^ ((((row >> 1) & 3) << 1) ^ (row & 1) ^ ((cidx >> 3) << 1));
+}
+
+// Copies one step's rows into a stage: lane `j` (mod 16) holds the row of position j (`mine`, -1: none,
+// zero-filled). Chunk c = lane + 32 i of the 16 x D/8 chunks, of K and of V.
+template <int D>
+__device__ __forceinline__ void ring_copy(__nv_bfloat16 *stage, const __nv_bfloat16 *Kh, const __nv_bfloat16 *Vh,
+                                          int mine, int lane)
+{
+    constexpr int RC = D / 8, PER_LANE = 16 * RC / 32;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const int c = lane + 32 * i, row = c / RC, cidx = c % RC;
+        const int tok = __shfl_sync(0xffffffffu, mine, row);
+        const bool ok = tok >= 0;
+        const int64_t off = (int64_t)(ok ? tok : 0) * D + cidx * 8;
+        const int at = row * D + ring_chunk(row, cidx) * 8;
+        cp_async16(smem_u32(stage + at), Kh + off, ok);
+        cp_async16(smem_u32(stage + 16 * D + at), Vh + off, ok);
+    }
+}
+
+__device__ __forceinline__ uint4 lds16(const __nv_bfloat16 *p)
+{
+    uint4 x;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+                 : "r"(smem_u32(p)));
+    return x;
+}
+
+// A stage's rows into the registers of one step (rows_load's mapping, VMAP_SPLIT).
+template <int D>
+__device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *stage, int lane)
+{
+    constexpr int KW = D / 8;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int c = 0; c < KW / 4; c++) {
+        const int cidx = t * (D / 32) + c;
+        const uint4 x = lds16(stage + g * D + ring_chunk(g, cidx) * 8);
+        const uint4 y = lds16(stage + (g + 8) * D + ring_chunk(g + 8, cidx) * 8);
+        r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
+        r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
+    }
+    const __nv_bfloat16 *V = stage + 16 * D;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int row = 2 * t + (q & 1) + 8 * (q >> 1);
+        if constexpr (D == 64) {
+            const uint4 x = lds16(V + row * D + ring_chunk(row, g) * 8);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+        } else {
+            const uint4 x = lds16(V + row * D + ring_chunk(row, g) * 8);
+            const uint4 y = lds16(V + row * D + ring_chunk(row, 8 + g) * 8);
+            r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
+            r.v[q][4] = y.x, r.v[q][5] = y.y, r.v[q][6] = y.z, r.v[q][7] = y.w;
+        }
+    }
 }
 
 // One step in flight: held to 3 blocks per SM. Sparse: 168-170 registers (it would take 182 and fit 2).
@@ -98,7 +181,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
 {
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
-    float *q_s = reinterpret_cast<float *>(smem + sizeof(MergeSmem<D>));
+    float *q_s = reinterpret_cast<float *>(smem + front_bytes<D, S, SRC>());
     float *w_s = q_s + MAXG * D;
     int64_t *pre = reinterpret_cast<int64_t *>(w_s + 64 * MAXG); // steps before sequence b, all heads
     __shared__ int flag_s;
@@ -164,8 +247,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
             }
         } else {
             // Lane j (mod 16) holds the row of position j of each step in flight, one list read per
-            // lane, made an iteration ahead so that it overlaps the current step's K and V loads; the
-            // threads take the rows they load by shuffles. Row -1: past the list, past the sequence
+            // lane, made an iteration ahead of its use. Row -1: past the list, past the sequence
             // (pages), or an entry outside the cache (only possible without the host check): no read.
             // 32-bit: positions and tokens stay below 2^21.
             const int32_t *list = p.list + head * p.n;
@@ -182,28 +264,56 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                 }
                 return t >= 0 && t < lenb ? t : -1;
             };
-            int cur[S];
-#pragma unroll
-            for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * WARPS);
-            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
-                DenseRegs<D> r[S];
-                uint32_t valid[S]; // bit j: position j of the step is a token
-                int nxt[S];
-#pragma unroll
-                for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * WARPS);
-#pragma unroll
-                for (int i = 0; i < S; i++) {
-                    if (s + (int64_t)i * WARPS >= s1) continue;
-                    const int mine = cur[i];
-                    rows_load<D, VMAP_SPLIT>(
-                        r[i], Kh, Vh, [&](int jj) -> int64_t { return __shfl_sync(0xffffffffu, mine, jj); }, lane);
-                    valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
+            if constexpr (uses_ring<S, SRC>()) {
+                // The ring: this step's rows were copied two iterations ago; the copy of the step two
+                // ahead is issued before this one is computed, and the list read for the step after it.
+                __nv_bfloat16 *ring = reinterpret_cast<__nv_bfloat16 *>(smem) + warp * RING_STAGES * ring_stage_elems<D>();
+                int cur = row_at(s0 + warp), nxt = row_at(s0 + warp + WARPS), nxt2 = row_at(s0 + warp + 2 * WARPS);
+                int stage = 0;
+                if (s0 + warp < s1) ring_copy<D>(ring, Kh, Vh, cur, lane);
+                cp_async_commit();
+                if (s0 + warp + WARPS < s1) ring_copy<D>(ring + ring_stage_elems<D>(), Kh, Vh, nxt, lane);
+                cp_async_commit();
+                for (int64_t s = s0 + warp; s < s1; s += WARPS) {
+                    const int after = row_at(s + 3 * WARPS);
+                    const int ahead = stage == 0 ? 2 : stage - 1; // (stage + 2) mod 3
+                    if (s + 2 * WARPS < s1) ring_copy<D>(ring + ahead * ring_stage_elems<D>(), Kh, Vh, nxt2, lane);
+                    cp_async_commit();
+                    cp_async_wait<2>(); // this lane's copies of the current step have landed
+                    __syncwarp();       // and every lane's
+                    DenseRegs<D> r;
+                    ring_read<D>(r, ring + stage * ring_stage_elems<D>(), lane);
+                    const uint32_t valid = __ballot_sync(0xffffffffu, cur >= 0) & 0xffffu;
+                    masked_compute<D>(st, qb, r, valid, p.scale, lane);
+                    __syncwarp(); // every lane has read the stage before a later iteration copies into it
+                    cur = nxt, nxt = nxt2, nxt2 = after, stage = stage == 2 ? 0 : stage + 1;
                 }
+                cp_async_wait<0>();
+                __syncthreads(); // every warp is done with the ring, which MergeSmem overlays
+            } else {
+                int cur[S];
 #pragma unroll
-                for (int i = 0; i < S; i++)
-                    if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+                for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * WARPS);
+                for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                    DenseRegs<D> r[S];
+                    uint32_t valid[S]; // bit j: position j of the step is a token
+                    int nxt[S];
 #pragma unroll
-                for (int i = 0; i < S; i++) cur[i] = nxt[i];
+                    for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * WARPS);
+#pragma unroll
+                    for (int i = 0; i < S; i++) {
+                        if (s + (int64_t)i * WARPS >= s1) continue;
+                        const int mine = cur[i];
+                        rows_load<D, VMAP_SPLIT>(
+                            r[i], Kh, Vh, [&](int jj) -> int64_t { return __shfl_sync(0xffffffffu, mine, jj); }, lane);
+                        valid[i] = __ballot_sync(0xffffffffu, mine >= 0) & 0xffffu;
+                    }
+#pragma unroll
+                    for (int i = 0; i < S; i++)
+                        if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+#pragma unroll
+                    for (int i = 0; i < S; i++) cur[i] = nxt[i];
+                }
             }
         }
         warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
@@ -221,8 +331,11 @@ int capacity_of(int B, int *cap)
     const int sms = kvb_sm_count();
     if (!sms) return kvb_fail(KVB_EDEVICE, "decode_attn: the device's SM count could not be read");
     int per_sm = 0;
+    // the ring takes more than the 48 KB of dynamic shared memory a kernel gets without asking
+    CUDA_TRY(cudaFuncSetAttribute(decode_attn_kernel<D, S, SRC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem_bytes<D, S, SRC>(DECODE_MAX_B)));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S, SRC>, THREADS,
-                                                           smem_bytes<D>(B)));
+                                                           smem_bytes<D, S, SRC>(B)));
     *cap = sms * (per_sm > 0 ? per_sm : 1);
     return KVB_OK;
 }
@@ -250,9 +363,8 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 template <int D, int SRC>
 void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
-    const size_t sm = smem_bytes<D>(p.B);
-    if (steps == 1) decode_attn_kernel<D, 1, SRC><<<grid, THREADS, sm, stream>>>(p);
-    else decode_attn_kernel<D, 2, SRC><<<grid, THREADS, sm, stream>>>(p);
+    if (steps == 1) decode_attn_kernel<D, 1, SRC><<<grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream>>>(p);
+    else decode_attn_kernel<D, 2, SRC><<<grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream>>>(p);
 }
 
 // Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
