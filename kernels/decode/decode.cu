@@ -78,11 +78,11 @@ __device__ __forceinline__ int64_t head_tokens(const DecodeParams &p, int b)
     else return (int64_t)p.cnt[b] * p.P;
 }
 
-// Sparse sources, one step in flight (S == 1): each warp copies the K and V rows of its next step into a
-// shared-memory ring by cp.async while it computes the current one, so a step's gathers are in flight
-// during the previous step's math instead of being waited on where they are used. A stage holds one
-// step's 16 K rows then its 16 V rows; the ring shares its space with the merge's MergeSmem (used only
-// after the step loop, behind a barrier).
+// Sparse sources (S == 1): each warp copies the K and V rows of its next two steps into a shared-memory
+// ring by cp.async while it computes the current one, so a step's gathers are in flight during the
+// previous steps' math instead of being waited on where they are used. A stage holds one step's 16 K
+// rows then its 16 V rows; the ring shares its space with the merge's MergeSmem (used only after the
+// step loop, behind a barrier). At D=128 it is 96 KB a block, so 2 blocks a SM instead of 3.
 constexpr int RING_STAGES = 3; // a step computed while the next two are copied
 template <int D>
 __host__ __device__ constexpr int ring_stage_elems()
@@ -173,7 +173,8 @@ __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *
     }
 }
 
-// One step in flight: held to 3 blocks per SM. Sparse: 168-170 registers (it would take 182 and fit 2).
+// One step in flight: at most 168 registers, for 3 blocks per SM (the sparse sources' ring leaves 2 at
+// D=128 by shared memory; they take 161-163 registers, no spills).
 // Dense: 168 registers and no spills; left free it takes 223 and fits 2 blocks per SM, which measured
 // slower at B=8 32K (kernels/decode/NOTES.md, Tried).
 template <int D, int S, int SRC>
