@@ -25,6 +25,16 @@ namespace kvb_dev {
 // The 32-bit shared-memory address of a generic pointer into shared memory.
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// 4 bytes to, 16 bytes from a shared-memory address (smem_u32), where the address arithmetic (a swizzle)
+// is done on the 32-bit shared window.
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+__device__ __forceinline__ uint4 lds128(uint32_t addr)
+{
+    uint4 x;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(addr));
+    return x;
+}
+
 // cp.async of N bytes (4, 8 or 16) global -> shared. 16 bytes bypass L1 (.cg); 4 and 8 go through it
 // (.ca, the only form for them). cp_async_zfill: with `valid` false nothing is read and the N bytes are
 // zero-filled (the source pointer must still be a valid address).

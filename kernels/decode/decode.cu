@@ -134,15 +134,6 @@ __device__ __forceinline__ void ring_copy(__nv_bfloat16 *stage, const __nv_bfloa
     }
 }
 
-__device__ __forceinline__ uint4 lds16(const __nv_bfloat16 *p)
-{
-    uint4 x;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
-                 : "r"(smem_u32(p)));
-    return x;
-}
-
 // A stage's rows into the registers of one step (rows_load's mapping, VMAP_SPLIT).
 template <int D>
 __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *stage, int lane)
@@ -152,8 +143,8 @@ __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *
 #pragma unroll
     for (int c = 0; c < KW / 4; c++) {
         const int cidx = t * (D / 32) + c;
-        const uint4 x = lds16(stage + g * D + ring_chunk(g, cidx) * 8);
-        const uint4 y = lds16(stage + (g + 8) * D + ring_chunk(g + 8, cidx) * 8);
+        const uint4 x = lds128(smem_u32(stage + g * D + ring_chunk(g, cidx) * 8));
+        const uint4 y = lds128(smem_u32(stage + (g + 8) * D + ring_chunk(g + 8, cidx) * 8));
         r.k0[4 * c] = x.x, r.k0[4 * c + 1] = x.y, r.k0[4 * c + 2] = x.z, r.k0[4 * c + 3] = x.w;
         r.k8[4 * c] = y.x, r.k8[4 * c + 1] = y.y, r.k8[4 * c + 2] = y.z, r.k8[4 * c + 3] = y.w;
     }
@@ -162,11 +153,11 @@ __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *
     for (int q = 0; q < 4; q++) {
         const int row = 2 * t + (q & 1) + 8 * (q >> 1);
         if constexpr (D == 64) {
-            const uint4 x = lds16(V + row * D + ring_chunk(row, g) * 8);
+            const uint4 x = lds128(smem_u32(V + row * D + ring_chunk(row, g) * 8));
             r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
         } else {
-            const uint4 x = lds16(V + row * D + ring_chunk(row, g) * 8);
-            const uint4 y = lds16(V + row * D + ring_chunk(row, 8 + g) * 8);
+            const uint4 x = lds128(smem_u32(V + row * D + ring_chunk(row, g) * 8));
+            const uint4 y = lds128(smem_u32(V + row * D + ring_chunk(row, 8 + g) * 8));
             r.v[q][0] = x.x, r.v[q][1] = x.y, r.v[q][2] = x.z, r.v[q][3] = x.w;
             r.v[q][4] = y.x, r.v[q][5] = y.y, r.v[q][6] = y.z, r.v[q][7] = y.w;
         }

@@ -236,10 +236,8 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
             const int r = warp * 16 + g;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_s + swz<ROWB>(r, d) + 4 * t),
-                         "r"(pack_bf16(o[d][0] * inv[0], o[d][1] * inv[0])));
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_s + swz<ROWB>(r + 8, d) + 4 * t),
-                         "r"(pack_bf16(o[d][2] * inv[1], o[d][3] * inv[1])));
+            sts32(q_s + swz<ROWB>(r, d) + 4 * t, pack_bf16(o[d][0] * inv[0], o[d][1] * inv[0]));
+            sts32(q_s + swz<ROWB>(r + 8, d) + 4 * t, pack_bf16(o[d][2] * inv[1], o[d][3] * inv[1]));
         }
         __syncthreads();
         constexpr int CPR = D / 8;
@@ -248,11 +246,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
         for (int k = 0; k < FWD_BR * CPR / FWD_THREADS; ++k) {
             const int c = tid + k * FWD_THREADS, r = c / CPR, ch = c % CPR;
             if (q0 + r < L) {
-                uint4 v;
-                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                             : "r"(q_s + swz<ROWB>(r, ch)));
-                *reinterpret_cast<uint4 *>(Og + (int64_t)(q0 + r) * D + ch * 8) = v;
+                *reinterpret_cast<uint4 *>(Og + (int64_t)(q0 + r) * D + ch * 8) = lds128(q_s + swz<ROWB>(r, ch));
             }
         }
     }

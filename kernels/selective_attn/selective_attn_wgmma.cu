@@ -365,9 +365,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int n = 0; n < NO / 4; ++n) {
         const uint32_t at = q_s + chunk_off(ROWS, n >> 3) + (((n & 7) ^ (r0 & 7)) << 4) + 4 * t; // (r0 + 8) & 7 == r0 & 7
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + r0 * 128), "r"(pack_bf16(o[4 * n] * inv[0], o[4 * n + 1] * inv[0])));
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + (r0 + 8) * 128),
-                     "r"(pack_bf16(o[4 * n + 2] * inv[1], o[4 * n + 3] * inv[1])));
+        sts32(at + r0 * 128, pack_bf16(o[4 * n] * inv[0], o[4 * n + 1] * inv[0]));
+        sts32(at + (r0 + 8) * 128, pack_bf16(o[4 * n + 2] * inv[1], o[4 * n + 3] * inv[1]));
     }
     fence_proxy_async_smem();
     named_barrier(1 + wg, WG_THREADS);
