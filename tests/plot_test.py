@@ -187,7 +187,8 @@ def test_gnuplot_draws_png(tmp):
 
 def test_publish_replaces_only_the_rounds_files(tmp):
     """publish.sh on a copy of the tree: the round's files replace the old ones (a file the new round
-    lacks goes), the directories beside them (A/B rounds, the main job's runs) stay."""
+    lacks goes), the directories beside them (A/B rounds, the main job's runs) stay, and the round's
+    decode_step cases are tabulated in steps/."""
     src = os.path.normpath(os.path.join(HERE, ".."))
     publish = os.path.join(src, "harness", "report", "publish.sh")
     canonical = os.path.join(src, "results", "h200")
@@ -223,6 +224,8 @@ def test_publish_replaces_only_the_rounds_files(tmp):
     with open(os.path.join(dest, "bench.json")) as a, open(os.path.join(rnd, "bench.json")) as b:
         assert a.read() == b.read()
     assert os.path.exists(os.path.join(dest, "pct_of_ceiling.png"))
+    with open(os.path.join(dest, "steps", "tables.md")) as f: # the round's decode_step cases, tabulated
+        assert "decode_step report" in f.read()
 
 
 def main():

@@ -9,8 +9,10 @@ peers as peer_us_<name> counters) and summary.md (the goal text of each case). W
 table is printed; with --write it replaces the text between the markers
     <!-- headline:begin --> ... <!-- headline:end -->           in README.md
     <!-- figures:begin FAMILY --> ... <!-- figures:end -->      in kernels/FAMILY/NOTES.md
---cases prints the case filters of the headline rows and of their in-suite peers, one per line, for
-`kvbench bench` (harness/scripts/gpu_round.sh reads them).
+--cases prints the case filters of the headline rows and of their in-suite peers, then ROUND_CASES (what
+the round also benches for the paper-style step tables, harness/report/step_report.py, which publish.sh
+writes to results/<gpu>/steps/), one per line, for `kvbench bench` (harness/scripts/gpu_round.sh reads
+them).
 
 Every row names a case by its kernel and the keys that pick it out of the bench tier; its peer is an
 in-suite implementation of the same shape (impl=NAME, timed in the same run) or an external peer
@@ -77,6 +79,18 @@ ROWS = [
     ("decode step, RocketKV, B=1, 32K", "decode_step method=rocketkv role=sparse model=llama3-8b B=1 ctx=32768 gen=0 budget=2048 all=0 rank=160 hit=0.6 seed=1 impl=kernel", None),
     ("decode step, OmniKV sparse layer, B=1, 32K", "decode_step method=omnikv role=sparse model=llama3-8b B=1 ctx=32768 gen=0 budget=2048 all=0 rank=160 hit=0.6 seed=1 impl=kernel", None),
     ("decode step, ShadowKV, B=1, 60K", "decode_step method=shadowkv role=sparse model=llama3-8b B=1 ctx=61440 gen=0 budget=1024 all=0 rank=160 hit=0.6 seed=1 impl=kernel", None),
+]
+
+# Benched by the round beside the headline rows, not shown in it: ShadowKV at the paper's batches and dense
+# at its largest batch at the same contexts (ShadowKV's Table 3; step_report.py pairs them by run).
+STEP = "decode_step role=sparse model=llama3-8b gen=0 all=0 rank=160 hit=0.6 seed=1 impl=kernel"
+ROUND_CASES = [
+    STEP.replace("decode_step", "decode_step method=shadowkv B=48 ctx=61440 budget=1024"),
+    STEP.replace("decode_step", "decode_step method=shadowkv B=24 ctx=124928 budget=2048"),
+    STEP.replace("decode_step", "decode_step method=shadowkv B=12 ctx=249856 budget=4096"),
+    STEP.replace("decode_step", "decode_step method=dense B=16 ctx=61440 budget=2048"),
+    STEP.replace("decode_step", "decode_step method=dense B=8 ctx=124928 budget=2048"),
+    STEP.replace("decode_step", "decode_step method=dense B=4 ctx=249856 budget=2048"),
 ]
 
 # op.h kvb_ceiling_kind, in enum order
@@ -232,6 +246,8 @@ def main():
             print(filt)
             if peer and peer.startswith("impl="):
                 print(with_impl(filt, peer[5:]))
+        for filt in ROUND_CASES:
+            print(filt)
         return
     ctx, cases, goals, excluded = load(results)
     head = table(ROWS, cases, goals, excluded)

@@ -3,7 +3,8 @@
 # the canonical result set of that GPU: the round's files in results/GPU/ are replaced (the directories
 # beside them, A/B rounds and the main job's runs, stay), the plot is drawn
 # from its bench.json, the README's headline table and the family notes' figures are regenerated from it,
-# and results/README.md's entry for GPU is rewritten from its logs. `make publish ROUND=dir [GPU_DIR=h200]`.
+# the decode-step tables are written to results/GPU/steps/, and results/README.md's entry for GPU is
+# rewritten from its logs. `make publish ROUND=dir [GPU_DIR=h200]`.
 set -eu
 round=${1:?usage: publish.sh ROUND_DIR GPU}
 gpu=${2:?usage: publish.sh ROUND_DIR GPU}
@@ -26,5 +27,12 @@ fi
 python3 "$root/harness/report/plot_report.py" "$dest/bench.json" "$dest"
 gnuplot -e "datadir='$dest'" "$root/harness/report/plots.gp"
 python3 "$root/harness/report/headline.py" "$dest" --write
+# the paper-style step tables (ShadowKV's Table 3 and 13, the dense step against PyTorch's block) from the
+# round's decode_step cases; a round without any has none
+rm -rf "$dest/steps"
+if grep -q '"name": *"decode_step ' "$dest/bench.json"; then
+    python3 "$root/harness/report/step_report.py" "$dest/bench.json" "$dest/steps"
+    gnuplot -e "datafile='$dest/steps/stages.dat'; outfile='$dest/steps/stages.png'; gpu='$(echo "$gpu" | tr a-z A-Z)'" "$root/harness/report/step_stages.gp"
+fi
 python3 "$root/harness/report/round_index.py" "$dest"
 echo "publish: results/$gpu/ is the canonical round"

@@ -7,8 +7,9 @@
 #   sanitize  OUT/sanitize/: compute-sanitizer's four tools over the sanitize tier, side by side;
 #             OUT/sanitize.txt: their verdicts                                          [SANITIZE=0 skips]
 #   peers     OUT/peers.json: the external peers (torch_peers.py), when PyTorch is there [PEERS=0 skips]
-#   bench     OUT/bench.json, summary.md: `kvbench bench` with those peers over the headline cases and
-#             their in-suite peers (harness/report/headline.py --cases), or BENCH_CASES=tier for the
+#   bench     OUT/bench.json, summary.md: `kvbench bench` with those peers over the headline cases, their
+#             in-suite peers and the step cases of the paper-style tables (harness/report/headline.py
+#             --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
 # CHECK=0 skips the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
 # holds the cases finished (kvbench writes them on an interrupt). SHARD=K/N runs shard K of N of the check
