@@ -10,7 +10,8 @@
 //   - SV of the (b, h) is loaded once per CTA straight into mma B fragments (4-byte loads transposed by
 //     movmatrix), r padded with zeros to 16*KS, and stays in registers: 8*KS per thread;
 //   - U rows of 32 tokens (two m16 tiles) and their RoPE table rows are gathered by cp.async into a
-//     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads);
+//     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads), the
+//     chunk ids of the CTA's tokens read into shared memory once at its start;
 //   - per tile, ldmatrix A fragments, mma.sync m16n8k16 (fp32 accumulate), RoPE on the accumulators
 //     with the table row, one rounding to bf16, staged in shared memory, then 16-byte coalesced stores.
 // Hit slots are never read or written.
@@ -31,6 +32,7 @@ namespace {
 
 constexpr int kTile = 32;  // tokens per pipeline stage: two m16 tiles
 constexpr int kStages = 3; // cp.async ring depth
+constexpr int kMaxTokensPerCta = 512;
 
 struct bgr_args {
     const kvb_bf16 *U, *SV, *cos_sin;
@@ -52,23 +54,25 @@ struct bgr_geom {
     static constexpr int kThreadsPerToken = kThreads / kTile;
     static constexpr int kStage = kTile * (kURow + kTRow) + kTile * 4; // + a validity word per token
     static constexpr int kORow = 2 * D + 16;             // output staging row: 4 banks apart, conflict-free
-    static constexpr int kSmem = kStages * kStage + kTile * kORow;
+    static constexpr int kIds = kMaxTokensPerCta + 2;     // a CTA's chunk ids: its tokens span at most this many chunks
+    static constexpr int kSmem = kStages * kStage + kTile * kORow + 4 * kIds;
     static constexpr int kMinBlocks = KS <= 10 ? 3 : 2; // 3 CTAs per SM up to r = 160 (<= 170 registers)
     static_assert(kThreads % kTile == 0, "whole tokens per thread group");
 };
 
 // Gather the U rows and table rows of tokens s_first .. s_first + n_rows - 1 (slot order of (b, h))
 // into one stage; rows past n_rows or with a bad chunk id are zero-filled and marked invalid.
+// ids_s: the CTA's chunk ids from chunk j0 on, in shared memory (no global load before the copies).
 template <int D, int KS, int ROPE>
-__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, int64_t b, int64_t bh, int s_first,
-                                          int n_rows)
+__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, const int *ids_s, int j0, int64_t b,
+                                          int s_first, int n_rows)
 {
     using G = bgr_geom<D, KS, ROPE>;
     const int i = threadIdx.x / G::kThreadsPerToken, sub = threadIdx.x % G::kThreadsPerToken;
     int64_t pos = -1;
     if (i < n_rows) {
         const int s = s_first + i, j = s / a.c;
-        const int id = a.ids[bh * a.M + j];
+        const int id = ids_s[j - j0];
         if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + (s - j * a.c);
         else if (sub == 0 && a.bad) atomicOr(a.bad, 2);
     }
@@ -118,9 +122,17 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
     const int n_tok = min(a.tokens_per_cta, n_miss - first), n_tiles = (n_tok + kTile - 1) / kTile;
     const int s0 = cnt * a.c + first; // slot-order token of the CTA's first row
 
+    // The chunk ids of the CTA's tokens, once, into shared memory: each tile's copies then start without
+    // waiting on a global load
+    int *ids_s = reinterpret_cast<int *>(smem + kStages * G::kStage + kTile * G::kORow);
+    const int j0 = s0 / a.c, n_ids = (s0 + n_tok - 1) / a.c - j0 + 1;
+    for (int q = threadIdx.x; q < n_ids; q += G::kThreads) ids_s[q] = a.ids[bh * a.M + j0 + q];
+    __syncthreads();
+
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
-        if (st < n_tiles) load_tile<D, KS, ROPE>(a, smem + st * G::kStage, b, bh, s0 + st * kTile, min(kTile, n_tok - st * kTile));
+        if (st < n_tiles)
+            load_tile<D, KS, ROPE>(a, smem + st * G::kStage, ids_s, j0, b, s0 + st * kTile, min(kTile, n_tok - st * kTile));
         cp_async_commit();
     }
 
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
         __syncthreads(); // tile's stage landed; every warp is done with the stage refilled below
         const int next = tile + kStages - 1;
         if (next < n_tiles)
-            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, b, bh, s0 + next * kTile,
+            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, ids_s, j0, b, s0 + next * kTile,
                                    min(kTile, n_tok - next * kTile));
         cp_async_commit();
 
@@ -383,7 +395,7 @@ extern "C" int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const in
     // Tokens per CTA: 512 (SV, 40 KB at r = 160, is loaded once per CTA), halved while the grid would be
     // under two waves of 3 CTAs per SM (small batches), down to one 32-token tile.
     const int64_t n_bh = (int64_t)g->B * g->Hkv, mc = (int64_t)g->M * g->c;
-    int tpc = 512;
+    int tpc = kMaxTokensPerCta;
     while (tpc > kTile && n_bh * ((mc + tpc - 1) / tpc) < 6LL * kvb_sm_count()) tpc /= 2;
     a.tokens_per_cta = tpc;
     if (rope == ROPE_LLAMA) return g->D == 64 ? launch_by_rank<64, ROPE_LLAMA>(a, n_bh, stream) : launch_by_rank<128, ROPE_LLAMA>(a, n_bh, stream);
