@@ -10,9 +10,11 @@
 //   - SV of the (b, h) is loaded once per CTA straight into mma B fragments (4-byte loads transposed by
 //     movmatrix), r padded with zeros to 16*KS, and stays in registers: 8*KS per thread;
 //   - U rows of 32 tokens (two m16 tiles) and their RoPE table rows are gathered by cp.async into a
-//     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads);
+//     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads), the
+//     chunk ids of the CTA's tokens read into shared memory once at its start;
 //   - per tile, ldmatrix A fragments, mma.sync m16n8k16 (fp32 accumulate), RoPE on the accumulators
-//     with the table row, one rounding to bf16, staged in shared memory, then 16-byte coalesced stores.
+//     with the table row, one rounding to bf16, then 16-byte stores of whole pieces after a transpose
+//     within each quad of lanes (no staging in shared memory, one barrier a tile).
 // Hit slots are never read or written.
 //
 // The composed peer: gather kernel, cuBLAS strided batched GEMM, RoPE kernel (see the header).
@@ -31,6 +33,7 @@ namespace {
 
 constexpr int kTile = 32;  // tokens per pipeline stage: two m16 tiles
 constexpr int kStages = 3; // cp.async ring depth
+constexpr int kMaxTokensPerCta = 512;
 
 struct bgr_args {
     const kvb_bf16 *U, *SV, *cos_sin;
@@ -51,24 +54,31 @@ struct bgr_geom {
     static constexpr int kTRow = 16 * kTPieces + 16;
     static constexpr int kThreadsPerToken = kThreads / kTile;
     static constexpr int kStage = kTile * (kURow + kTRow) + kTile * 4; // + a validity word per token
-    static constexpr int kORow = 2 * D + 16;             // output staging row: 4 banks apart, conflict-free
-    static constexpr int kSmem = kStages * kStage + kTile * kORow;
+    static constexpr int kIds = kMaxTokensPerCta + 2;     // a CTA's chunk ids: its tokens span at most this many chunks
+    static constexpr int kSmem = kStages * kStage + 4 * kIds;
     static constexpr int kMinBlocks = KS <= 10 ? 3 : 2; // 3 CTAs per SM up to r = 160 (<= 170 registers)
     static_assert(kThreads % kTile == 0, "whole tokens per thread group");
 };
 
+// x[i] for a lane-varying i in [0, 4), by selects (an indexed register array would go to local memory)
+__device__ __forceinline__ uint32_t pick4(const uint32_t (&x)[4], int i)
+{
+    return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
+}
+
 // Gather the U rows and table rows of tokens s_first .. s_first + n_rows - 1 (slot order of (b, h))
 // into one stage; rows past n_rows or with a bad chunk id are zero-filled and marked invalid.
+// ids_s: the CTA's chunk ids from chunk j0 on, in shared memory (no global load before the copies).
 template <int D, int KS, int ROPE>
-__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, int64_t b, int64_t bh, int s_first,
-                                          int n_rows)
+__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, const int *ids_s, int j0, int64_t b,
+                                          int s_first, int n_rows)
 {
     using G = bgr_geom<D, KS, ROPE>;
     const int i = threadIdx.x / G::kThreadsPerToken, sub = threadIdx.x % G::kThreadsPerToken;
     int64_t pos = -1;
     if (i < n_rows) {
         const int s = s_first + i, j = s / a.c;
-        const int id = a.ids[bh * a.M + j];
+        const int id = ids_s[j - j0];
         if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + (s - j * a.c);
         else if (sub == 0 && a.bad) atomicOr(a.bad, 2);
     }
@@ -118,9 +128,17 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
     const int n_tok = min(a.tokens_per_cta, n_miss - first), n_tiles = (n_tok + kTile - 1) / kTile;
     const int s0 = cnt * a.c + first; // slot-order token of the CTA's first row
 
+    // The chunk ids of the CTA's tokens, once, into shared memory: each tile's copies then start without
+    // waiting on a global load
+    int *ids_s = reinterpret_cast<int *>(smem + kStages * G::kStage);
+    const int j0 = s0 / a.c, n_ids = (s0 + n_tok - 1) / a.c - j0 + 1;
+    for (int q = threadIdx.x; q < n_ids; q += G::kThreads) ids_s[q] = a.ids[bh * a.M + j0 + q];
+    __syncthreads();
+
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
-        if (st < n_tiles) load_tile<D, KS, ROPE>(a, smem + st * G::kStage, b, bh, s0 + st * kTile, min(kTile, n_tok - st * kTile));
+        if (st < n_tiles)
+            load_tile<D, KS, ROPE>(a, smem + st * G::kStage, ids_s, j0, b, s0 + st * kTile, min(kTile, n_tok - st * kTile));
         cp_async_commit();
     }
 
@@ -147,14 +165,13 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
     // ldmatrix x4 row addresses: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
     const uint32_t a_off = (uint32_t)((lane % 8 + 8 * ((lane / 8) % 2)) * G::kURow + (lane / 16) * 16);
     kvb_bf16 *kout_bh = a.Kbuf + (bh * a.NB + a.sparse_start) * D;
-    uint8_t *otile = smem + kStages * G::kStage; // the output tile, staged for coalesced stores
 
     for (int tile = 0; tile < n_tiles; tile++) {
         cp_async_wait<kStages - 2>();
         __syncthreads(); // tile's stage landed; every warp is done with the stage refilled below
         const int next = tile + kStages - 1;
         if (next < n_tiles)
-            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, b, bh, s0 + next * kTile,
+            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, ids_s, j0, b, s0 + next * kTile,
                                    min(kTile, n_tok - next * kTile));
         cp_async_commit();
 
@@ -177,18 +194,21 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
                 for (int jj = 0; jj < 4; jj++) mma_bf16(acc[mt][jj], af, bfrag[kk][jj][0], bfrag[kk][jj][1]);
             }
 
-        // RoPE on the accumulators; rows g and g + 8 of each m-tile
+        // RoPE on the accumulators, rows g and g + 8 of each m-tile. A thread holds 4 bytes (dims 2t, 2t+1)
+        // of each of the row's four 8-dim pieces tile_of[0..3]; the quad (lanes 4g .. 4g+3) transposes them
+        // so that lane t stores piece t whole: 16-byte stores that fill 32-byte sectors (a warp writes 8
+        // rows x 64 bytes), straight from registers, with no staging and no second barrier a tile.
         const uint8_t *tab = stage + kTile * G::kURow;
         const int *ok = reinterpret_cast<const int *>(stage + kTile * (G::kURow + G::kTRow));
         const int n_rows = min(kTile, n_tok - tile * kTile);
+        const int my_piece = 2 * warp + (t & 1) + (t >> 1) * H; // tile_of[t]
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                const int row = 16 * mt + 8 * hh + g;
-                if (row >= n_rows || !ok[row]) continue;
-                const uint8_t *trow = tab + row * G::kTRow;
-                kvb_bf16 *out = reinterpret_cast<kvb_bf16 *>(otile + row * G::kORow);
+                const int row = 16 * mt + 8 * hh + g; // every lane takes part in the shuffles, valid row or not
+                const uint8_t *trow = tab + row * G::kTRow; // zeros for a row past the tile or with a bad id
+                uint32_t v[4];
 #pragma unroll
                 for (int pr = 0; pr < 2; pr++) {
                     const float x0 = acc[mt][pr][2 * hh], x1 = acc[mt][pr][2 * hh + 1];
@@ -197,28 +217,26 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
                         const int i = 8 * tile_of[pr] + 2 * t;
                         const float2 co = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(trow + 2 * i));
                         const float2 si = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(trow + 2 * (D / 2 + i)));
-                        *reinterpret_cast<uint32_t *>(out + i) = pack_bf16(x0 * co.x - z0 * si.x, x1 * co.y - z1 * si.y);
-                        *reinterpret_cast<uint32_t *>(out + D / 2 + i) = pack_bf16(z0 * co.x + x0 * si.x, z1 * co.y + x1 * si.y);
+                        v[pr] = pack_bf16(x0 * co.x - z0 * si.x, x1 * co.y - z1 * si.y);
+                        v[pr + 2] = pack_bf16(z0 * co.x + x0 * si.x, z1 * co.y + x1 * si.y);
                     } else { // glm: dims 2i, 2i+1 rotated (tiles below H), tiles H.. copied
                         const int i = 4 * tile_of[pr] + t;
                         const float co = __bfloat162float(*reinterpret_cast<const __nv_bfloat16 *>(trow + 2 * i));
                         const float si = __bfloat162float(*reinterpret_cast<const __nv_bfloat16 *>(trow + 2 * (D / 4 + i)));
-                        *reinterpret_cast<uint32_t *>(out + 2 * i) = pack_bf16(x0 * co - x1 * si, x1 * co + x0 * si);
-                        *reinterpret_cast<uint32_t *>(out + 8 * tile_of[pr + 2] + 2 * t) = pack_bf16(z0, z1);
+                        v[pr] = pack_bf16(x0 * co - x1 * si, x1 * co + x0 * si);
+                        v[pr + 2] = pack_bf16(z0, z1);
                     }
                 }
+                // w[j]: lane (t ^ j)'s 4 bytes of piece t (it sends its word t ^ j = the receiver's t)
+                uint32_t w[4];
+                w[0] = pick4(v, t);
+#pragma unroll
+                for (int j = 1; j < 4; j++) w[j] = __shfl_xor_sync(0xffffffffu, pick4(v, t ^ j), j);
+                if (row < n_rows && ok[row]) { // word s of the piece is lane s's: w[t ^ s]
+                    const uint4 piece = make_uint4(pick4(w, t), pick4(w, t ^ 1), pick4(w, t ^ 2), pick4(w, t ^ 3));
+                    *reinterpret_cast<uint4 *>(kout_bh + (int64_t)(s0 + tile * kTile + row) * D + 8 * my_piece) = piece;
+                }
             }
-        // The tile's keys leave through shared memory as whole 16-byte pieces (a warp writes 512
-        // contiguous bytes), not as the fragments' 4-byte pieces: 8x fewer L2 write requests, which
-        // ncu showed as the limiter before (kernels/batch_gemm_rotary/NOTES.md, Tried).
-        __syncthreads();
-        constexpr int kPieces = D / 8;
-        for (int q = threadIdx.x; q < kTile * kPieces; q += G::kThreads) {
-            const int row = q / kPieces, piece = q % kPieces;
-            if (row >= n_rows || !ok[row]) continue;
-            *reinterpret_cast<uint4 *>(kout_bh + (int64_t)(s0 + tile * kTile + row) * D + 8 * piece) =
-                *reinterpret_cast<const uint4 *>(otile + row * G::kORow + 16 * piece);
-        }
     }
 }
 
@@ -383,7 +401,7 @@ extern "C" int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const in
     // Tokens per CTA: 512 (SV, 40 KB at r = 160, is loaded once per CTA), halved while the grid would be
     // under two waves of 3 CTAs per SM (small batches), down to one 32-token tile.
     const int64_t n_bh = (int64_t)g->B * g->Hkv, mc = (int64_t)g->M * g->c;
-    int tpc = 512;
+    int tpc = kMaxTokensPerCta;
     while (tpc > kTile && n_bh * ((mc + tpc - 1) / tpc) < 6LL * kvb_sm_count()) tpc /= 2;
     a.tokens_per_cta = tpc;
     if (rope == ROPE_LLAMA) return g->D == 64 ? launch_by_rank<64, ROPE_LLAMA>(a, n_bh, stream) : launch_by_rank<128, ROPE_LLAMA>(a, n_bh, stream);
