@@ -82,7 +82,8 @@ ROWS = [
 ]
 
 # Benched by the round beside the headline rows, not shown in it: ShadowKV at the paper's batches and dense
-# at its largest batch at the same contexts (ShadowKV's Table 3; step_report.py pairs them by run).
+# at its largest batch at the same contexts (ShadowKV's Table 3; step_report.py pairs them by run), and the
+# decode steps at the block's goal shapes (step_report.py's tables against the bound, dense and PyTorch).
 STEP = "decode_step role=sparse model=llama3-8b gen=0 all=0 rank=160 hit=0.6 seed=1 impl=kernel"
 ROUND_CASES = [
     STEP.replace("decode_step", "decode_step method=shadowkv B=48 ctx=61440 budget=1024"),
@@ -91,6 +92,13 @@ ROUND_CASES = [
     STEP.replace("decode_step", "decode_step method=dense B=16 ctx=61440 budget=2048"),
     STEP.replace("decode_step", "decode_step method=dense B=8 ctx=124928 budget=2048"),
     STEP.replace("decode_step", "decode_step method=dense B=4 ctx=249856 budget=2048"),
+] + [
+    # the block's goal shapes (B=1 and 8 at 32K and 128K; B=1 32K is a headline row): dense, MiniKV and
+    # OmniKV's two roles, which with dense compose OmniKV's model step, and RocketKV at 128K
+    STEP.replace("decode_step", f"decode_step method={method} B={b} ctx={ctx} budget=2048").replace("role=sparse", f"role={role}")
+    for method, role in (("dense", "sparse"), ("minikv", "sparse"), ("omnikv", "filter"), ("omnikv", "sparse"), ("rocketkv", "sparse"))
+    for b, ctx in ((1, 32768), (1, 131072), (8, 32768), (8, 131072))
+    if (b, ctx) != (1, 32768) or role == "filter"
 ]
 
 # op.h kvb_ceiling_kind, in enum order
