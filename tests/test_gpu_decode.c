@@ -32,6 +32,8 @@ static void test_decode_api_rejects_before_launch(void **state)
     len[1] = 100;
     assert_int_equal(decode_attn(b, b, b, p, len, b, &d, NULL, 0), KVB_EINVAL);
     assert_error_mentions("workspace is NULL");
+    assert_int_equal(decode_attn(b, (kvb_bf16 *)(uintptr_t)0x1002, b, p, len, b, &d, p, 0), KVB_EINVAL);
+    assert_error_mentions("decode_attn: K=", "is not 16-byte aligned");
     assert_int_equal(decode_attn(b, b, b, NULL, len, b, &d, p, 0), KVB_EINVAL);
     assert_error_mentions("pointer is NULL");
 }

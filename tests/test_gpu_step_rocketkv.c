@@ -32,6 +32,10 @@ static void test_kv_append_refusals(void **state)
     t[1] = 5;
     assert_int_equal(kv_append(FAKE(kvb_bf16), NULL, FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), &d, 0), KVB_EINVAL);
     assert_error_mentions("kv_append: a pointer is NULL");
+    assert_int_equal(kv_append(FAKE(kvb_bf16), (kvb_bf16 *)(uintptr_t)0x10008, FAKE(int32_t), t, FAKE(kvb_bf16),
+                               FAKE(kvb_bf16), &d, 0),
+                     KVB_EINVAL);
+    assert_error_mentions("kv_append: vnew=", "is not 16-byte aligned");
     d.D = 96;
     assert_int_equal(kv_append(FAKE(kvb_bf16), FAKE(kvb_bf16), FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), &d, 0),
                      KVB_EINVAL);

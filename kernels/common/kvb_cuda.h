@@ -1,7 +1,10 @@
 // kvb_cuda.h: what every kernels/*.cu shares: turn a failed CUDA or cuBLAS call into a kvb_fail
-// status (KVB_EDEVICE) that names the call, the error and the place, returned to the C caller.
+// status (KVB_EDEVICE) that names the call, the error and the place, returned to the C caller; refuse
+// a tensor whose base is not aligned for the kernel's 16-byte accesses.
 #ifndef KVB_KERNELS_CUDA_H
 #define KVB_KERNELS_CUDA_H
+
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -22,5 +25,14 @@
             return kvb_fail(KVB_EDEVICE, "%s failed: cuBLAS status %d (%s:%d)", #call, s_,         \
                             __FILE__, __LINE__);                                                   \
     } while (0)
+
+// A tensor read or written 16 bytes at a time (vector loads, cp.async, TMA) must start 16-byte aligned:
+// refused before anything is launched, naming the operation and the tensor.
+static inline int kvb_check_aligned16(const char *who, const char *what, const void *p)
+{
+    if ((uintptr_t)p % 16)
+        return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (rows are read 16 bytes at a time)", who, what, p);
+    return KVB_OK;
+}
 
 #endif

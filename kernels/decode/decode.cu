@@ -457,6 +457,10 @@ static int common_checks(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V
         return kvb_fail(KVB_EINVAL, "%s: workspace is NULL (allocate the *_workspace_bytes() it asks for, zeroed once)",
                         who);
     if (steps != 1 && steps != 2) return kvb_fail(KVB_EINVAL, "%s: steps=%d out of range [1, 2]", who, steps);
+    int rc;
+    if ((rc = kvb_check_aligned16(who, "q", q)) || (rc = kvb_check_aligned16(who, "K", K)) ||
+        (rc = kvb_check_aligned16(who, "V", V)))
+        return rc;
     return KVB_OK;
 }
 
@@ -543,6 +547,9 @@ extern "C" int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32
         return kvb_fail(KVB_EINVAL, "%s: a pointer is NULL (knew=%p vnew=%p t=%p t_host=%p K=%p V=%p)", who,
                         (const void *)knew, (const void *)vnew, (const void *)t, (const void *)t_host, (void *)K, (void *)V);
     if ((rc = decode_positions_check(d, t_host, who))) return rc;
+    if ((rc = kvb_check_aligned16(who, "knew", knew)) || (rc = kvb_check_aligned16(who, "vnew", vnew)) ||
+        (rc = kvb_check_aligned16(who, "K", K)) || (rc = kvb_check_aligned16(who, "V", V)))
+        return rc;
     const int vecs = d->D / 8; // D in {64, 128}: whole 16-byte vectors
     kv_append_kernel<<<d->B * d->Hkv, 2 * vecs, 0, stream>>>((const uint4 *)knew, (const uint4 *)vnew, t, (uint4 *)K,
                                                               (uint4 *)V, d->Hkv, vecs, d->L);

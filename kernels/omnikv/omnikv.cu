@@ -91,13 +91,6 @@ size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 size_t scores_bytes(const omnikv_layout *s) { return align256(sizeof(float) * (size_t)s->B * (size_t)s->L); }
 
-int check_aligned16(const char *who, const char *what, const void *p)
-{
-    if ((uintptr_t)p % 16)
-        return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (rows are read 16 bytes at a time)", who, what, p);
-    return KVB_OK;
-}
-
 } // namespace
 
 extern "C" size_t omnikv_select_workspace_bytes(const omnikv_layout *s)
@@ -116,7 +109,7 @@ extern "C" int omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t
     if (!q || !K || !len || !len_host || !idx)
         return kvb_fail(KVB_EINVAL, "%s: a tensor pointer is NULL (q=%p K=%p len=%p len_host=%p idx=%p)", who,
                         (const void *)q, (const void *)K, (const void *)len, (const void *)len_host, (void *)idx);
-    if ((rc = check_aligned16(who, "q", q)) || (rc = check_aligned16(who, "K", K))) return rc;
+    if ((rc = kvb_check_aligned16(who, "q", q)) || (rc = kvb_check_aligned16(who, "K", K))) return rc;
     const size_t need = omnikv_select_workspace_bytes(s);
     if (!workspace || workspace_bytes < need)
         return kvb_fail(KVB_EINVAL, "%s: workspace_bytes=%zu out of range [%zu, ...) (or the workspace is NULL)", who,

@@ -773,14 +773,6 @@ int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
     });
 }
 
-// The metadata rows (and K's token rows) are read 16 bytes at a time.
-int check_aligned16(const char *who, const char *what, const void *p)
-{
-    if ((uintptr_t)p % 16)
-        return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (rows are read 16 bytes at a time)", who, what, p);
-    return KVB_OK;
-}
-
 int check_workspace(const char *who, const void *ws, size_t have, size_t need)
 {
     if (need && (!ws || have < need))
@@ -796,8 +788,8 @@ extern "C" int page_meta_build(const kvb_bf16 *K, const page_layout *s, kvb_bf16
     int rc = page_layout_check(s, "page_meta_build");
     if (rc) return rc;
     if (!K || !kmin || !kmax) return kvb_fail(KVB_EINVAL, "page_meta_build: K, kmin or kmax is NULL");
-    if ((rc = check_aligned16("page_meta_build", "K", K)) || (rc = check_aligned16("page_meta_build", "kmin", kmin)) ||
-        (rc = check_aligned16("page_meta_build", "kmax", kmax)))
+    if ((rc = kvb_check_aligned16("page_meta_build", "K", K)) || (rc = kvb_check_aligned16("page_meta_build", "kmin", kmin)) ||
+        (rc = kvb_check_aligned16("page_meta_build", "kmax", kmax)))
         return rc;
     const int64_t heads = (int64_t)s->B * s->Hkv;
     const unsigned tiles = (unsigned)((s->cap + BUILD_PAGES - 1) / BUILD_PAGES); // cap <= 2^21 + 7: < 2^17
@@ -838,7 +830,7 @@ extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_b
     int rc = page_layout_check(s, "hybrid_score");
     if (rc || (rc = hybrid_params_check(s, r, k, "hybrid_score"))) return rc;
     if (!q || !kmin || !kmax || !u) return kvb_fail(KVB_EINVAL, "hybrid_score: q, kmin, kmax or u is NULL");
-    if ((rc = check_aligned16("hybrid_score", "kmin", kmin)) || (rc = check_aligned16("hybrid_score", "kmax", kmax))) return rc;
+    if ((rc = kvb_check_aligned16("hybrid_score", "kmin", kmin)) || (rc = kvb_check_aligned16("hybrid_score", "kmax", kmax))) return rc;
     const HybridWorkspace w = hybrid_workspace(s);
     if ((rc = check_workspace("hybrid_score", workspace, workspace_bytes, w.total))) return rc;
     const int64_t heads = (int64_t)s->B * s->Hkv;
@@ -878,7 +870,7 @@ extern "C" int quest_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf
     int rc = page_layout_check(s, "quest_score");
     if (rc || (rc = quest_params_check(s, budget, "quest_score"))) return rc;
     if (!q || !kmin || !kmax || !scores) return kvb_fail(KVB_EINVAL, "quest_score: q, kmin, kmax or scores is NULL");
-    if ((rc = check_aligned16("quest_score", "kmin", kmin)) || (rc = check_aligned16("quest_score", "kmax", kmax))) return rc;
+    if ((rc = kvb_check_aligned16("quest_score", "kmin", kmin)) || (rc = kvb_check_aligned16("quest_score", "kmax", kmax))) return rc;
     const size_t need = quest_score_workspace_bytes(s);
     if ((rc = check_workspace("quest_score", workspace, workspace_bytes, need))) return rc;
     const int64_t heads = (int64_t)s->B * s->Hkv;

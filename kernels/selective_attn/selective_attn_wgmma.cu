@@ -580,13 +580,6 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
 
 // A 3-D map of a [heads, L, D] bf16 tensor: boxes of 64 columns x box_rows rows of one head, 128-byte
 // swizzled; rows past L read as zeros and are not written.
-// TMA reads and writes tensors whose base is 16-byte aligned; refused before anything is launched.
-int check_aligned(const char *who, const char *name, const void *ptr)
-{
-    if ((uintptr_t)ptr % 16) return kvb_fail(KVB_EINVAL, "%s: %s=%p is not 16-byte aligned (TMA needs it)", who, name, ptr);
-    return KVB_OK;
-}
-
 int make_map(CUtensorMap *m, const void *ptr, int D, int L, int64_t heads, int box_rows)
 {
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
@@ -678,8 +671,8 @@ extern "C" int selective_attn_fwd_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, co
                                     "mma.sync forward, which splits the keys)");
     if (!Q || !K || !V || !O || !LSE) return kvb_fail(KVB_EINVAL, "selective_attn_fwd_wgmma: NULL pointer among Q, K, V, O, LSE");
     const char *who = "selective_attn_fwd_wgmma";
-    if ((rc = check_aligned(who, "Q", Q)) || (rc = check_aligned(who, "K", K)) || (rc = check_aligned(who, "V", V)) ||
-        (rc = check_aligned(who, "O", O)))
+    if ((rc = kvb_check_aligned16(who, "Q", Q)) || (rc = kvb_check_aligned16(who, "K", K)) || (rc = kvb_check_aligned16(who, "V", V)) ||
+        (rc = kvb_check_aligned16(who, "O", O)))
         return rc;
     if (!selective_attn_wgmma_supported())
         return kvb_fail(KVB_EDEVICE, "selective_attn_fwd_wgmma: needs a compute capability 9.0 device (sm_90a code)");
@@ -704,7 +697,7 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     if (rc) return rc;
     if (!Q || !K || !LSE || !colsum || (p->group_sum && !colsum_kv))
         return kvb_fail(KVB_EINVAL, "selective_attn_colsum_wgmma: NULL pointer among Q, K, LSE, colsum, colsum_kv");
-    if ((rc = check_aligned("selective_attn_colsum_wgmma", "Q", Q)) || (rc = check_aligned("selective_attn_colsum_wgmma", "K", K)))
+    if ((rc = kvb_check_aligned16("selective_attn_colsum_wgmma", "Q", Q)) || (rc = kvb_check_aligned16("selective_attn_colsum_wgmma", "K", K)))
         return rc;
     if (!selective_attn_wgmma_supported())
         return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
