@@ -13,8 +13,8 @@
 //     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads), the
 //     chunk ids of the CTA's tokens read into shared memory once at its start;
 //   - per tile, ldmatrix A fragments, mma.sync m16n8k16 (fp32 accumulate), RoPE on the accumulators
-//     with the table row, one rounding to bf16, then 16-byte stores of whole pieces after a transpose
-//     within each quad of lanes (no staging in shared memory, one barrier a tile).
+//     with the table row, one rounding to bf16, then 8-byte stores of half pieces after one exchange
+//     between the lanes of each pair (no staging in shared memory, one barrier a tile).
 // Hit slots are never read or written.
 //
 // The composed peer: gather kernel, cuBLAS strided batched GEMM, RoPE kernel (see the header).
@@ -59,12 +59,6 @@ struct bgr_geom {
     static constexpr int kMinBlocks = KS <= 10 ? 3 : 2; // 3 CTAs per SM up to r = 160 (<= 170 registers)
     static_assert(kThreads % kTile == 0, "whole tokens per thread group");
 };
-
-// x[i] for a lane-varying i in [0, 4), by selects (an indexed register array would go to local memory)
-__device__ __forceinline__ uint32_t pick4(const uint32_t (&x)[4], int i)
-{
-    return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
-}
 
 // Gather the U rows and table rows of tokens s_first .. s_first + n_rows - 1 (slot order of (b, h))
 // into one stage; rows past n_rows or with a bad chunk id are zero-filled and marked invalid.
@@ -195,13 +189,16 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
             }
 
         // RoPE on the accumulators, rows g and g + 8 of each m-tile. A thread holds 4 bytes (dims 2t, 2t+1)
-        // of each of the row's four 8-dim pieces tile_of[0..3]; the quad (lanes 4g .. 4g+3) transposes them
-        // so that lane t stores piece t whole: 16-byte stores that fill 32-byte sectors (a warp writes 8
-        // rows x 64 bytes), straight from registers, with no staging and no second barrier a tile.
+        // of each of the row's four 8-dim pieces tile_of[0..3]. Lanes t and t ^ 1 swap two words so that each
+        // holds words t & 2 and (t & 2) + 1 of two pieces: tile_of[0] and tile_of[2] the even lane, tile_of[1]
+        // and tile_of[3] the odd one. Two 8-byte stores a row, each of which the quad fills as one whole
+        // 32-byte sector (pieces tile_of[0..1], then tile_of[2..3]), straight from registers, with no
+        // staging and no second barrier a tile.
         const uint8_t *tab = stage + kTile * G::kURow;
         const int *ok = reinterpret_cast<const int *>(stage + kTile * (G::kURow + G::kTRow));
         const int n_rows = min(kTile, n_tok - tile * kTile);
-        const int my_piece = 2 * warp + (t & 1) + (t >> 1) * H; // tile_of[t]
+        const bool odd = t & 1;
+        const int lo_piece = 2 * warp + odd, hi_piece = lo_piece + H, word0 = t & 2; // tile_of[odd], tile_of[2 + odd]
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -227,14 +224,16 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
                         v[pr + 2] = pack_bf16(z0, z1);
                     }
                 }
-                // w[j]: lane (t ^ j)'s 4 bytes of piece t (it sends its word t ^ j = the receiver's t)
-                uint32_t w[4];
-                w[0] = pick4(v, t);
-#pragma unroll
-                for (int j = 1; j < 4; j++) w[j] = __shfl_xor_sync(0xffffffffu, pick4(v, t ^ j), j);
-                if (row < n_rows && ok[row]) { // word s of the piece is lane s's: w[t ^ s]
-                    const uint4 piece = make_uint4(pick4(w, t), pick4(w, t ^ 1), pick4(w, t ^ 2), pick4(w, t ^ 3));
-                    *reinterpret_cast<uint4 *>(kout_bh + (int64_t)(s0 + tile * kTile + row) * D + 8 * my_piece) = piece;
+                // each lane sends its word of the pieces its partner keeps, and keeps its own of the others
+                const uint32_t got_lo = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[1], 1);
+                const uint32_t got_hi = __shfl_xor_sync(0xffffffffu, odd ? v[2] : v[3], 1);
+                const uint32_t own_lo = odd ? v[1] : v[0], own_hi = odd ? v[3] : v[2];
+                if (row < n_rows && ok[row]) { // the even lane's word comes first
+                    kvb_bf16 *krow = kout_bh + (int64_t)(s0 + tile * kTile + row) * D;
+                    *reinterpret_cast<uint2 *>(krow + 8 * lo_piece + 2 * word0) =
+                        odd ? make_uint2(got_lo, own_lo) : make_uint2(own_lo, got_lo);
+                    *reinterpret_cast<uint2 *>(krow + 8 * hi_piece + 2 * word0) =
+                        odd ? make_uint2(got_hi, own_hi) : make_uint2(own_hi, got_hi);
                 }
             }
     }
