@@ -104,7 +104,7 @@ __host__ __device__ constexpr size_t front_bytes()
 template <int D, int S, int SRC>
 size_t smem_bytes(int B)
 {
-    return front_bytes<D, S, SRC>() + sizeof(float) * (MAXG * D + 64 * MAXG) + sizeof(int64_t) * (size_t)(B + 1);
+    return front_bytes<D, S, SRC>() + sizeof(float) * 64 * MAXG + sizeof(int64_t) * (size_t)(B + 1);
 }
 
 // The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
@@ -173,8 +173,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
 {
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
-    float *q_s = reinterpret_cast<float *>(smem + front_bytes<D, S, SRC>());
-    float *w_s = q_s + MAXG * D;
+    float *w_s = reinterpret_cast<float *>(smem + front_bytes<D, S, SRC>());
     int64_t *pre = reinterpret_cast<int64_t *>(w_s + 64 * MAXG); // steps before sequence b, all heads
     __shared__ int flag_s;
     using Scan = cub::BlockScan<long long, THREADS>;
@@ -214,12 +213,11 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
         const int64_t hoff = pre[b] + kvh * ns, head = (int64_t)b * Hkv + kvh;
         const int64_t s0 = u - hoff, s1 = min(u1, hoff + ns) - hoff;
 
-        __syncthreads(); // the previous segment is done with q_s and ms
-        const __nv_bfloat16 *qh = p.q + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
-        for (int idx = tid; idx < G * D; idx += THREADS) q_s[idx] = __bfloat162float(qh[idx]);
-        __syncthreads();
+        __syncthreads(); // the previous segment is done with ms (and the ring over it)
+        // q's fragments straight from its rows (16-byte aligned: checked at the launch): no staging and no
+        // barrier, so that their loads are in flight with the first list reads and row copies below
         uint32_t qb[D / 16][2];
-        q_frags_bf16<D>(qb, q_s, G, lane);
+        q_frags_bf16_rows<D>(qb, p.q + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, G, lane);
         WarpState<D / 16> st;
         st.init();
         const __nv_bfloat16 *Kh = p.K + head * p.L * D, *Vh = p.V + head * p.L * D;
