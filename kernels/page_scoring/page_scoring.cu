@@ -446,6 +446,23 @@ __device__ __forceinline__ float page_mass(const float *z, int cap, const float 
     return sum;
 }
 
+// u[j..j+3] of (b, KV head) bh: one 16-byte load of z per head (z's rows are 16-byte aligned when the
+// workspace is: cap is a multiple of 8), all G issued before any is used
+template <int G>
+__device__ __forceinline__ float4 page_mass4(const float *z, int cap, const float *lse, int j)
+{
+    float4 zq[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) zq[h] = *reinterpret_cast<const float4 *>(z + (int64_t)h * cap + j);
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        s.x += expf(zq[h].x - lse[h]), s.y += expf(zq[h].y - lse[h]);
+        s.z += expf(zq[h].z - lse[h]), s.w += expf(zq[h].w - lse[h]);
+    }
+    return s;
+}
+
 // Pass 2: lse_h from the blocks' partials, then u[j] = sum_h exp(z[h][j] - lse_h).
 template <int G>
 __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
@@ -454,26 +471,16 @@ __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a,
     const int64_t bh = head0 + blockIdx.y;
     head_lse<G>(a, bh, lse);
     __syncthreads();
-    // Four consecutive pages a thread: one 16-byte load of z per head (z's rows are 16-byte aligned when
-    // the workspace is: cap is a multiple of 8), all G issued before any is used; a block's last partial
-    // quad page by page (z past n_pages is never written), and all of it so where the workspace is not
-    // 16-byte aligned.
+    // Four consecutive pages a thread (page_mass4); a block's last partial quad page by page (z past
+    // n_pages is never written), and all of it so where the workspace is not 16-byte aligned.
     const float *z = a.z + bh * G * a.cap;
     const int begin = blockIdx.x * NORM_PAGES, end = min(a.n_pages, begin + NORM_PAGES);
     const int quads = ((uintptr_t)a.z & 15) ? 0 : (end - begin) / 4;
     float *u = a.u + bh * a.n_pages;
     for (int i = threadIdx.x; i < quads; i += THREADS) {
         const int j = begin + 4 * i;
-        float4 zq[G];
-#pragma unroll
-        for (int h = 0; h < G; ++h) zq[h] = *reinterpret_cast<const float4 *>(z + (int64_t)h * a.cap + j);
-        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-        for (int h = 0; h < G; ++h) {
-            s0 += expf(zq[h].x - lse[h]), s1 += expf(zq[h].y - lse[h]);
-            s2 += expf(zq[h].z - lse[h]), s3 += expf(zq[h].w - lse[h]);
-        }
-        u[j] = s0, u[j + 1] = s1, u[j + 2] = s2, u[j + 3] = s3; // u's rows (n_pages) need not be aligned
+        const float4 m = page_mass4<G>(z, a.cap, lse, j);
+        u[j] = m.x, u[j + 1] = m.y, u[j + 2] = m.z, u[j + 3] = m.w; // u's rows (n_pages) need not be aligned
     }
     for (int j = begin + 4 * quads + threadIdx.x; j < end; j += THREADS) u[j] = page_mass<G>(z, a.cap, lse, j);
 }
@@ -493,11 +500,22 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     const int64_t bh = head0 + blockIdx.x;
     head_lse<G>(a, bh, lse);
     __syncthreads();
+    // four consecutive pages a thread, as in pass 2 alone: a row of RocketKV's 4239 pages is 2-3 rounds
+    // of G loads in flight, where page by page it was 8-9 rounds of one
     const float *z = a.z + bh * G * a.cap;
-    for (int j = threadIdx.x; j < a.n_pages; j += ks::THREADS) {
-        const float u = page_mass<G>(z, a.cap, lse, j);
-        a.u[bh * a.n_pages + j] = u;
-        row_keys[j] = ks::order_key(u);
+    float *u = a.u + bh * a.n_pages;
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : a.n_pages / 4;
+    for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
+        const int j = 4 * i;
+        const float4 m = page_mass4<G>(z, a.cap, lse, j);
+        u[j] = m.x, u[j + 1] = m.y, u[j + 2] = m.z, u[j + 3] = m.w;
+        row_keys[j] = ks::order_key(m.x), row_keys[j + 1] = ks::order_key(m.y);
+        row_keys[j + 2] = ks::order_key(m.z), row_keys[j + 3] = ks::order_key(m.w);
+    }
+    for (int j = 4 * quads + threadIdx.x; j < a.n_pages; j += ks::THREADS) {
+        const float m = page_mass<G>(z, a.cap, lse, j);
+        u[j] = m;
+        row_keys[j] = ks::order_key(m);
     }
     __syncthreads();
     int32_t *out = pages + bh * n_sel;
