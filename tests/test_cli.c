@@ -58,6 +58,20 @@ static void test_empty_filter_refused(void **state)
     assert_int_equal(o.n_filters, 1);
 }
 
+/* a round's headline selection (about 70 case lines) fits; one filter past the limit is refused */
+static void test_filter_count_limit(void **state)
+{
+    (void)state;
+    static char name[] = "kvbench", cmd[] = "check", filter[] = "topk";
+    static char *argv[KVB_MAX_FILTERS + 3];
+    argv[0] = name, argv[1] = cmd;
+    for (int i = 0; i <= KVB_MAX_FILTERS; i++) argv[2 + i] = filter;
+    kvb_options o;
+    assert_int_equal(kvb_parse_options(2 + KVB_MAX_FILTERS, argv, &o), 0);
+    assert_int_equal(o.n_filters, KVB_MAX_FILTERS);
+    assert_int_equal(kvb_parse_options(3 + KVB_MAX_FILTERS, argv, &o), 2);
+}
+
 static void test_filter_selecting_nothing_refused(void **state)
 {
     (void)state;
@@ -376,6 +390,7 @@ int main(void)
     if (!mkdtemp(dir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_filter_refused),
+        cmocka_unit_test(test_filter_count_limit),
         cmocka_unit_test(test_filter_selecting_nothing_refused),
         cmocka_unit_test(test_case_given_twice_runs_once),
         cmocka_unit_test(test_cases_path),

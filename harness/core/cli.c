@@ -112,9 +112,10 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
             fprintf(stderr, "kvbench: argument %d is an empty filter: give a case line, a kernel name or part of "
                             "a case id\n", i);
             return 2;
-        } else if (o->n_filters < 64) o->filters[o->n_filters++] = a;
+        } else if (o->n_filters < KVB_MAX_FILTERS) o->filters[o->n_filters++] = a;
         else {
-            fprintf(stderr, "kvbench: more than 64 filters\n");
+            fprintf(stderr, "kvbench: more than %d filters (a case file, --cases FILE, holds any number of cases)\n",
+                    KVB_MAX_FILTERS);
             return 2;
         }
     }
@@ -379,7 +380,7 @@ int kvb_select_cases(const kvb_options *o, int default_tier, kvb_case_list *out)
             return 2;
         }
     }
-    int hits[64] = {0};
+    int hits[KVB_MAX_FILTERS] = {0};
     for (int i = 0; i < all.n; i++) {
         const kvb_case *c = &all.v[i];
         if (!(c->tier & tier)) continue;

@@ -23,6 +23,9 @@
 
 #define KVB_SAMPLE_TIME_DEFAULT_S 0.25
 
+/* filters on one command line: a round's headline selection is ~70 case lines; a case file takes any number */
+#define KVB_MAX_FILTERS 256
+
 typedef struct kvb_options {
     const char *cmd;
     const char *cases_path; /* --cases; NULL: the default (kvb_cases_path) */
@@ -37,7 +40,7 @@ typedef struct kvb_options {
     double host_mem_limit_gb; /* --host-mem-limit: the host memory a case may take (0: what the machine has free) */
     int shard_k, shard_n; /* --shard K/N (list, check, bench): run shard K of N of the selected cases (shard.h); 0: all */
     const char *timing_lock; /* bench --timing-lock FILE: each case's timing holds flock(2) on FILE (timing_lock.h) */
-    const char *filters[64];
+    const char *filters[KVB_MAX_FILTERS];
     int n_filters;
     char *gb_argv[64];
     int gb_argc;
