@@ -381,6 +381,22 @@ assert sum(e["cases"] for e in m["context"]["merged"]) == len(w["cases"]) > 3
 PY
     then ok "... counts re-summed, every case once, in the order of one process"; else fail "... counts re-summed, every case once, in the order of one process"; fi
 fi
+# merge of a merged file: its own "merged" list goes into its entry (one "merged" key in the context)
+"$kvbench" merge "$tmp/m12.json" "$tmp/shard1.json" "$tmp/shard2.json" >/dev/null 2>&1
+expect "merge of a merged input" 0 'kvbench merge: [0-9]+ check cases from 2 files into' -- merge "$tmp/m123.json" "$tmp/m12.json" "$tmp/shard3.json"
+if command -v python3 >/dev/null; then
+    if python3 - "$tmp/m123.json" <<'PY'
+import json, sys
+def no_dup(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), keys
+    return dict(pairs)
+m = json.load(open(sys.argv[1]), object_pairs_hook=no_dup)
+e = m["context"]["merged"]
+assert [x.get("shard") for x in e] == [None, "3/3"] and [x["shard"] for x in e[0]["merged"]] == ["1/3", "2/3"], e
+PY
+    then ok "... no duplicate key; the input's merge list kept in its entry"; else fail "... no duplicate key; the input's merge list kept in its entry"; fi
+fi
 cp "$tmp/shard1.json" "$tmp/shard1_copy.json"
 expect "merge refuses a case in two inputs" 2 "case '.*' is in both $tmp/shard1.json and $tmp/shard1_copy.json" -- merge "$tmp/m2.json" "$tmp/shard1.json" "$tmp/shard1_copy.json"
 expect "merge refuses a file given twice" 2 "$tmp/shard2.json is given twice" -- merge "$tmp/m2.json" "$tmp/shard2.json" "$tmp/shard2.json"

@@ -6,8 +6,8 @@
  * kvbench check or bench result file; files of both kinds; contexts of different git revisions; a case
  * id in two inputs (or twice in one); OUT or F the same file as an input, or as each other.
  * The merged context is the first input's (the first that holds a case), without its per-process fields
- * (shard, CUDA_VISIBLE_DEVICES), plus "merged": one entry per input (its file, shard, GPU, device index,
- * date and number of cases).
+ * (shard, CUDA_VISIBLE_DEVICES) and of an earlier merge, plus "merged": one entry per input (its file,
+ * shard, GPU, device index, date, number of cases, and the "merged" list of an input that was itself merged).
  * A check file's summary counts are the sums of the inputs'. Cases are in the order of the case files
  * (the order one process selects them in; a case line given on the command line, absent from the case
  * files, first), else the inputs' order.
@@ -217,19 +217,21 @@ static void note_shards(const input *in, int n)
 
 static int merged_context(arena *a, const input *in, int n, kvb_jval *out)
 {
-    static const char *const per_input[] = {"shard", "gpu", "gpu_unavailable", "cuda_visible_devices", "date", "host_name"};
+    static const char *const per_input[] = {"shard", "gpu", "gpu_unavailable", "cuda_visible_devices", "date", "host_name",
+                                            "merged"};
     int base = 0; /* the first input that ran a case (an empty shard's context says little) */
     while (base < n - 1 && !in[base].n_cases) base++;
     const kvb_jval *first = in[base].ctx;
     if (node(a, out, KVB_J_OBJ, first->n + 1)) return -1;
     for (int i = 0; i < first->n; i++)
-        if (strcmp(first->keys[i], "shard") && strcmp(first->keys[i], "cuda_visible_devices"))
+        if (strcmp(first->keys[i], "shard") && strcmp(first->keys[i], "cuda_visible_devices") &&
+            strcmp(first->keys[i], "merged")) /* an input's own merge list goes into its entry */
             put(out, first->keys[i], first->items[i]);
     kvb_jval list;
     if (node(a, &list, KVB_J_ARR, n)) return -1;
     for (int i = 0; i < n; i++) {
         kvb_jval e;
-        if (node(a, &e, KVB_J_OBJ, 8)) return -1;
+        if (node(a, &e, KVB_J_OBJ, 2 + (int)(sizeof per_input / sizeof *per_input))) return -1;
         put(&e, "file", str(in[i].path));
         for (size_t k = 0; k < sizeof per_input / sizeof *per_input; k++) {
             const kvb_jval *v = kvb_jget(in[i].ctx, per_input[k]);
