@@ -396,9 +396,16 @@ def throughput_pivot(cases, method):
     return md_table(["ctx"] + knobs + ["B=%d" % B for B in Bs], rows)
 
 
+def shown_path(p):
+    """a result file as the reader finds it: relative to the working directory (the repository root for
+    `make publish` and `make step-report`) when it lies under it"""
+    rel = os.path.relpath(os.path.abspath(p))
+    return p if rel.startswith("..") else rel
+
+
 def write_tables(path, src, ctx, cases):
     out = ["# decode_step report: %s" % device_name(ctx), "",
-           "Source: %s" % ", ".join("`%s`" % s for s in src), ""]
+           "Source: %s" % ", ".join("`%s`" % shown_path(s) for s in src), ""]
     if ctx.get("kvbench_git_revision") or ctx.get("date"):
         out += ["Run: %s, kvbench %s." % (ctx.get("date", "?"), ctx.get("kvbench_git_revision", "?")), ""]
     kernel = sorted((c for c in cases if c["impl"] == "kernel"), key=row_key)
