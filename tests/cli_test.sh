@@ -451,6 +451,11 @@ PY
         ok "... its goal cells, with the goals' words, are the original's"
     else fail "... its goal cells, with the goals' words, are the original's"; fi
 fi
+# the canonical round's bench selection (headline.py --cases, what gpu_round.sh benches) is taken in one command
+if command -v python3 >/dev/null && [ -f "$root/harness/report/headline.py" ] && [ -d "$root/results/h200" ]; then
+    mapfile -t headline_sel < <(python3 "$root/harness/report/headline.py" --cases "$root/results/h200")
+    expect "the round's headline selection (${#headline_sel[@]} filters) in one command" 0 "" -- list --cases "$cases" "${headline_sel[@]}"
+fi
 # the main job without a GPU, sharded or not: it says so first, runs the smoke tier's references and the
 # reference self-tests, and exits 3 (nothing measured) without starting a shard
 if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then
