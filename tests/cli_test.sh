@@ -456,6 +456,24 @@ if command -v python3 >/dev/null && [ -f "$root/harness/report/headline.py" ] &&
     mapfile -t headline_sel < <(python3 "$root/harness/report/headline.py" --cases "$root/results/h200")
     expect "the round's headline selection (${#headline_sel[@]} filters) in one command" 0 "" -- list --cases "$cases" "${headline_sel[@]}"
 fi
+# profiles/detached.sh: a command in a session of its own, collected by later commands
+if [ -f "$root/profiles/detached.sh" ]; then
+    det="$root/profiles/detached.sh" d="$tmp/detached"
+    bash "$det" start "$d" bash -c 'echo started; exit 5' >/dev/null
+    out=$(bash "$det" wait "$d" 20)
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(cat "$d/rc")" = 5 ] && grep -q '^started$' <<<"$out"; then
+        ok "detached.sh: the command's output and exit code collected"
+    else fail "detached.sh: the command's output and exit code collected (wait exit $rc)"; fi
+    bash "$det" start "$d" sleep 30 >/dev/null
+    bash "$det" wait "$d" 1 >/dev/null
+    rc=$?
+    bash "$det" start "$d" true >/dev/null 2>&1
+    rc2=$?
+    bash "$det" stop "$d" >/dev/null
+    if [ $rc -eq 3 ] && [ $rc2 -eq 2 ]; then ok "detached.sh: still running says so (exit 3); a second start is refused"
+    else fail "detached.sh: still running says so (exit 3); a second start is refused (wait $rc, start $rc2)"; fi
+fi
 # the main job without a GPU, sharded or not: it says so first, runs the smoke tier's references and the
 # reference self-tests, and exits 3 (nothing measured) without starting a shard
 if [ "$ran" -eq 3 ] && [ -f "$root/harness/scripts/main_job.sh" ]; then

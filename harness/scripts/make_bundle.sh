@@ -4,7 +4,7 @@
 #   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, lapacke and
 #             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
-#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/main_job.sh (`make run`'s job:
+#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/detached.sh (a round beyond one command's time limit), OUT/main_job.sh (`make run`'s job:
 #             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/*.py (optional peers),
 #   OUT/durations the one-GPU main job's check.json and bench.json (results/h200/main-job/): their wall
 #             times balance main_job.sh's shards
@@ -27,7 +27,7 @@ mkdir -p "$out/durations"
 for f in check bench; do [ -s "results/h200/main-job/$f.json" ] && cp "results/h200/main-job/$f.json" "$out/durations/"; done
 cp harness/report/plots.gp "$out/" # beside plot_report.py (harness/report/*.py below), for `plot_test.py`'s gnuplot test
 cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate.sh harness/scripts/host_interference.sh "$out/"
-cp profiles/*_round.sh profiles/sanitize.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
+cp profiles/*_round.sh profiles/sanitize.sh profiles/detached.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/report/*.py harness/scripts/*.py "$out/" # optional external peers timed in the same run (torch_peers.py)
 cp profiles/int2_v3_trace.py "$out/" # int2_v3_round.sh trace: the medians of v3's per-block trace
 skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
