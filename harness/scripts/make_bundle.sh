@@ -4,8 +4,9 @@
 #   OUT/lib   every non-system shared library they load (benchmark, cmocka, gomp, stdc++, lapacke and
 #             the BLAS/LAPACK under it: libblas, liblapack, libopenblas, libgfortran, libquadmath, ...),
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
-#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/detached.sh (a round beyond one command's time limit), OUT/main_job.sh (`make run`'s job:
-#             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/*.py (optional peers),
+#   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/main_job.sh (`make run`'s job:
+#             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/detached.sh (a round longer than one
+#             command's time limit), OUT/*.py (optional peers),
 #   OUT/durations the one-GPU main job's check.json and bench.json (results/h200/main-job/): their wall
 #             times balance main_job.sh's shards
 # The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
