@@ -414,7 +414,9 @@ def write_tables(path, src, ctx, cases):
 
     out += ["## Step time per method (impl=kernel)", "",
             "Bound: the step's bytes at the device read ceiling (goal: 1.2x it). tokens/s: B tokens per "
-            "step of 32 such blocks. Speedup and bound ratio against dense at the same model, ctx, B, gen.", ""]
+            "step of 32 such blocks. Speedup and bound ratio against dense at the same model, ctx, B, gen. "
+            "Speedup % of bound ratio is (dense's time / bound) over this step's: not a ceiling, it passes 100% "
+            "where this step is nearer its own bound than dense is to its.", ""]
     if others:
         out += ["Other impls in the file, not tabulated here: %s." % ", ".join(others), ""]
     for m in methods:
