@@ -1,5 +1,6 @@
 // kvb_device.cuh: the one copy of the small device helpers the kernels share (CUDA C++ only): PTX
-// wrappers (cp.async, ldmatrix, mma.sync, movmatrix, ex2), 16-bit packing, and warp reductions.
+// wrappers (cp.async, ldmatrix, mma.sync, movmatrix, ex2), 16-bit packing, warp reductions, and the
+// launch of kernels chained on a stream.
 // Kernel-specific building blocks live with their kernels (attn_device.h: the flash-decoding state
 // and steps shared by decode.cu and int2.cu).
 //
@@ -196,6 +197,36 @@ __device__ __forceinline__ uint32_t order_key(float f)
     uint32_t u = __float_as_uint(f);
     if (u == 0x80000000u) u = 0; // -0 is +0
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// ---- kernels chained on one stream (programmatic dependent launch, sm_90) ----
+
+// A kernel launched by launch_chained may become resident while the kernel before it on the stream is
+// still running: its blocks wait in chain_wait() until that kernel has ended and its writes are
+// visible. Every such kernel calls chain_wait() before it touches global memory (a no-op when the
+// kernel was launched without the attribute), then chain_release(), which lets the next chained kernel
+// be scheduled as this grid's blocks are resident: its launch and block start-up overlap this
+// kernel's work instead of following its end.
+__device__ __forceinline__ void chain_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void chain_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+// Launch `kernel` on `stream` with programmatic stream serialization (the kernel must call chain_wait()
+// first, see above). Captured into a CUDA graph, the dependency becomes a programmatic edge.
+template <typename... Params, typename... Args>
+cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                           Args... args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 }
 
 // ---- warp reductions ----

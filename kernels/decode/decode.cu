@@ -179,6 +179,8 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
     using Scan = cub::BlockScan<long long, THREADS>;
     __shared__ typename Scan::TempStorage scan_tmp;
 
+    chain_wait(); // launched chained (kvb_device.cuh): the previous kernel's writes are visible from here
+    chain_release();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int B = p.B, Hkv = p.Hkv, G = p.G;
 
@@ -353,8 +355,8 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 template <int D, int SRC>
 void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
-    if (steps == 1) decode_attn_kernel<D, 1, SRC><<<grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream>>>(p);
-    else decode_attn_kernel<D, 2, SRC><<<grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream>>>(p);
+    if (steps == 1) launch_chained(decode_attn_kernel<D, 1, SRC>, grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
+    else launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
 }
 
 // Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
@@ -529,6 +531,8 @@ extern "C" int sparse_attn_pages(const kvb_bf16 *q, const kvb_bf16 *K, const kvb
 __global__ void kv_append_kernel(const uint4 *knew, const uint4 *vnew, const int32_t *t, uint4 *K, uint4 *V, int Hkv,
                                  int vecs, int64_t L)
 {
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int bh = blockIdx.x, i = threadIdx.x % vecs, b = bh / Hkv;
     const int64_t row = ((int64_t)bh * L + t[b]) * vecs + i;
     if (threadIdx.x < vecs) K[row] = knew[(int64_t)bh * vecs + i];
@@ -549,8 +553,7 @@ extern "C" int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32
         (rc = kvb_check_aligned16(who, "K", K)) || (rc = kvb_check_aligned16(who, "V", V)))
         return rc;
     const int vecs = d->D / 8; // D in {64, 128}: whole 16-byte vectors
-    kv_append_kernel<<<d->B * d->Hkv, 2 * vecs, 0, stream>>>((const uint4 *)knew, (const uint4 *)vnew, t, (uint4 *)K,
-                                                              (uint4 *)V, d->Hkv, vecs, d->L);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(launch_chained(kv_append_kernel, d->B * d->Hkv, 2 * vecs, 0, stream, (const uint4 *)knew, (const uint4 *)vnew, t,
+                            (uint4 *)K, (uint4 *)V, d->Hkv, vecs, d->L));
     return KVB_OK;
 }

@@ -211,6 +211,8 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     __shared__ HybridSmem<G> sm;
     extern __shared__ __align__(16) uint4 ring[]; // [WARPS][STAGES][STAGE bytes]
     HybridScratch<G> &scr = *reinterpret_cast<HybridScratch<G> *>(ring);
+    chain_wait(); // launched chained (kvb_device.cuh): page_meta_append's writes are visible from here
+    chain_release();
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -468,6 +470,8 @@ template <int G>
 __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
 {
     __shared__ float lse[G];
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int64_t bh = head0 + blockIdx.y;
     head_lse<G>(a, bh, lse);
     __syncthreads();
@@ -497,6 +501,8 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     __shared__ ks::SelectSmem sel;
     __shared__ float lse[G];
     extern __shared__ uint32_t row_keys[]; // n_pages order keys of u
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int64_t bh = head0 + blockIdx.x;
     head_lse<G>(a, bh, lse);
     __syncthreads();
@@ -677,6 +683,8 @@ __global__ void __launch_bounds__(THREADS) page_meta_build_kernel(const uint16_t
 __global__ void page_meta_append_kernel(const uint16_t *k, const int32_t *t, page_layout s, int64_t total, uint16_t *kmin,
                                         uint16_t *kmax)
 {
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int64_t bh = i / s.D;
@@ -758,14 +766,13 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     const size_t row_bytes = sizeof(uint32_t) * (size_t)a.n_pages;
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
-        if (narrow) hybrid_score_kernel<G, 16><<<grid, THREADS, Narrow::RING, stream>>>(a, h0);
-        else hybrid_score_kernel<G, 64><<<grid, THREADS, Wide::RING, stream>>>(a, h0);
-        CUDA_TRY(cudaGetLastError());
+        if (narrow) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 16>, grid, THREADS, Narrow::RING, stream, a, h0));
+        else CUDA_TRY(launch_chained(hybrid_score_kernel<G, 64>, grid, THREADS, Wide::RING, stream, a, h0));
         if (*selected)
-            hybrid_normalize_select_kernel<G><<<n, kvb_select::THREADS, row_bytes, stream>>>(a, h0, n_sel, pages);
+            CUDA_TRY(launch_chained(hybrid_normalize_select_kernel<G>, n, kvb_select::THREADS, row_bytes, stream, a, h0, n_sel,
+                                    pages));
         else
-            hybrid_normalize_kernel<G><<<dim3(norm_blocks, n), THREADS, 0, stream>>>(a, h0);
-        CUDA_TRY(cudaGetLastError());
+            CUDA_TRY(launch_chained(hybrid_normalize_kernel<G>, dim3(norm_blocks, n), THREADS, 0, stream, a, h0));
         return KVB_OK;
     });
 }
@@ -830,8 +837,7 @@ extern "C" int page_meta_append(const kvb_bf16 *k, const int32_t *t, const int32
     const int64_t total = (int64_t)s->B * s->Hkv * s->D;
     unsigned blocks = 0;
     if ((rc = kvb_grid_x("page_meta_append", "B*Hkv*D", total, THREADS, &blocks))) return rc;
-    page_meta_append_kernel<<<blocks, THREADS, 0, stream>>>(k, t, *s, total, kmin, kmax);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(launch_chained(page_meta_append_kernel, blocks, THREADS, 0, stream, k, t, *s, total, kmin, kmax));
     return KVB_OK;
 }
 

@@ -18,6 +18,9 @@ constexpr int NORM_THREADS = 256;
 using kvb_dev::bf16_bits_to_float;
 using kvb_dev::bf16_hi;
 using kvb_dev::bf16_lo;
+using kvb_dev::chain_release;
+using kvb_dev::chain_wait;
+using kvb_dev::launch_chained;
 __device__ __forceinline__ uint16_t to_bf(float f) // round to nearest even (no NaN inputs here)
 {
     const uint32_t u = __float_as_uint(f);
@@ -29,6 +32,8 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const uint4 *x, c
                                                                uint4 *y, uint4 *copy)
 {
     __shared__ float part[NORM_THREADS / 32];
+    chain_wait(); // launched chained (kvb_device.cuh): the previous kernel's writes are visible from here
+    chain_release();
     const int64_t row = blockIdx.x;
     const uint4 *xr = x + row * vecs;
     float ss = 0.f;
@@ -68,6 +73,8 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const uint4 *x, c
 __global__ void rope_split_kernel(const uint16_t *qkv, const uint16_t *cos_sin, const int32_t *pos, int Hq, int Hkv,
                                   int D, uint16_t *q, uint16_t *knew, uint16_t *vnew)
 {
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int b = blockIdx.y, h = blockIdx.x, i = threadIdx.x, half = D / 2;
     const uint16_t *src = qkv + ((int64_t)b * (Hq + 2 * Hkv) + h) * D;
     if (h >= Hq + Hkv) { // v: copied
@@ -84,6 +91,8 @@ __global__ void rope_split_kernel(const uint16_t *qkv, const uint16_t *cos_sin, 
 
 __global__ void silu_mul_kernel(const uint16_t *gate_up, int ffn, int64_t total, uint16_t *y)
 {
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / ffn, i = e % ffn;
         const float g = bf16_bits_to_float(gate_up[r * 2 * ffn + i]), u = bf16_bits_to_float(gate_up[r * 2 * ffn + ffn + i]);
@@ -108,9 +117,8 @@ extern "C" int block_rmsnorm(const kvb_bf16 *x, const kvb_bf16 *w, int rows, int
     if (rc) return rc;
     if (!x || !w || !y) return kvb_fail(KVB_EINVAL, "block_rmsnorm: x, w or y is NULL");
     if (!(eps > 0 && eps < 1)) return kvb_fail(KVB_EINVAL, "block_rmsnorm: eps=%g out of range (0, 1)", eps);
-    rmsnorm_kernel<<<rows, NORM_THREADS, 0, stream>>>((const uint4 *)x, (const uint4 *)w, n / 8, (float)eps, (uint4 *)y,
-                                                      (uint4 *)copy);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(launch_chained(rmsnorm_kernel, rows, NORM_THREADS, 0, stream, (const uint4 *)x, (const uint4 *)w, n / 8,
+                            (float)eps, (uint4 *)y, (uint4 *)copy));
     return KVB_OK;
 }
 
@@ -128,10 +136,8 @@ extern "C" int block_rope_split(const kvb_bf16 *qkv, const kvb_bf16 *cos_sin, co
     for (int b = 0; b < B; b++)
         if (pos_host[b] < 0 || pos_host[b] >= max_pos)
             return kvb_fail(KVB_EINVAL, "%s: pos[%d]=%d out of range [0, max_pos = %d)", who, b, pos_host[b], max_pos);
-    rope_split_kernel<<<dim3(Hq + 2 * Hkv, B), D / 2, 0, stream>>>((const uint16_t *)qkv, (const uint16_t *)cos_sin, pos,
-                                                                   Hq, Hkv, D, (uint16_t *)q, (uint16_t *)knew,
-                                                                   (uint16_t *)vnew);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(launch_chained(rope_split_kernel, dim3(Hq + 2 * Hkv, B), D / 2, 0, stream, (const uint16_t *)qkv,
+                            (const uint16_t *)cos_sin, pos, Hq, Hkv, D, (uint16_t *)q, (uint16_t *)knew, (uint16_t *)vnew));
     return KVB_OK;
 }
 
@@ -142,8 +148,7 @@ extern "C" int block_silu_mul(const kvb_bf16 *gate_up, int rows, int ffn, kvb_bf
     if (!gate_up || !y) return kvb_fail(KVB_EINVAL, "block_silu_mul: gate_up or y is NULL");
     const int64_t total = (int64_t)rows * ffn;
     const int blocks = (int)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
-    silu_mul_kernel<<<blocks, 256, 0, stream>>>((const uint16_t *)gate_up, ffn, total, (uint16_t *)y);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(launch_chained(silu_mul_kernel, blocks, 256, 0, stream, (const uint16_t *)gate_up, ffn, total, (uint16_t *)y));
     return KVB_OK;
 }
 
