@@ -5,23 +5,28 @@
 // of its KV head need 4 x 128 multiply-adds: 2 FLOP per byte (4 with GLM's G = 8). FMA on unpacked
 // bf16 would need ~60% of the SM's issue slots at G = 8 just to keep up; one mma.sync m16n8k16 (16
 // landmarks x 8 query heads x 16 dims) does 2048 multiply-adds, 8 of them cover a 4 KB tile, and the
-// SM is left to keeping loads in flight. The logits are G x 4 bytes per 256-byte landmark; writing
-// them out and reading them back for the softmax would add 6% (G = 4) to 12.5% (G = 8) of traffic
-// each way, so they stay on chip: a row is split over a thread-block cluster of S <= 8 blocks, each
-// block keeps its landmarks' logits in shared memory, and the blocks exchange per-head maxima and
-// sums through distributed shared memory. Only m (4 bytes per landmark) goes to memory, then the
-// suite's top-k reads it. Rows too long for the shared memory (Lm beyond ~98K at G = 4, ~49K at
-// G = 8) keep the logits in the workspace instead (same kernel, a global pointer).
+// SM is left to keeping loads in flight.
 //
-// Not yet the floor (the figures: kernels/landmark_score/NOTES.md): 108 registers leave two blocks per
-// SM (one where a block's logits take 125 KB: GLM at Lm = 31180), a warp issues its next two tiles only
-// after it has consumed the last two, and a block stops streaming for its softmax passes and cluster
-// barriers, so the bytes in flight per SM fall short of what the read rate needs. The next step is a
-// deeper pipeline (bulk copies into a shared-memory ring, or loads issued a tile pair ahead).
+// Why two kernels: no m can be written before the row's softmax max and sum are known. A kernel that
+// keeps the logits on chip must stop streaming until every block of the row has its share of them;
+// the fused cluster kernel this path replaces did so, and its scores stage read at 47-67% of the read
+// rate (kernels/landmark_score/NOTES.md, Tried): its blocks idled in the softmax passes and cluster
+// barriers. Here the streaming never waits on another block:
+//  - scores (landmark_logits_kernel): independent blocks, each a contiguous run of one row's
+//    landmarks, write the G base-2 logits to the workspace and, per block and head, the online-softmax
+//    partials (the block's max of the logits, the sum of 2^(y - that max));
+//  - normalize (landmark_normalize_kernel): combines a row's partials into its max and sum per head and
+//    writes m = max over heads of 2^(y - max) / sum;
+//  - then the suite's top-k reads m, and the map.
+// Bytes per landmark at D = 128: 256 read and G x 4 written by the scores, G x 4 read and 4 written by
+// the normalize, 260 + 8 G in all: 292 at G = 4 and 324 at G = 8 against the fused kernel's 260, 12%
+// and 25% more (D = 64: 24% and 48%); the partials add 8 bytes per scores block and head. Break-even
+// with the fused kernel's scores stage: the two kernels together at 292/260 x 65-67% = 73-75% of the
+// read rate for Llama (G = 4), 324/260 x 47-59% = 59-74% for GLM (G = 8).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include <cooperative_groups.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -31,80 +36,125 @@
 #include "kernels/landmark_score/landmark_score.h"
 #include "kernels/select/select.h"
 
-namespace cg = cooperative_groups;
-
 namespace {
 
 using bf16 = __nv_bfloat16;
 
 constexpr int THREADS = 256, NW = THREADS / 32;
-constexpr int MAX_CLUSTER = 8;                    // the portable cluster size
-constexpr int MIN_PER_BLOCK = 512;                // landmarks per block before a row is split further
-constexpr size_t SMEM_LOGITS_MAX = 200 * 1024;    // shared memory for one block's logits, at most
 constexpr float LOG2E = 1.4426950408889634f;
 
+// The scores grid: a row's landmarks in runs of `per` (a multiple of the 16-landmark tile), one block
+// each. Blocks of equal work end spread over about one block's duration, with SMs around them idle at
+// the end, so runs are short (the grid many waves deep), but long enough that a block's start (q, the
+// first loads' latency) and end (the partials) are small against its stream, which the SM's other
+// block covers meanwhile.
+constexpr int SCORE_BLOCKS_PER_SM = 2;        // __launch_bounds__: 128 registers at most
+constexpr int SCORE_WAVES = 16;               // runs sized for about this many waves of blocks
+constexpr int MIN_RUN = 512, MAX_RUN = 4096;  // landmarks per scores block
+constexpr int MAX_SPLIT = 1024;               // scores blocks per row: bounds the partials a normalize block combines
+constexpr int NORM_RUN = 2048;                // landmarks per normalize block: 256 threads x 4 landmarks x 2 steps
+
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int groups_of(const lms_shape *s) { return s->Hq / s->Hkv; }
 int64_t rows_of(const lms_shape *s) { return (int64_t)s->B * s->Hkv; }
 
-// ---- the fused scores kernel ----
+// A row's logits per head in the workspace: Lm rounded up to the tile, so that every head's row starts
+// 16-byte aligned and the scores blocks store whole tiles (the last tile's tail past Lm included, which
+// the normalize's 16-byte loads then read without reading unwritten memory).
+int padded_lm(int Lm) { return (int)ceil_div(Lm, 16) * 16; }
 
-// How a row of Lm landmarks is split: S blocks (one cluster) of `per` landmarks each (a multiple of
-// the 16-landmark tile); logits stored [G][P] per block, P = per rounded to 32 plus 4 so that the
-// fragment stores (8 landmarks x 4 head pairs per warp) hit 32 distinct banks.
-struct ScorePlan {
-    int S, per, P;
-    size_t logits_bytes; // per block
-    bool spill;          // logits in the workspace rather than shared memory
-    size_t spill_bytes;  // workspace for them
+// The most scores blocks a row gets on any device (the partials' workspace is sized by it).
+int max_split(int Lm) { return (int)std::min<int64_t>(ceil_div(Lm, MIN_RUN), MAX_SPLIT); }
+
+struct SplitPlan {
+    int per;    // landmarks per scores block
+    int nblk;   // scores blocks per row, every one with at least one landmark
+    int Lp;     // padded_lm
+    int nchunk; // normalize blocks per row
 };
 
-ScorePlan score_plan(const lms_shape *s)
+SplitPlan split_plan(const lms_shape *s)
 {
-    ScorePlan p;
-    const int want = (s->Lm + MIN_PER_BLOCK - 1) / MIN_PER_BLOCK;
-    p.S = want < 1 ? 1 : want > MAX_CLUSTER ? MAX_CLUSTER : want;
-    const int per = (s->Lm + p.S - 1) / p.S;
-    p.per = (per + 15) / 16 * 16;
-    p.P = (p.per + 31) / 32 * 32 + 4;
-    p.logits_bytes = (size_t)groups_of(s) * p.P * sizeof(float);
-    p.spill = p.logits_bytes > SMEM_LOGITS_MAX;
-    p.spill_bytes = p.spill ? (size_t)rows_of(s) * p.S * p.logits_bytes : 0;
+    const int sms = kvb_sm_count(); // 0 (unreadable): planned as for one SM, valid on any GPU
+    const int64_t target_blocks = (int64_t)SCORE_WAVES * SCORE_BLOCKS_PER_SM * (sms > 0 ? sms : 1);
+    int64_t per = ceil_div(rows_of(s) * s->Lm, target_blocks);
+    per = std::min<int64_t>(std::max<int64_t>(per, MIN_RUN), MAX_RUN);
+    per = std::max<int64_t>(per, ceil_div(s->Lm, MAX_SPLIT));
+    SplitPlan p;
+    p.per = (int)ceil_div(per, 16) * 16;
+    p.nblk = (int)ceil_div(s->Lm, p.per);
+    p.Lp = padded_lm(s->Lm);
+    p.nchunk = (int)ceil_div(s->Lm, NORM_RUN);
     return p;
 }
 
+// (mx, sum) := the union of two online-softmax partials, each a max of base-2 logits and the sum of
+// 2^(y - that max) over them; (-inf, 0) is the empty set, and (y, 1) the single logit y.
+__device__ __forceinline__ void merge_partial(float &mx, float &sum, float mx2, float sum2)
+{
+    const float m = fmaxf(mx, mx2);
+    if (m == -INFINITY) return; // both empty
+    sum = sum * exp2f(mx - m) + sum2 * exp2f(mx2 - m);
+    mx = m;
+}
+
+// ---- scores: the logits and the per-block partials ----
+
 struct ScoreArgs {
     const bf16 *q, *landmarks;
-    float *m;
-    float *spill; // [rows * S][G][P] when the logits do not fit shared memory, else nullptr
-    int Hq, Hkv, G, Lm, per, P;
+    float *logits;    // [rows][G][Lp]
+    float2 *partials; // [rows][nblk][G]: a scores block's (max, sum of 2^(y - max)) per head
+    int Hq, Hkv, G, Lm, Lp, per, nblk;
     float scale_log2; // log2(e) / sqrt(D): logits in base 2, exp2 in the softmax
 };
 
-// One block: landmarks [lo, lo + n) of row (b, hk) = blockIdx.x / S, rank blockIdx.x % S in its cluster.
-//  1. stream the landmarks: per warp 16-landmark tiles, two in flight; for each, 2 D/32 MMAs give the
-//     16 x 8 logits (landmarks x query heads, heads >= G are zero columns); store them, track the max;
-//  2. the row's max per head over the cluster; e = 2^(y - max) in place, its sum per head;
-//  3. the row's sum per head over the cluster; m[l] = max over heads of e / sum.
-// MMA operands straight from 16-byte loads: a dot product does not care in which order it visits
-// the dimensions, so thread (g, t) of a warp loads the 16-byte words u = 4j + t of landmark rows g and
-// g + 8 and of query head g, and feeds word u's 8 values to the k slots it owns in two MMAs (elements
-// 0-1 and 2-3 as k = 2t.., 2t+8..; then 4-5 and 6-7): A and B pair the same dimension everywhere.
+// Landmark rows g and g + 8 of 16-landmark tile `tile` of a run of n landmarks: thread (g, t)'s 16-byte
+// words u = 4j + t of each. Rows past the run (the last tile of a row) read the run's last landmark
+// again: no zero fill to wait on, and their logits land in the padding past Lm, outside the partials.
 template <int D>
-__global__ void __launch_bounds__(THREADS, 2) landmark_m_kernel(ScoreArgs a)
+__device__ __forceinline__ void load_tile(uint4 (&v)[2][D / 32], const bf16 *run, int tile, int n, int g, int t)
 {
-    constexpr int NJ = D / 32; // 16-byte words per thread per landmark row
-    extern __shared__ float smem_logits[];
-    __shared__ float red[NW][LMS_CUDA_MAX_G];
-    __shared__ float blk_max[LMS_CUDA_MAX_G], blk_sum[LMS_CUDA_MAX_G], row_max[LMS_CUDA_MAX_G], row_inv[LMS_CUDA_MAX_G];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const uint4 *p = reinterpret_cast<const uint4 *>(run + (int64_t)min(tile * 16 + g + 8 * h, n - 1) * D);
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) v[h][j] = kvb_dev::ldg16(p + 4 * j + t);
+    }
+}
 
-    cg::cluster_group cluster = cg::this_cluster();
-    const int S = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    const int64_t row = blockIdx.x / S;
-    const int G = a.G, P = a.P, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int lo = rank * a.per, hi = min(a.Lm, lo + a.per), n = max(0, hi - lo);
-    float *lg = a.spill ? a.spill + (int64_t)blockIdx.x * G * P : smem_logits;
+// One block: landmarks [lo, lo + n) of row (b, hk) = blockIdx.x / nblk, lo = (blockIdx.x % nblk) * per.
+// Warp w takes tiles w, w + NW, ... (the block's warps together stream a contiguous stretch). Its SLOTS
+// register slots hold one tile each, and a slot is refilled with its next tile as soon as its MMAs are
+// issued, so the warp keeps SLOTS - 1 to SLOTS tiles in flight while it computes (SLOTS tiles: 8 KB).
+// The loads' destinations are registers, so the bytes in flight per SM are a share of the register
+// file whatever the occupancy: 2 blocks x 256 threads x 64 data registers x 4 bytes = 128 KB, against
+// the ~35 KB that 4.5 TB/s over 132 SMs needs at ~1 us of loaded latency; three blocks per SM would
+// need 80 registers and spill.
+// For a tile, 2 D/32 MMAs give the 16 x 8 logits (landmarks x query heads, heads >= G zero columns),
+// stored straight from the fragments: each store instruction writes 8 consecutive landmarks of a
+// head, whole 32-byte sectors, so a shared-memory staging would only save store instructions.
+// MMA operands straight from 16-byte loads: a dot product does not care in which order it visits the
+// dimensions, so thread (g, t) loads the 16-byte words u = 4j + t of landmark rows g and g + 8 and of
+// query head g, and feeds word u's 8 values to the k slots it owns in two MMAs (elements 0-1 and 2-3
+// as k = 2t.., 2t+8..; then 4-5 and 6-7): A and B pair the same dimension everywhere.
+template <int D>
+__global__ void __launch_bounds__(THREADS, SCORE_BLOCKS_PER_SM) landmark_logits_kernel(ScoreArgs a)
+{
+    constexpr int NJ = D / 32;     // 16-byte words per thread per landmark row
+    constexpr int SLOTS = 256 / D; // tiles per warp in flight: 8 KB of landmarks at D = 64 and 128
+    __shared__ float2 red[NW][LMS_CUDA_MAX_G];
 
+    const int64_t row = blockIdx.x / a.nblk;
+    const int blk = blockIdx.x % a.nblk;
+    const int G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lo = blk * a.per, n = min(a.per, a.Lm - lo), tiles = (n + 15) / 16;
+    const bf16 *run = a.landmarks + (row * a.Lm + lo) * D;
+
+    uint4 v[SLOTS][2][NJ];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s)
+        if (warp + s * NW < tiles) load_tile<D>(v[s], run, warp + s * NW, n, g, t);
     uint4 qf[NJ];
     {
         const int64_t b = row / a.Hkv, hk = row % a.Hkv;
@@ -112,25 +162,12 @@ __global__ void __launch_bounds__(THREADS, 2) landmark_m_kernel(ScoreArgs a)
 #pragma unroll
         for (int j = 0; j < NJ; ++j) qf[j] = g < G ? kvb_dev::ldg16(qrow + 4 * j + t) : make_uint4(0, 0, 0, 0);
     }
-    const bf16 *base = a.landmarks + (row * a.Lm + lo) * D;
+    float *y_out = a.logits + (row * G + 2 * t) * a.Lp + lo; // head 2t; head 2t + 1 is Lp further
 
-    // 1. logits and their max
-    float mx0 = -INFINITY, mx1 = -INFINITY; // heads 2t, 2t + 1
-    const int tiles = (n + 15) / 16;
-    for (int t0 = warp; t0 < tiles; t0 += 2 * NW) {
-        uint4 v[2][2][NJ]; // [tile][row g / g + 8][word]
+    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f}; // heads 2t, 2t + 1 over the thread's landmarks
+    for (int t0 = warp; t0 < tiles; t0 += SLOTS * NW) {
 #pragma unroll
-        for (int s = 0; s < 2; ++s)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int l = (t0 + s * NW) * 16 + g + 8 * h;
-                const bool ok = l < n;
-                const uint4 *p = reinterpret_cast<const uint4 *>(base + (int64_t)(ok ? l : 0) * D);
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) v[s][h][j] = ok ? kvb_dev::ldg16(p + 4 * j + t) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
+        for (int s = 0; s < SLOTS; ++s) {
             const int tile = t0 + s * NW;
             if (tile >= tiles) break; // warp-uniform
             float c[4] = {0.f, 0.f, 0.f, 0.f};
@@ -139,107 +176,124 @@ __global__ void __launch_bounds__(THREADS, 2) landmark_m_kernel(ScoreArgs a)
                 kvb_dev::mma_bf16(c, v[s][0][j].x, v[s][1][j].x, v[s][0][j].y, v[s][1][j].y, qf[j].x, qf[j].y);
                 kvb_dev::mma_bf16(c, v[s][0][j].z, v[s][1][j].z, v[s][0][j].w, v[s][1][j].w, qf[j].z, qf[j].w);
             }
+            if (tile + SLOTS * NW < tiles) load_tile<D>(v[s], run, tile + SLOTS * NW, n, g, t);
+            const int la = tile * 16 + g, lb = la + 8;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) { // c[2h], c[2h+1]: landmark g + 8h, heads 2t, 2t + 1
-                const int l = tile * 16 + g + 8 * h;
-                if (l >= n) continue;
-                const float y0 = c[2 * h] * a.scale_log2, y1 = c[2 * h + 1] * a.scale_log2;
-                if (2 * t < G) lg[2 * t * P + l] = y0, mx0 = fmaxf(mx0, y0);
-                if (2 * t + 1 < G) lg[(2 * t + 1) * P + l] = y1, mx1 = fmaxf(mx1, y1);
+            for (int j = 0; j < 2; ++j) { // head 2t + j: c[j] at landmark la, c[2 + j] at lb
+                if (2 * t + j >= G) continue;
+                const float ya = c[j] * a.scale_log2, yb = c[2 + j] * a.scale_log2;
+                y_out[j * a.Lp + la] = ya, y_out[j * a.Lp + lb] = yb;
+                merge_partial(mx[j], sum[j], la < n ? ya : -INFINITY, 1.f);
+                merge_partial(mx[j], sum[j], lb < n ? yb : -INFINITY, 1.f);
             }
         }
     }
-    kvb_dev::warp_max<4, 16>(mx0, mx1); // over the 8 landmark rows g of the fragments
-    if (g == 0) red[warp][2 * t] = mx0, red[warp][2 * t + 1] = mx1;
-    __syncthreads();
-    if (threadIdx.x < G) {
-        float x = -INFINITY;
-        for (int w = 0; w < NW; ++w) x = fmaxf(x, red[w][threadIdx.x]);
-        blk_max[threadIdx.x] = x;
-    }
-    cluster.sync();
-    if (threadIdx.x < G) {
-        float x = -INFINITY;
-        for (int r = 0; r < S; ++r) x = fmaxf(x, cluster.map_shared_rank(blk_max, r)[threadIdx.x]);
-        row_max[threadIdx.x] = x;
-    }
-    __syncthreads();
 
-    // 2. e = 2^(y - max) in place, and its sum per head
-    float sum[LMS_CUDA_MAX_G];
+    // the block's partials: over the 8 landmark rows g of the warp's fragments, then over the warps
 #pragma unroll
-    for (int h = 0; h < LMS_CUDA_MAX_G; ++h) sum[h] = 0.f;
-    for (int l = threadIdx.x; l < n; l += THREADS)
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
-        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
-            if (h < G) {
-                const float e = exp2f(lg[h * P + l] - row_max[h]);
-                lg[h * P + l] = e;
-                sum[h] += e;
-            }
-#pragma unroll
-    for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
-        if (h < G) { // G is uniform: every lane shuffles
-            const float x = kvb_dev::warp_sum<16, 1>(sum[h]);
-            if (lane == 0) red[warp][h] = x;
-        }
+        for (int o = 4; o <= 16; o <<= 1)
+            merge_partial(mx[j], sum[j], __shfl_xor_sync(0xffffffffu, mx[j], o), __shfl_xor_sync(0xffffffffu, sum[j], o));
+        if (g == 0 && 2 * t + j < G) red[warp][2 * t + j] = make_float2(mx[j], sum[j]);
+    }
     __syncthreads();
     if (threadIdx.x < G) {
-        float x = 0.f;
-        for (int w = 0; w < NW; ++w) x += red[w][threadIdx.x];
-        blk_sum[threadIdx.x] = x;
-    }
-    cluster.sync();
-    if (threadIdx.x < G) {
-        float x = 0.f;
-        for (int r = 0; r < S; ++r) x += cluster.map_shared_rank(blk_sum, r)[threadIdx.x];
-        row_inv[threadIdx.x] = 1.f / x;
-    }
-    cluster.sync(); // no block leaves (its shared memory) before every block has read its sums
-
-    // 3. m = max over the group's heads of the softmax
-    float *m = a.m + row * a.Lm + lo;
-    for (int l = threadIdx.x; l < n; l += THREADS) {
-        float x = 0.f;
-#pragma unroll
-        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
-            if (h < G) x = fmaxf(x, lg[h * P + l] * row_inv[h]);
-        m[l] = x;
+        float m = -INFINITY, s = 0.f;
+        for (int w = 0; w < NW; ++w) merge_partial(m, s, red[w][threadIdx.x].x, red[w][threadIdx.x].y);
+        a.partials[(row * a.nblk + blk) * G + threadIdx.x] = make_float2(m, s);
     }
 }
 
 template <int D>
-int launch_scores(const ScorePlan &pl, const lms_shape *s, const lms_args *a, float *spill, cudaStream_t stream)
+int launch_logits(const SplitPlan &pl, const lms_shape *s, const lms_args *a, float *logits, float2 *partials,
+                  cudaStream_t stream)
 {
-    static bool smem_attr_set = false; // once per instantiation: the opt-in beyond 48 KB of shared memory
-    if (!smem_attr_set) {
-        CUDA_TRY(cudaFuncSetAttribute(landmark_m_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)SMEM_LOGITS_MAX));
-        smem_attr_set = true;
-    }
     unsigned blocks = 0;
-    int rc = kvb_grid_x("landmark_score", "B*Hkv*S", rows_of(s) * pl.S, 1, &blocks);
+    int rc = kvb_grid_x("landmark_score", "B*Hkv*blocks_per_row", rows_of(s) * pl.nblk, 1, &blocks);
     if (rc) return rc;
     ScoreArgs k;
     k.q = reinterpret_cast<const bf16 *>(a->q);
     k.landmarks = reinterpret_cast<const bf16 *>(a->landmarks);
-    k.m = a->m;
-    k.spill = spill;
-    k.Hq = s->Hq, k.Hkv = s->Hkv, k.G = groups_of(s), k.Lm = s->Lm, k.per = pl.per, k.P = pl.P;
+    k.logits = logits, k.partials = partials;
+    k.Hq = s->Hq, k.Hkv = s->Hkv, k.G = groups_of(s), k.Lm = s->Lm, k.Lp = pl.Lp, k.per = pl.per, k.nblk = pl.nblk;
     k.scale_log2 = LOG2E / sqrtf((float)D);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = pl.spill ? 0 : pl.logits_bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)pl.S;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_TRY(cudaLaunchKernelEx(&cfg, landmark_m_kernel<D>, k));
+    landmark_logits_kernel<D><<<blocks, THREADS, 0, stream>>>(k);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+// ---- normalize: the row's softmax per head, m = the maximum over the heads ----
+
+struct NormalizeArgs {
+    const float *logits;     // [rows][G][Lp]
+    const float2 *partials;  // [rows][nblk][G]
+    float *m;                // [rows][Lm]
+    int G, Lm, Lp, nblk, nchunk;
+};
+
+// One block: landmarks [chunk * NORM_RUN, +NORM_RUN) of row blockIdx.x / nchunk, 4 per thread and step
+// (16-byte loads of each head's logits). Every block combines its row's nblk partials again (warp h
+// head h) rather than a step of their own doing it once per row: that is nblk x G x 8 bytes read per
+// block, L2 hits, against NORM_RUN x G x 4 bytes of logits, a fraction nblk / 1024 of the block's reads
+// (at most 6% at the bench shapes on an H200, nblk <= 61; equal at MAX_SPLIT = 1024, rows of 2^20 to
+// 2^21 landmarks), where a step of its own would add a launch and a dependency (microseconds) to every
+// shape.
+__global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeArgs a)
+{
+    static_assert(NW >= LMS_CUDA_MAX_G, "one warp per head");
+    __shared__ float row_max[LMS_CUDA_MAX_G], row_inv[LMS_CUDA_MAX_G];
+    const int64_t row = blockIdx.x / a.nchunk;
+    const int chunk = blockIdx.x % a.nchunk, G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    if (warp < G) {
+        const float2 *p = a.partials + row * a.nblk * G + warp;
+        float mx = -INFINITY, sum = 0.f;
+        for (int b = lane; b < a.nblk; b += 32) {
+            const float2 x = p[(int64_t)b * G];
+            merge_partial(mx, sum, x.x, x.y);
+        }
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1)
+            merge_partial(mx, sum, __shfl_xor_sync(0xffffffffu, mx, o), __shfl_xor_sync(0xffffffffu, sum, o));
+        if (lane == 0) row_max[warp] = mx, row_inv[warp] = 1.f / sum;
+    }
+    __syncthreads();
+
+    const float *y = a.logits + row * G * a.Lp;
+    float *m = a.m + row * a.Lm;
+    const int end = min(a.Lm, (chunk + 1) * NORM_RUN);
+    for (int l = chunk * NORM_RUN + 4 * threadIdx.x; l < end; l += 4 * THREADS) {
+        uint4 w[LMS_CUDA_MAX_G];
+#pragma unroll
+        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
+            if (h < G) w[h] = kvb_dev::ldg16(y + (int64_t)h * a.Lp + l);
+        float x[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
+            if (h < G) {
+                const uint32_t u[4] = {w[h].x, w[h].y, w[h].z, w[h].w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) x[i] = fmaxf(x[i], exp2f(__uint_as_float(u[i]) - row_max[h]) * row_inv[h]);
+            }
+        if (l + 4 <= end && reinterpret_cast<uintptr_t>(m + l) % 16 == 0)
+            *reinterpret_cast<float4 *>(m + l) = make_float4(x[0], x[1], x[2], x[3]);
+        else
+            for (int i = 0; i < 4 && l + i < end; ++i) m[l + i] = x[i];
+    }
+}
+
+int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const float *logits, const float2 *partials,
+                     cudaStream_t stream)
+{
+    unsigned blocks = 0;
+    int rc = kvb_grid_x("landmark_score", "B*Hkv*chunks_per_row", rows_of(s) * pl.nchunk, 1, &blocks);
+    if (rc) return rc;
+    NormalizeArgs k;
+    k.logits = logits, k.partials = partials, k.m = m;
+    k.G = groups_of(s), k.Lm = s->Lm, k.Lp = pl.Lp, k.nblk = pl.nblk, k.nchunk = pl.nchunk;
+    landmark_normalize_kernel<<<blocks, THREADS, 0, stream>>>(k);
+    CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
 
@@ -296,13 +350,36 @@ __global__ void map_ids_kernel(int32_t *ids, const int32_t *landmark_idx, int64_
 
 size_t topk_bytes(const lms_shape *s) { return align256(topk_workspace_bytes((int)rows_of(s), s->Lm)); }
 
+// impl=kernel's workspace: the top-k's, then the logits, then the partials.
+size_t logits_bytes(const lms_shape *s)
+{
+    return align256((size_t)rows_of(s) * groups_of(s) * padded_lm(s->Lm) * sizeof(float));
+}
+size_t partials_bytes(const lms_shape *s)
+{
+    return align256((size_t)rows_of(s) * max_split(s->Lm) * groups_of(s) * sizeof(float2));
+}
+float *logits_of(const landmark_score_plan *p)
+{
+    return reinterpret_cast<float *>(static_cast<char *>(p->a.workspace) + topk_bytes(&p->s));
+}
+float2 *partials_of(const landmark_score_plan *p)
+{
+    return reinterpret_cast<float2 *>(static_cast<char *>(p->a.workspace) + topk_bytes(&p->s) + logits_bytes(&p->s));
+}
+
 int stage_scores(void *ctx, cudaStream_t stream)
 {
     const landmark_score_plan *p = static_cast<landmark_score_plan *>(ctx);
-    const ScorePlan pl = score_plan(&p->s);
-    float *spill = pl.spill ? reinterpret_cast<float *>(static_cast<char *>(p->a.workspace) + topk_bytes(&p->s)) : nullptr;
-    return p->s.D == 64 ? launch_scores<64>(pl, &p->s, &p->a, spill, stream)
-                        : launch_scores<128>(pl, &p->s, &p->a, spill, stream);
+    const SplitPlan pl = split_plan(&p->s);
+    return p->s.D == 64 ? launch_logits<64>(pl, &p->s, &p->a, logits_of(p), partials_of(p), stream)
+                        : launch_logits<128>(pl, &p->s, &p->a, logits_of(p), partials_of(p), stream);
+}
+
+int stage_normalize(void *ctx, cudaStream_t stream)
+{
+    const landmark_score_plan *p = static_cast<landmark_score_plan *>(ctx);
+    return launch_normalize(split_plan(&p->s), &p->s, p->a.m, logits_of(p), partials_of(p), stream);
 }
 
 float *cublas_logits(const landmark_score_plan *p)
@@ -375,13 +452,14 @@ struct StageDef {
     const char *name;
     kvb_stage_fn fn;
 };
-const StageDef FUSED_STAGES[] = {{"scores", stage_scores}, {"topk", stage_topk}, {"map", stage_map}};
+const StageDef FUSED_STAGES[] = {{"scores", stage_scores}, {"normalize", stage_normalize}, {"topk", stage_topk},
+                                 {"map", stage_map}};
 const StageDef CUBLAS_STAGES[] = {{"gemm", stage_gemm}, {"softmax", stage_softmax}, {"group_max", stage_group_max},
                                   {"topk", stage_topk}, {"map", stage_map}};
 
 const StageDef *stages_of(lms_impl impl, int *n)
 {
-    *n = impl == LMS_CUBLAS ? 5 : 3;
+    *n = impl == LMS_CUBLAS ? 5 : 4;
     return impl == LMS_CUBLAS ? CUBLAS_STAGES : FUSED_STAGES;
 }
 
@@ -401,6 +479,7 @@ int check_call(const landmark_score_plan *p, const char *who)
     if (need > 0 && (!a->workspace || a->workspace_bytes < need))
         return kvb_fail(KVB_EINVAL, "%s: workspace_bytes=%zu out of range [%zu, ...) (workspace %s)", who,
                         a->workspace ? a->workspace_bytes : (size_t)0, need, a->workspace ? "too small" : "NULL");
+    if (p->impl == LMS_FUSED) return kvb_check_aligned16(who, "workspace", a->workspace); // the logits' 16-byte loads
     return KVB_OK;
 }
 
@@ -433,7 +512,7 @@ extern "C" int landmark_score_workspace_bytes(const lms_shape *s, size_t *bytes)
 {
     int rc = landmark_score_check(s, "landmark_score");
     if (rc) return rc;
-    *bytes = topk_bytes(s) + score_plan(s).spill_bytes;
+    *bytes = topk_bytes(s) + logits_bytes(s) + partials_bytes(s);
     return KVB_OK;
 }
 

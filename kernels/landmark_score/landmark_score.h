@@ -4,10 +4,10 @@
  * Two implementations of the same three steps (scores m, the suite's top-k, the map of the selected
  * landmarks to chunk ids), each planned on the host (shape checks, workspace size) and then only
  * enqueued:
- *   landmark_score          the fused path: one kernel reads each KV head's landmarks once for the G
- *                           query heads of its group (mma.sync), keeps the raw logits in shared memory
- *                           and exchanges the per-head max and sum within a thread-block cluster, and
- *                           writes m; then topk_rows (select.h) and the map;
+ *   landmark_score          impl=kernel: one kernel reads each KV head's landmarks once for the G
+ *                           query heads of its group (mma.sync), in independent blocks, and writes the
+ *                           logits and per-block softmax partials to the workspace; a second combines
+ *                           the partials per row and writes m; then topk_rows (select.h) and the map;
  *   landmark_score_cublas   ShadowKV's structure, the peer: cuBLAS strided batched GEMM (bf16 in, fp32
  *                           logits out), a softmax kernel, a max-over-the-group kernel, topk_rows, the map.
  * The chunk ids come out ascending because topk_rows lists the selected landmarks ascending and
@@ -37,7 +37,7 @@ typedef struct lms_args {
     const int32_t *landmark_idx;  /* [B, Hkv, Lm], each row strictly ascending */
     int32_t *chunks;              /* [B, Hkv, M] out: selected chunk ids, ascending */
     float *m;                     /* [B, Hkv, Lm] out: the scores */
-    void *workspace;              /* device memory, *_workspace_bytes of it; contents need no setup */
+    void *workspace;              /* device memory, *_workspace_bytes of it, 16-byte aligned; contents need no setup */
     size_t workspace_bytes;
 } lms_args;
 
@@ -52,8 +52,9 @@ int landmark_score_cublas_workspace_bytes(const lms_shape *s, size_t *bytes);
 int landmark_score_cublas(void *cublas_handle, const lms_shape *s, const lms_args *a, cudaStream_t stream);
 
 /* Either implementation as a composition (compose.h) whose stages are the calls the functions above
- * enqueue, for per-stage device times and NVTX ranges "<name>/<stage>": fused: scores, topk, map;
- * cublas: gemm, softmax, group_max, topk, map. Checks everything the direct call checks, once. */
+ * enqueue, for per-stage device times and NVTX ranges "<name>/<stage>": LMS_FUSED (impl=kernel): scores,
+ * normalize, topk, map; cublas: gemm, softmax, group_max, topk, map. Checks everything the direct call
+ * checks, once. */
 typedef enum { LMS_FUSED = 0, LMS_CUBLAS = 1 } lms_impl;
 
 typedef struct landmark_score_plan {
