@@ -60,22 +60,35 @@ struct bgr_geom {
     static_assert(kThreads % kTile == 0, "whole tokens per thread group");
 };
 
-// Gather the U rows and table rows of tokens s_first .. s_first + n_rows - 1 (slot order of (b, h))
-// into one stage; rows past n_rows or with a bad chunk id are zero-filled and marked invalid.
-// ids_s: the CTA's chunk ids from chunk j0 on, in shared memory (no global load before the copies).
+// Where a thread's token of the next tile lies: chunk jr of the CTA's ids (ids_s[jr]) at token offset off
+// in it. The tiles are loaded in order, so it moves kTile tokens a tile without a division.
+struct ChunkCursor {
+    int jr, off;  // this thread's token of the tile about to be loaded
+    int step_j, step_off; // kTile = step_j * c + step_off
+    __device__ __forceinline__ void advance(int c)
+    {
+        jr += step_j, off += step_off;
+        if (off >= c) off -= c, jr++;
+    }
+};
+
+// Gather the U rows and table rows of the next tile's n_rows tokens (slot order of (b, h)) into one
+// stage, and move the cursor on to the tile after it; rows past n_rows or with a bad chunk id are
+// zero-filled and marked invalid. ids_s: the CTA's chunk ids in shared memory (no global load before
+// the copies).
 template <int D, int KS, int ROPE>
-__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, const int *ids_s, int j0, int64_t b,
-                                          int s_first, int n_rows)
+__device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, const int *ids_s, ChunkCursor &cur,
+                                          int64_t b, int n_rows)
 {
     using G = bgr_geom<D, KS, ROPE>;
     const int i = threadIdx.x / G::kThreadsPerToken, sub = threadIdx.x % G::kThreadsPerToken;
     int64_t pos = -1;
     if (i < n_rows) {
-        const int s = s_first + i, j = s / a.c;
-        const int id = ids_s[j - j0];
-        if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + (s - j * a.c);
+        const int id = ids_s[cur.jr];
+        if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + cur.off;
         else if (sub == 0 && a.bad) atomicOr(a.bad, 2);
     }
+    cur.advance(a.c);
     const bool valid = pos >= 0;
     const uint8_t *urow = reinterpret_cast<const uint8_t *>(a.U + (valid ? (b * a.S + pos) * a.r : 0));
     const uint8_t *trow = reinterpret_cast<const uint8_t *>(a.cos_sin + (valid ? pos * D : 0));
@@ -129,10 +142,14 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
     for (int q = threadIdx.x; q < n_ids; q += G::kThreads) ids_s[q] = a.ids[bh * a.M + j0 + q];
     __syncthreads();
 
+    ChunkCursor cur; // the one division of the CTA: this thread's token of tile 0
+    {
+        const int s = s0 + threadIdx.x / G::kThreadsPerToken, j = s / a.c;
+        cur.jr = j - j0, cur.off = s - j * a.c, cur.step_j = kTile / a.c, cur.step_off = kTile % a.c;
+    }
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
-        if (st < n_tiles)
-            load_tile<D, KS, ROPE>(a, smem + st * G::kStage, ids_s, j0, b, s0 + st * kTile, min(kTile, n_tok - st * kTile));
+        if (st < n_tiles) load_tile<D, KS, ROPE>(a, smem + st * G::kStage, ids_s, cur, b, min(kTile, n_tok - st * kTile));
         cp_async_commit();
     }
 
@@ -165,8 +182,7 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
         __syncthreads(); // tile's stage landed; every warp is done with the stage refilled below
         const int next = tile + kStages - 1;
         if (next < n_tiles)
-            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, ids_s, j0, b, s0 + next * kTile,
-                                   min(kTile, n_tok - next * kTile));
+            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, ids_s, cur, b, min(kTile, n_tok - next * kTile));
         cp_async_commit();
 
         const uint8_t *stage = smem + (tile % kStages) * G::kStage;
