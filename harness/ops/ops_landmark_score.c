@@ -1,8 +1,9 @@
 /* ops_landmark_score.c: ShadowKV's decode-time chunk selection in the harness
  * (kernels/landmark_score/NOTES.md).
  *
- * Kernel: landmark_score. Implementations (impl=): kernel, the fused path (landmarks read once for
- * the G query heads of a KV head, logits kept on chip, then the suite's top-k and the map);
+ * Kernel: landmark_score. Implementations (impl=): kernel, the suite's path (landmarks read once for
+ * the G query heads of a KV head, logits and per-block softmax partials to the workspace, a second
+ * kernel normalizes them into m, then the suite's top-k and the map);
  * cublas_composed, ShadowKV's structure and the peer: cuBLAS strided batched GEMM, softmax, max over
  * the group, top-k, map, each its own launch. Both record per-stage times (kernels/landmark_score/landmark_score.h).
  *
@@ -411,7 +412,8 @@ static size_t host_bytes_lms(const kvb_case *c)
 
 static const kvb_impl lms_impls[] = {
     [IMPL_KERNEL] = {"kernel", NULL, 0,
-                     "fused: landmarks read once per KV head (mma.sync), logits in cluster shared memory, m; topk_rows; map"},
+                     "landmarks read once per KV head (mma.sync), logits and softmax partials to the workspace; "
+                     "normalize to m; topk_rows; map"},
     [IMPL_CUBLAS] = {"cublas_composed", NULL, 0,
                      "ShadowKV's structure: cuBLAS strided batched GEMM, softmax, group max, topk_rows, map"},
 };
