@@ -212,7 +212,6 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     extern __shared__ __align__(16) uint4 ring[]; // [WARPS][STAGES][STAGE bytes]
     HybridScratch<G> &scr = *reinterpret_cast<HybridScratch<G> *>(ring);
     chain_wait(); // launched chained (kvb_device.cuh): page_meta_append's writes are visible from here
-    chain_release();
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -404,6 +403,7 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
         page0 += T::TILE;
     }
     cp_async_wait<0>();
+    chain_release(); // the next kernel's blocks may take this SM's slots from here, not while it streams
 
     // the block's partial per query head: over the 8 lanes of a head (same t), then over the warps
 #pragma unroll
@@ -502,7 +502,6 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     __shared__ float lse[G];
     extern __shared__ uint32_t row_keys[]; // n_pages order keys of u
     chain_wait(); // launched chained (kvb_device.cuh)
-    chain_release();
     const int64_t bh = head0 + blockIdx.x;
     head_lse<G>(a, bh, lse);
     __syncthreads();
@@ -524,6 +523,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
         row_keys[j] = ks::order_key(m);
     }
     __syncthreads();
+    chain_release(); // after the row's reads: the attention's blocks wait only through the selection
     int32_t *out = pages + bh * n_sel;
     if (ks::trivial_row(a.n_pages, n_sel, 0, 0, out)) return;
     ks::select_row(sel, ks::SmemKeys{row_keys}, a.n_pages, n_sel, out);
