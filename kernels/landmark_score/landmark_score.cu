@@ -8,10 +8,9 @@
 // SM is left to keeping loads in flight.
 //
 // Why two kernels: no m can be written before the row's softmax max and sum are known. A kernel that
-// keeps the logits on chip must stop streaming until every block of the row has its share of them;
-// the fused cluster kernel this path replaces did so, and its scores stage read at 47-67% of the read
-// rate (kernels/landmark_score/NOTES.md, Tried): its blocks idled in the softmax passes and cluster
-// barriers. Here the streaming never waits on another block:
+// keeps the logits on chip must stop streaming until every block of the row has its share of them
+// (a cluster kernel that did so read at 47-67% of the read rate: kernels/landmark_score/NOTES.md,
+// Tried). Here the streaming never waits on another block:
 //  - scores (landmark_logits_kernel): independent blocks, each a contiguous run of one row's
 //    landmarks, write the G base-2 logits to the workspace and, per block and head, the online-softmax
 //    partials (the block's max of the logits, the sum of 2^(y - that max));
@@ -19,10 +18,8 @@
 //    writes m = max over heads of 2^(y - max) / sum;
 //  - then the suite's top-k reads m, and the map.
 // Bytes per landmark at D = 128: 256 read and G x 4 written by the scores, G x 4 read and 4 written by
-// the normalize, 260 + 8 G in all: 292 at G = 4 and 324 at G = 8 against the fused kernel's 260, 12%
-// and 25% more (D = 64: 24% and 48%); the partials add 8 bytes per scores block and head. Break-even
-// with the fused kernel's scores stage: the two kernels together at 292/260 x 65-67% = 73-75% of the
-// read rate for Llama (G = 4), 324/260 x 47-59% = 59-74% for GLM (G = 8).
+// the normalize, 260 + 8 G in all: 292 at G = 4 and 324 at G = 8 against 260 for the landmarks and m
+// alone, 12% and 25% more (D = 64: 24% and 48%); the partials add 8 bytes per scores block and head.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
