@@ -204,9 +204,10 @@ __device__ __forceinline__ uint32_t order_key(float f)
 // A kernel launched by launch_chained may become resident while the kernel before it on the stream is
 // still running: its blocks wait in chain_wait() until that kernel has ended and its writes are
 // visible. Every such kernel calls chain_wait() before it touches global memory (a no-op when the
-// kernel was launched without the attribute), then chain_release(), which lets the next chained kernel
-// be scheduled as this grid's blocks are resident: its launch and block start-up overlap this
-// kernel's work instead of following its end.
+// kernel was launched without the attribute), and chain_release(), which lets the next chained kernel
+// be scheduled: its launch and block start-up overlap this kernel's work instead of following its end.
+// A short kernel releases right after its wait; a kernel that streams releases after its reads, so
+// that the next kernel's waiting blocks do not sit beside it (kernels/page_scoring/NOTES.md, Tried).
 __device__ __forceinline__ void chain_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void chain_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 

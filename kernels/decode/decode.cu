@@ -353,10 +353,10 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 }
 
 template <int D, int SRC>
-void launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
+cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
-    if (steps == 1) launch_chained(decode_attn_kernel<D, 1, SRC>, grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
-    else launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
+    if (steps == 1) return launch_chained(decode_attn_kernel<D, 1, SRC>, grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
+    return launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
 }
 
 // Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
@@ -409,10 +409,11 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
     p.list = list, p.cnt = cnt, p.n = n, p.P = P;
-    if (src == SRC_DENSE) d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
-    else if (src == SRC_IDX) d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
-    else d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, grid, stream);
-    CUDA_TRY(cudaGetLastError());
+    cudaError_t e;
+    if (src == SRC_DENSE) e = d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
+    else if (src == SRC_IDX) e = d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
+    else e = d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, grid, stream);
+    CUDA_TRY(e);
     return KVB_OK;
 }
 
