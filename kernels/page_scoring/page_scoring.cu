@@ -178,6 +178,11 @@ struct HybridArgs {
     float2 *part;                 // [heads, blocks, G]: (m, s) of each block
     float *u;                     // [heads, n_pages]
     int32_t *channels;            // [heads, r] or NULL
+    // hybrid_score_append: the key appended at position t[b] (NULL: plain scoring); the bounds it updates
+    // are kmin and kmax themselves, written by the block that reads that page
+    const uint16_t *knew;         // [heads, D]
+    const int32_t *t;             // [B]
+    uint16_t *kmin_w, *kmax_w;
 };
 
 // The prologue's scratch, in the (then unused) dynamic shared memory of the ring.
@@ -214,6 +219,25 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     chain_wait(); // launched chained (kvb_device.cuh): page_meta_append's writes are visible from here
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    // hybrid_score_append: page_meta_append's update of the page holding position t[b], every channel,
+    // by the one block whose tiles hold that page (the only one that reads it), before the prologue's
+    // barriers and so before the ring's copies read it. Bit for bit ref_page_meta_append.
+    if (a.knew) {
+        const int pos = a.t[bh / a.Hkv], page = pos / a.P, tile = page / T::TILE;
+        const TileRun own = tile_run(a.per_block, a.tiles);
+        if (tile >= own.first && tile < own.first + own.count)
+            for (int c = threadIdx.x; c < D; c += THREADS) {
+                const int64_t at = (bh * D + c) * a.cap + page;
+                const uint16_t v = a.knew[bh * D + c];
+                if (pos % a.P == 0) { // the page starts: the entry becomes k, whatever it held
+                    a.kmin_w[at] = v, a.kmax_w[at] = v;
+                    continue;
+                }
+                if (bf16_bits_to_float(v) < bf16_bits_to_float(a.kmin_w[at])) a.kmin_w[at] = v;
+                if (bf16_bits_to_float(v) > bf16_bits_to_float(a.kmax_w[at])) a.kmax_w[at] = v;
+            }
+    }
 
     // a[c] = sum_h |q[h][c]| and sg[c] = sum_h q[h][c], in double with h ascending as the reference
     // does, so the channel scores (a rounded to fp32) and the signs are bit for bit the reference's.
@@ -847,19 +871,31 @@ extern "C" size_t hybrid_score_workspace_bytes(const page_layout *s)
     return hybrid_workspace(s).total;
 }
 
-extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, const page_layout *s, int r,
-                            int k, float *u, int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
-                            cudaStream_t stream)
+// What hybrid_score_append adds to hybrid_score: the key appended at t into the bounds it then reads.
+struct HybridAppend {
+    const kvb_bf16 *knew;
+    const int32_t *t, *t_host;
+    kvb_bf16 *kmin, *kmax; // the same arrays as the scoring's kmin, kmax
+};
+
+// hybrid_score, or hybrid_score_append when app is not NULL.
+static int hybrid_run(const char *who, const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax,
+                      const HybridAppend *app, const page_layout *s, int r, int k, float *u, int32_t *pages,
+                      int32_t *channels, void *workspace, size_t workspace_bytes, cudaStream_t stream)
 {
-    int rc = page_layout_check(s, "hybrid_score");
-    if (rc || (rc = hybrid_params_check(s, r, k, "hybrid_score"))) return rc;
-    if (!q || !kmin || !kmax || !u) return kvb_fail(KVB_EINVAL, "hybrid_score: q, kmin, kmax or u is NULL");
-    if ((rc = kvb_check_aligned16("hybrid_score", "kmin", kmin)) || (rc = kvb_check_aligned16("hybrid_score", "kmax", kmax))) return rc;
+    int rc = page_layout_check(s, who);
+    if (rc || (rc = hybrid_params_check(s, r, k, who))) return rc;
+    if (!q || !kmin || !kmax || !u) return kvb_fail(KVB_EINVAL, "%s: q, kmin, kmax or u is NULL", who);
+    if ((rc = kvb_check_aligned16(who, "kmin", kmin)) || (rc = kvb_check_aligned16(who, "kmax", kmax))) return rc;
+    if (app && (!app->knew || !app->t || !app->t_host))
+        return kvb_fail(KVB_EINVAL, "%s: knew, t or t_host is NULL", who);
+    if (app && (rc = page_positions_check(s, app->t_host, who))) return rc;
     const HybridWorkspace w = hybrid_workspace(s);
-    if ((rc = check_workspace("hybrid_score", workspace, workspace_bytes, w.total))) return rc;
+    if ((rc = check_workspace(who, workspace, workspace_bytes, w.total))) return rc;
     const int64_t heads = (int64_t)s->B * s->Hkv;
     HybridArgs a = {};
     a.q = q, a.kmin = kmin, a.kmax = kmax;
+    if (app) a.knew = app->knew, a.t = app->t, a.kmin_w = app->kmin, a.kmax_w = app->kmax;
     a.Hkv = s->Hkv, a.D = s->D, a.L = s->L, a.P = s->P, a.cap = s->cap, a.n_pages = page_count(s->L, s->P), a.r = r;
     a.z = (float *)((char *)workspace + w.z);
     a.part = (float2 *)((char *)workspace + w.part);
@@ -879,6 +915,24 @@ extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_b
     if (rc || !pages || selected) return rc;
     void *topk_ws = w.total > w.topk ? (char *)workspace + w.topk : NULL;
     return topk_rows(u, (int)heads, a.n_pages, a.n_pages, n_sel, 0, 0, pages, n_sel, topk_ws, stream);
+}
+
+extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, const page_layout *s, int r,
+                            int k, float *u, int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
+                            cudaStream_t stream)
+{
+    return hybrid_run("hybrid_score", q, kmin, kmax, NULL, s, r, k, u, pages, channels, workspace, workspace_bytes,
+                      stream);
+}
+
+extern "C" int hybrid_score_append(const kvb_bf16 *q, const kvb_bf16 *knew, const int32_t *t, const int32_t *t_host,
+                                   kvb_bf16 *kmin, kvb_bf16 *kmax, const page_layout *s, int r, int k, float *u,
+                                   int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
+                                   cudaStream_t stream)
+{
+    const HybridAppend app = {knew, t, t_host, kmin, kmax};
+    return hybrid_run("hybrid_score_append", q, kmin, kmax, &app, s, r, k, u, pages, channels, workspace,
+                      workspace_bytes, stream);
 }
 
 extern "C" size_t quest_score_workspace_bytes(const page_layout *s)

@@ -40,6 +40,14 @@ int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, 
                  float *u, int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
                  cudaStream_t stream);
 
+/* hybrid_score after appending knew [B, Hkv, D] at t[b] (device copy) into kmin, kmax in place, as
+ * page_meta_append then hybrid_score, in their launches: the scoring block whose pages include t[b]'s
+ * updates that page (every channel) before it reads it. t_host holds the same positions, checked in
+ * [0, L) before the launch. RocketKV's decode step: one dependent launch less. */
+int hybrid_score_append(const kvb_bf16 *q, const kvb_bf16 *knew, const int32_t *t, const int32_t *t_host,
+                        kvb_bf16 *kmin, kvb_bf16 *kmax, const page_layout *s, int r, int k, float *u, int32_t *pages,
+                        int32_t *channels, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
 /* Device workspace of quest_score (topk_rows' workspace for the page selection). */
 size_t quest_score_workspace_bytes(const page_layout *s);
 

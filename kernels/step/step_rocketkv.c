@@ -22,21 +22,16 @@ static int stage_kv_append(void *ctx, cudaStream_t s)
     return kv_append(b->knew, b->vnew, b->t, b->t_host, b->K, b->V, &p->cache, s);
 }
 
-static int stage_meta_append(void *ctx, cudaStream_t s)
-{
-    rocketkv_step_plan *p = ctx;
-    const rocketkv_buffers *b = &p->buf;
-    return page_meta_append(b->knew, b->t, b->t_host, &p->meta, b->kmin, b->kmax, s);
-}
-
+/* The new key's page bounds (page_meta_append) are updated by the scoring kernel's block that reads that
+ * page: one dependent launch less (the score layout's L = t + 1 holds position t). */
 static int stage_score(void *ctx, cudaStream_t s)
 {
     rocketkv_step_plan *p = ctx;
     const rocketkv_buffers *b = &p->buf;
     size_t ws_bytes, unused;
     rocketkv_workspace_bytes(&p->sh, &ws_bytes, &unused);
-    return hybrid_score(b->q, b->kmin, b->kmax, &p->score, p->sh.r, p->sh.k, b->u, b->pages, NULL, b->ws_score, ws_bytes,
-                        s);
+    return hybrid_score_append(b->q, b->knew, b->t, b->t_host, b->kmin, b->kmax, &p->score, p->sh.r, p->sh.k, b->u,
+                               b->pages, NULL, b->ws_score, ws_bytes, s);
 }
 
 static int stage_attend(void *ctx, cudaStream_t s)
@@ -88,8 +83,7 @@ int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step)
     for (int i = 0; i < step->n; i++)
         if (step->st[i].stream == 0) producer = i;
     const int kv = kvb_step_add(step, "kv_append", 1, producer, stage_kv_append, p);
-    if (kv < 0 || kvb_step_add(step, "page_meta_append", 0, -1, stage_meta_append, p) < 0 ||
-        kvb_step_add(step, "hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
+    if (kv < 0 || kvb_step_add(step, "meta_append+hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
         kvb_step_add(step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;

@@ -1,10 +1,11 @@
 /* step_rocketkv.h: RocketKV's decode-time attention path as a composition (compose.h;
- * kernels/step/NOTES.md, the rocketkv method: page_meta_append -> hybrid scoring -> page top-k ->
+ * kernels/step/NOTES.md, the rocketkv method: page metadata append -> hybrid scoring -> page top-k ->
  * sparse attention), over the C tokens SnapKV++ kept from the prompt:
  *
  *   side stream:  kv_append            the new token's k, v into row t of the kept cache K, V
- *   main stream:  page_meta_append     k into the min/max of its page (t / P)
- *                 hybrid_score         u over the ceil((t+1)/P) pages, page top-k through topk_rows
+ *   main stream:  hybrid_score_append  k into the min/max of its page (t / P), done by the scoring
+ *                                      block that reads that page; u over the ceil((t+1)/P) pages,
+ *                                      then the page top-k
  *                 sparse_attn_pages    waits for kv_append; attends over the chosen pages (len = t+1)
  *
  * Planned once on the host (every check of every stage runs here, so a bad shape is refused before
@@ -50,7 +51,7 @@ typedef struct rocketkv_step_plan {
 void rocketkv_workspace_bytes(const rocketkv_shape *sh, size_t *score_bytes, size_t *attn_bytes);
 
 /* The path's checks and layouts without a step of its own (rocketkv_step_plan_make = this, then the
- * stages added to p->step); then rocketkv_add_stages adds the four stages to any step (the decode
+ * stages added to p->step); then rocketkv_add_stages adds the three stages to any step (the decode
  * block's): kv_append on its side stream, the rest on its main stream. */
 int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const rocketkv_buffers *buf);
 int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step);
@@ -59,7 +60,7 @@ int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step);
 int rocketkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                               kvb_bf16 *att);
 
-/* Plan the four stages on s0 (main) and s1 (side; may equal s0). timing: per-stage device times. */
+/* Plan the three stages on s0 (main) and s1 (side; may equal s0). timing: per-stage device times. */
 int rocketkv_step_plan_make(rocketkv_step_plan *p, const char *name, const rocketkv_shape *sh,
                             const rocketkv_buffers *buf, cudaStream_t s0, cudaStream_t s1, int timing);
 int rocketkv_step_enqueue(rocketkv_step_plan *p);
