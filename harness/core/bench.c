@@ -238,7 +238,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     if (b->run.op->stage_times) {
         enum { STAGE_RUNS = 7 };
         const double stages_from = kvb_wall_now();
-        double ms[STAGE_RUNS][16];
+        double ms[STAGE_RUNS][KVB_RUN_MAX_STAGES];
         volatile int runs = 0; /* read after a longjmp */
         jmp_buf jb;
         if (setjmp(*kvb_guard_enter(&jb))) {

@@ -105,6 +105,10 @@ typedef enum { KVB_PH_INPUTS, KVB_PH_REFERENCE, KVB_PH_UPLOAD, KVB_PH_VALIDATE, 
                KVB_N_PHASES } kvb_phase;
 const char *kvb_phase_name(kvb_phase p);
 
+/* Stage times a run reports: the most stages of a composition (kernels/step/compose.h's
+ * KVB_STEP_MAX_STAGES). */
+#define KVB_RUN_MAX_STAGES 32
+
 typedef struct kvb_run {
     const kvb_case *c;
     const struct kvb_op *op;
@@ -124,8 +128,8 @@ typedef struct kvb_run {
     /* compositions (kernels/compose.h): a launch with stage_timing set records per-stage device
      * times, which the op's stage_times() copies here */
     int stage_timing, n_stages;
-    char stage_name[16][48];
-    double stage_ms[16];
+    char stage_name[KVB_RUN_MAX_STAGES][48];
+    double stage_ms[KVB_RUN_MAX_STAGES];
     /* wall seconds of each phase of the case (kvb_phase), for the JSON and the progress estimate */
     double wall_s[KVB_N_PHASES];
     /* host memory the run owns (tensors' h, ref, out and kvb_run_alloc's blocks): freed at teardown */

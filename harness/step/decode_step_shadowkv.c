@@ -510,7 +510,8 @@ static double host_bytes_skv(const step_case *s)
 const step_method step_method_shadowkv = {
     .name = "shadowkv",
     .about = "low-rank keys, landmarks, outliers and a chunk buffer on the device, values in pinned host memory; "
-             "landmark_score, index_scan, gather_copy V | gather_copy_d2d K + batch_gemm_rotary, decode_attn",
+             "per chunk of the batch landmark_score, index_scan, gather_copy_d2d V | gather_copy_misses V; then "
+             "gather_copy_d2d K + batch_gemm_rotary, decode_attn",
     .device_choice = "chunks",
     .shape = shape_skv,
     .setup = setup_skv,

@@ -1,4 +1,5 @@
-// gather_copy.cu: index_scan, gather_copy, gather_copy_d2d, gather_copy_all, packed_load.
+// gather_copy.cu: index_scan, gather_copy, gather_copy_d2d, gather_copy_misses, gather_copy_all,
+// packed_load.
 //
 // Napkin math (ShadowKV Llama-3-8B decode, Hkv=8, c=8, D=128: 2 KB chunks, M=256 slots):
 //   per (b, h) 256 chunks = 512 KB; at 60% hits, 154 hits (device) and 102 misses (host).
@@ -17,6 +18,9 @@
 //   would clobber. Blocks take their range from their row's atomic ticket, so every block waited on is
 //   already running (no dependence on the hardware's block order; the decoupled look-back trick).
 //   Hits and PCIe misses of all (b, h) overlap in one launch, with no temporary buffer.
+// - gather_copy_misses reads only the misses, after gather_copy_d2d moved the hits: no in-place
+//   reads, so no ordering, and a grid capped below one block per range (each block loops over
+//   ranges) keeps the link's rate while leaving SMs to the kernels beside it.
 #include <climits>
 #include <cstdint>
 
@@ -187,7 +191,7 @@ extern "C" int index_scan(int32_t *cached_ids, const int32_t *new_ids, int32_t *
 }
 
 // ------------------------------------------------------------------------------------------------
-// gather_copy, gather_copy_d2d, gather_copy_all
+// gather_copy, gather_copy_d2d, gather_copy_misses, gather_copy_all
 // ------------------------------------------------------------------------------------------------
 
 constexpr int GC_THREADS = 256;
@@ -219,6 +223,7 @@ struct GatherArgs {
     RowState *rows;        // [B*Hkv] ordering state (HITS kernels)
     unsigned *flags;       // [B*Hkv, nblk]
     int M, slots, nblk, chunk16;
+    int64_t items;         // B*Hkv*nblk (row, slot range) items
     int64_t buf_row16;     // NB*D/8: uint4 per (b, h) row of the buffer
     int64_t sparse16;      // sparse_start*D/8
     int64_t host_row16;    // host_stride * chunk16
@@ -237,9 +242,12 @@ __device__ __forceinline__ void store_release(unsigned *p, unsigned v)
 }
 
 // HITS: slots below cnts[bh] move inside the buffer (ordered, see the file comment).
-// MISSES: slots from cnts[bh] on are read from the host.
+// MISSES: slots from cnts[bh] on are read from the host; without HITS, slots below cnts[bh] (when
+// cnts is given) are left alone: gather_copy_d2d moved them before.
 // With hits, 4 loads in flight per thread and 40 registers let 6 blocks share an SM: block lifetimes
 // are short and latency-bound, so residency matters more than loads per thread.
+// Blocks loop over the (row, range) items by a grid stride: one item each on a full grid (the
+// launches with hits always have one), several on a capped grid (gather_copy_misses).
 template <bool HITS, bool MISSES>
 __global__ void __launch_bounds__(GC_THREADS, HITS ? 6 : 1) gather_slots_kernel(GatherArgs a)
 {
@@ -248,92 +256,96 @@ __global__ void __launch_bounds__(GC_THREADS, HITS ? 6 : 1) gather_slots_kernel(
     __shared__ unsigned s_ticket, s_epoch;
     const int t = threadIdx.x;
 
-    // Block -> (row, range). With hits, the range comes from the row's ticket, so every earlier
-    // range of the row belongs to a block that is already running or done.
-    const int64_t bh = blockIdx.x / a.nblk;
-    int blk = blockIdx.x % a.nblk;
-    // the epoch and the hit count do not depend on the ticket: all three requests fly together
-    const int cnt = HITS ? a.cnts[bh] : 0;
-    if (HITS) {
-        if (t == 0) {
-            s_epoch = *(volatile unsigned *)&a.rows[bh].epoch; // stable until the row's last block ends
-            s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
+    for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+        // Item -> (row, range). With hits, the range comes from the row's ticket, so every earlier
+        // range of the row belongs to a block that is already running or done.
+        const int64_t bh = item / a.nblk;
+        int blk = (int)(item % a.nblk);
+        // the epoch and the hit count do not depend on the ticket: all three requests fly together
+        const int cnt = a.cnts ? a.cnts[bh] : 0;
+        if (HITS) {
+            if (t == 0) {
+                s_epoch = *(volatile unsigned *)&a.rows[bh].epoch; // stable until the row's last block ends
+                s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
+            }
+            __syncthreads();
+            blk = s_ticket;
+        }
+        const int first = blk * a.slots;
+        const int n = min(a.slots, a.M - first);
+        if (!HITS && first + n <= cnt) continue; // hits only, moved before: nothing to fetch (uniform in the block)
+        const int32_t *off = a.offsets + bh * a.M;
+        uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
+
+        if (t < n) {
+            int i = first + t;
+            const uint4 *p = nullptr;
+            if (i < cnt) {
+                int s = off[i];
+                if (HITS && s != i) p = row + (int64_t)s * a.chunk16; // a hit onto itself needs no move
+            } else if (MISSES) {
+                p = a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
+            }
+            src[t] = p;
         }
         __syncthreads();
-        blk = s_ticket;
-    }
-    const int first = blk * a.slots;
-    const int n = min(a.slots, a.M - first);
-    const int32_t *off = a.offsets + bh * a.M;
-    uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
 
-    if (t < n) {
-        int i = first + t;
-        const uint4 *p = nullptr;
-        if (i < cnt) {
-            int s = off[i];
-            if (s != i) p = row + (int64_t)s * a.chunk16; // a hit onto itself needs no move
-        } else if (MISSES) {
-            p = a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
-        }
-        src[t] = p;
-    }
-    __syncthreads();
-
-    const int total = n * a.chunk16;
-    constexpr int UNROLL = HITS ? GC_UNROLL / 2 : GC_UNROLL;
-    for (int base = t; base < total; base += UNROLL * GC_THREADS) {
-        uint4 v[UNROLL];
+        const int total = n * a.chunk16;
+        constexpr int UNROLL = HITS ? GC_UNROLL / 2 : GC_UNROLL;
+        for (int base = t; base < total; base += UNROLL * GC_THREADS) {
+            uint4 v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int w = base + u * GC_THREADS;
-            if (w < total) {
-                int s = w / a.chunk16;
-                if (src[s]) v[u] = src[s][w - s * a.chunk16];
+            for (int u = 0; u < UNROLL; u++) {
+                int w = base + u * GC_THREADS;
+                if (w < total) {
+                    int s = w / a.chunk16;
+                    if (src[s]) v[u] = src[s][w - s * a.chunk16];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                int w = base + u * GC_THREADS;
+                if (w < total) {
+                    int s = w / a.chunk16;
+                    if (!src[s]) continue;
+                    if (HITS) stage[w] = v[u];
+                    else row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = v[u];
+                }
             }
         }
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int w = base + u * GC_THREADS;
-            if (w < total) {
+        if (HITS) {
+            __syncthreads(); // every read of this block is complete
+            const unsigned mark = s_epoch + 1;
+            unsigned *flags = a.flags + bh * a.nblk;
+            bool writes = false;
+            for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
+            if (t < 32) {
+                if (t == 0) {
+                    __threadfence();
+                    store_release(&flags[blk], mark);
+                }
+                // a block that writes waits until every earlier block of its (b, h) has read its sources
+                if (writes)
+                    for (int b = t; b < blk; b += 32)
+                        while (load_acquire(&flags[b]) != mark) __nanosleep(64);
+                __syncwarp();
+            }
+            __syncthreads();
+            for (int w = t; w < total; w += GC_THREADS) {
                 int s = w / a.chunk16;
-                if (!src[s]) continue;
-                if (HITS) stage[w] = v[u];
-                else row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = v[u];
+                if (src[s]) row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = stage[w];
+            }
+            if (t == 0) {
+                __threadfence();
+                if (atomicAdd(&a.rows[bh].done, 1u) == (unsigned)a.nblk - 1) { // the row's last block resets it
+                    a.rows[bh].ticket = 0;
+                    a.rows[bh].done = 0;
+                    __threadfence();
+                    *(volatile unsigned *)&a.rows[bh].epoch = s_epoch + 1;
+                }
             }
         }
-    }
-    if (!HITS) return;
-
-    __syncthreads(); // every read of this block is complete
-    const unsigned mark = s_epoch + 1;
-    unsigned *flags = a.flags + bh * a.nblk;
-    bool writes = false;
-    for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
-    if (t < 32) {
-        if (t == 0) {
-            __threadfence();
-            store_release(&flags[blk], mark);
-        }
-        // a block that writes waits until every earlier block of its (b, h) has read its sources
-        if (writes)
-            for (int b = t; b < blk; b += 32)
-                while (load_acquire(&flags[b]) != mark) __nanosleep(64);
-        __syncwarp();
-    }
-    __syncthreads();
-    for (int w = t; w < total; w += GC_THREADS) {
-        int s = w / a.chunk16;
-        if (src[s]) row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = stage[w];
-    }
-    if (t == 0) {
-        __threadfence();
-        if (atomicAdd(&a.rows[bh].done, 1u) == (unsigned)a.nblk - 1) { // the row's last block resets it
-            a.rows[bh].ticket = 0;
-            a.rows[bh].done = 0;
-            __threadfence();
-            *(volatile unsigned *)&a.rows[bh].epoch = s_epoch + 1;
-        }
+        __syncthreads(); // src is the next item's
     }
 }
 
@@ -348,6 +360,7 @@ static GatherArgs make_args(const kvb_bf16 *host, kvb_bf16 *buf, const int32_t *
     a.M = g->M;
     a.slots = slots_per_block(g);
     a.nblk = (g->M + a.slots - 1) / a.slots;
+    a.items = (int64_t)g->B * g->Hkv * a.nblk;
     a.rows = (RowState *)ws;
     a.flags = ws ? (unsigned *)(a.rows + (int64_t)g->B * g->Hkv) : nullptr;
     a.chunk16 = (int)(gather_chunk_bytes(g) / 16);
@@ -357,8 +370,9 @@ static GatherArgs make_args(const kvb_bf16 *host, kvb_bf16 *buf, const int32_t *
     return a;
 }
 
+// One block per item, or max_blocks looping over them.
 template <bool HITS, bool MISSES>
-static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
+static int launch_gather(const GatherArgs &a, int64_t max_blocks, cudaStream_t s)
 {
     size_t smem = HITS ? (size_t)a.slots * a.chunk16 * 16 : 0;
     if (smem > 48 * 1024)
@@ -367,7 +381,7 @@ static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
     if (HITS) // staging lives in shared memory: let it take the whole carveout, so 6 blocks fit an SM
         CUDA_TRY(cudaFuncSetAttribute(gather_slots_kernel<HITS, MISSES>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    unsigned blocks = (unsigned)((int64_t)rows * a.nblk);
+    unsigned blocks = (unsigned)(a.items < max_blocks ? a.items : max_blocks);
     gather_slots_kernel<HITS, MISSES><<<blocks, GC_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
@@ -385,7 +399,8 @@ extern "C" int gather_copy(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *of
 {
     if (gather_layout_check(g, "gather_copy")) return KVB_EINVAL;
     if (!Vh || !Vbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy: a NULL pointer argument");
-    return launch_gather<true, true>(make_args(Vh, Vbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
+    const GatherArgs a = make_args(Vh, Vbuf, offsets, cnts, g, workspace);
+    return launch_gather<true, true>(a, a.items, stream);
 }
 
 extern "C" int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int32_t *cnts, const gather_layout *g,
@@ -393,7 +408,18 @@ extern "C" int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int
 {
     if (gather_layout_check(g, "gather_copy_d2d")) return KVB_EINVAL;
     if (!Kbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy_d2d: a NULL pointer argument");
-    return launch_gather<true, false>(make_args(nullptr, Kbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
+    const GatherArgs a = make_args(nullptr, Kbuf, offsets, cnts, g, workspace);
+    return launch_gather<true, false>(a, a.items, stream);
+}
+
+extern "C" int gather_copy_misses(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, const int32_t *cnts,
+                                  const gather_layout *g, int max_blocks, cudaStream_t stream)
+{
+    if (gather_layout_check(g, "gather_copy_misses")) return KVB_EINVAL;
+    if (max_blocks < 1 || max_blocks > 65535)
+        return kvb_fail(KVB_EINVAL, "gather_copy_misses: max_blocks=%d out of range [1, 65535]", max_blocks);
+    if (!Vh || !Vbuf || !offsets || !cnts) return kvb_fail(KVB_EINVAL, "gather_copy_misses: a NULL pointer argument");
+    return launch_gather<false, true>(make_args(Vh, Vbuf, offsets, cnts, g, nullptr), max_blocks, stream);
 }
 
 extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
@@ -401,7 +427,8 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
 {
     if (gather_layout_check(g, "gather_copy_all")) return KVB_EINVAL;
     if (!Vh || !Vbuf || !ids) return kvb_fail(KVB_EINVAL, "gather_copy_all: a NULL pointer argument");
-    return launch_gather<false, true>(make_args(Vh, Vbuf, ids, nullptr, g, nullptr), g->B * g->Hkv, stream);
+    const GatherArgs a = make_args(Vh, Vbuf, ids, nullptr, g, nullptr);
+    return launch_gather<false, true>(a, a.items, stream);
 }
 
 // gather_copy_all, TMA variant: one thread per block issues a bulk copy (cp.async.bulk, the

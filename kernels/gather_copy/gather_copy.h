@@ -35,6 +35,14 @@ int gather_copy(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, cons
 int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int32_t *cnts, const gather_layout *g,
                     void *workspace, cudaStream_t stream);
 
+/* Vbuf[slot i] = Vh[chunk offsets[i]] for i >= cnt; the hit slots are left untouched: the misses of
+ * gather_copy, once gather_copy_d2d moved the hits in the same buffer (on the same stream, or ordered
+ * before this launch). Nothing is read in place, so no workspace. The grid is min(ranges of slots,
+ * max_blocks) blocks, max_blocks in [1, 65535], each block looping over ranges: the host reads keep
+ * the link's rate on a few blocks and leave the other SMs to the kernels beside them. */
+int gather_copy_misses(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, const int32_t *cnts,
+                       const gather_layout *g, int max_blocks, cudaStream_t stream);
+
 /* Vbuf[slot i] = Vh[chunk ids[b,h,i]] for every slot (no cache). */
 int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
                     cudaStream_t stream);

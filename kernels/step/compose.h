@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define KVB_STEP_MAX_STAGES 24
+#define KVB_STEP_MAX_STAGES 32 /* the ShadowKV block has 28 */
 
 typedef int (*kvb_stage_fn)(void *ctx, cudaStream_t stream); /* enqueue the stage's work; KVB_OK or an error */
 

@@ -1,6 +1,7 @@
 /* step_shadowkv.c: see step_shadowkv.h. */
 #include "kernels/step/step_shadowkv.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/batch_gemm_rotary/batch_gemm_rotary.h"
@@ -15,14 +16,58 @@ static lms_shape score_shape(const shadowkv_step_shape *sh)
     return (lms_shape){sh->B, sh->Hq, sh->Hkv, sh->D, sh->L.Lm, sh->L.g.M};
 }
 
+static int chunk_count(int B) { return B < SHADOWKV_MAX_CHUNKS ? B : SHADOWKV_MAX_CHUNKS; }
+
+/* Chunk j of n: sequences [j*B/n, (j+1)*B/n), sizes differing by at most one. */
+static int chunk_first(int B, int n, int j) { return (int)((int64_t)j * B / n); }
+
+static gather_layout chunk_layout(const shadowkv_step_shape *sh, int n, int j)
+{
+    gather_layout g = sh->L.g;
+    g.B = chunk_first(sh->B, n, j + 1) - chunk_first(sh->B, n, j);
+    return g;
+}
+
+/* A chunk's slice of ws_v, rounded so that every slice starts 256-byte aligned. */
+static size_t chunk_ws_bytes(const gather_layout *g) { return (gather_copy_workspace_bytes(g) + 255) & ~(size_t)255; }
+
 int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes, size_t *gather_bytes,
                              size_t *attn_bytes)
 {
     const lms_shape ls = score_shape(sh);
     const decode_layout d = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->L.g.NB};
-    *gather_bytes = gather_copy_workspace_bytes(&sh->L.g);
+    /* V's compaction takes a slice per chunk, K's the whole layout: the larger serves both */
+    const int n = chunk_count(sh->B);
+    size_t slices = 0;
+    for (int j = 0; j < n; j++) {
+        const gather_layout g = chunk_layout(sh, n, j);
+        slices += chunk_ws_bytes(&g);
+    }
+    const size_t whole = gather_copy_workspace_bytes(&sh->L.g);
+    *gather_bytes = slices > whole ? slices : whole;
     *attn_bytes = decode_attn_workspace_bytes(&d);
     return landmark_score_workspace_bytes(&ls, score_bytes);
+}
+
+/* The chunks' shapes, checked, and their slices of ws_v. */
+static int plan_chunks(shadowkv_path *p)
+{
+    const shadowkv_step_shape *sh = &p->sh;
+    p->n_chunks = chunk_count(sh->B);
+    char *ws_v = p->b.ws_v;
+    for (int j = 0; j < p->n_chunks; j++) {
+        shadowkv_chunk *c = &p->chunk[j];
+        c->p = p;
+        c->b0 = chunk_first(sh->B, p->n_chunks, j);
+        c->g = chunk_layout(sh, p->n_chunks, j);
+        c->ls = score_shape(sh);
+        c->ls.B = c->g.B;
+        c->ws_v = ws_v;
+        ws_v += chunk_ws_bytes(&c->g);
+        int rc = landmark_score_check(&c->ls, WHO);
+        if (rc || (rc = gather_layout_check(&c->g, WHO))) return rc;
+    }
+    return KVB_OK;
 }
 
 int shadowkv_path_prepare(shadowkv_path *p, const shadowkv_step_shape *sh, const shadowkv_buffers *b)
@@ -50,29 +95,59 @@ int shadowkv_path_prepare(shadowkv_path *p, const shadowkv_step_shape *sh, const
     if ((rc = landmark_score_workspace_bytes(&ls, &p->ws_score_bytes))) return rc;
     p->sh = *sh;
     p->b = *b;
-    return KVB_OK;
+    return plan_chunks(p);
 }
+
+/* ---- per chunk: the selection and the hits' compaction on stream 0, the misses' fetch on stream 1 ---- */
 
 static int stage_score(void *ctx, cudaStream_t s)
 {
-    shadowkv_path *p = ctx;
-    const lms_shape ls = score_shape(&p->sh);
-    const lms_args a = {p->q, p->b.landmarks, p->b.landmark_idx, p->b.chunks, p->b.m, p->b.ws_score, p->ws_score_bytes};
-    return landmark_score(&ls, &a, s);
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_path *p = c->p;
+    const shadowkv_step_shape *sh = &p->sh;
+    const int64_t b0 = c->b0, lm_rows = b0 * sh->Hkv * sh->L.Lm;
+    /* the chunks run in order on stream 0, so they share the scoring workspace */
+    const lms_args a = {p->q + b0 * sh->Hq * sh->D, p->b.landmarks + lm_rows * sh->D, p->b.landmark_idx + lm_rows,
+                        p->b.chunks + b0 * sh->Hkv * sh->L.g.M, p->b.m + lm_rows, p->b.ws_score, p->ws_score_bytes};
+    return landmark_score(&c->ls, &a, s);
 }
 
 static int stage_index_scan(void *ctx, cudaStream_t s)
 {
-    shadowkv_path *p = ctx;
-    const gather_layout *g = &p->sh.L.g;
-    return index_scan(p->b.cached_ids, p->b.chunks, p->b.offsets, p->b.cnts, g->B, g->Hkv, g->M, s);
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_buffers *b = &c->p->b;
+    const gather_layout *g = &c->g;
+    const int64_t ids = (int64_t)c->b0 * g->Hkv * g->M;
+    return index_scan(b->cached_ids + ids, b->chunks + ids, b->offsets + ids, b->cnts + (int64_t)c->b0 * g->Hkv,
+                      g->B, g->Hkv, g->M, s);
 }
 
-static int stage_values(void *ctx, cudaStream_t s)
+static kvb_bf16 *chunk_buffer(const shadowkv_chunk *c, kvb_bf16 *buf)
 {
-    shadowkv_path *p = ctx;
-    return gather_copy(p->b.Vh, p->b.Vbuf, p->b.offsets, p->b.cnts, &p->sh.L.g, p->b.ws_v, s);
+    return buf + (int64_t)c->b0 * c->g.Hkv * c->g.NB * c->g.D;
 }
+
+static int stage_values_moved(void *ctx, cudaStream_t s)
+{
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_buffers *b = &c->p->b;
+    const int64_t ids = (int64_t)c->b0 * c->g.Hkv * c->g.M;
+    return gather_copy_d2d(chunk_buffer(c, b->Vbuf), b->offsets + ids, b->cnts + (int64_t)c->b0 * c->g.Hkv, &c->g,
+                           c->ws_v, s);
+}
+
+static int stage_values_fetched(void *ctx, cudaStream_t s)
+{
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_buffers *b = &c->p->b;
+    const gather_layout *g = &c->g;
+    const int64_t ids = (int64_t)c->b0 * g->Hkv * g->M;
+    const kvb_bf16 *Vh = b->Vh + (int64_t)c->b0 * g->Hkv * g->host_stride * gather_chunk_elems(g);
+    return gather_copy_misses(Vh, chunk_buffer(c, b->Vbuf), b->offsets + ids, b->cnts + (int64_t)c->b0 * g->Hkv, g,
+                              SHADOWKV_FETCH_BLOCKS, s);
+}
+
+/* ---- over the whole batch, on stream 0 ---- */
 
 static int stage_keys_moved(void *ctx, cudaStream_t s)
 {
@@ -102,19 +177,34 @@ static int stage_attend(void *ctx, cudaStream_t s)
     return decode_attn(p->q, p->b.Kbuf, p->b.Vbuf, p->b.len, p->b.len_host, p->o, &p->buf, p->b.ws_attn, s);
 }
 
+/* Adds a stage named "<name>_c<j>"; its index, or a negative error. */
+static int add_chunk_stage(kvb_step *step, const char *name, int j, int stream, int after, kvb_stage_fn fn,
+                           shadowkv_chunk *c)
+{
+    char full[48];
+    snprintf(full, sizeof full, "%s_c%d", name, j);
+    return kvb_step_add(step, full, stream, after, fn, c);
+}
+
 int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew,
                               const kvb_bf16 *vnew, kvb_bf16 *att)
 {
     shadowkv_path *p = ctx;
     p->q = q, p->knew = knew, p->vnew = vnew, p->o = att;
-    const int scan = (kvb_step_add(step, "landmark_score", 0, -1, stage_score, p) < 0)
-                         ? -1
-                         : kvb_step_add(step, "index_scan", 0, -1, stage_index_scan, p);
-    const int values = scan < 0 ? -1 : kvb_step_add(step, "gather_copy_V", 1, scan, stage_values, p);
-    if (values < 0 || kvb_step_add(step, "gather_copy_d2d_K", 0, -1, stage_keys_moved, p) < 0 ||
+    int fetched = -1; /* the last chunk's fetch, which attention waits for */
+    for (int j = 0; j < p->n_chunks; j++) {
+        shadowkv_chunk *c = &p->chunk[j];
+        if (add_chunk_stage(step, "landmark_score", j, 0, -1, stage_score, c) < 0 ||
+            add_chunk_stage(step, "index_scan", j, 0, -1, stage_index_scan, c) < 0)
+            return KVB_EINVAL;
+        const int moved = add_chunk_stage(step, "gather_copy_d2d_V", j, 0, -1, stage_values_moved, c);
+        fetched = moved < 0 ? -1 : add_chunk_stage(step, "gather_copy_misses", j, 1, moved, stage_values_fetched, c);
+        if (fetched < 0) return KVB_EINVAL;
+    }
+    if (kvb_step_add(step, "gather_copy_d2d_K", 0, -1, stage_keys_moved, p) < 0 ||
         kvb_step_add(step, "batch_gemm_rotary", 0, -1, stage_keys_rebuilt, p) < 0 ||
         kvb_step_add(step, "kv_append", 0, -1, stage_append, p) < 0 ||
-        kvb_step_add(step, "decode_attn", 0, values, stage_attend, p) < 0)
+        kvb_step_add(step, "decode_attn", 0, fetched, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;
 }

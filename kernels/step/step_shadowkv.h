@@ -1,14 +1,22 @@
 /* step_shadowkv.h: ShadowKV's decode-time attention path as stages of a composition (compose.h;
- * kernels/step/NOTES.md, the shadowkv method; reference: reference/step/step_shadowkv.h, the same steps):
+ * kernels/step/NOTES.md, the shadowkv method; reference: reference/step/step_shadowkv.h, the same steps).
+ * The batch is split into min(4, B) chunks of consecutive sequences (sizes as equal as possible); for
+ * each chunk j in order:
  *
- *   stream 0  landmark_score (q . landmarks, softmax, max over the group, top-M, map to chunk ids)
- *   stream 0  index_scan (hits and misses against the chunks the buffer holds)
- *   stream 1  gather_copy V: hits moved in the buffer, misses read from pinned host memory (PCIe)
- *   stream 0  gather_copy_d2d K (hits), batch_gemm_rotary (misses: U x SV with RoPE), kv_append
- *   stream 0  decode_attn over the buffer's valid rows, after the values arrived (the join)
+ *   stream 0  landmark_score_cj (q . landmarks, softmax, max over the group, top-M, map to chunk ids)
+ *   stream 0  index_scan_cj (hits and misses against the chunks the buffer holds)
+ *   stream 0  gather_copy_d2d_V_cj (the hits moved inside the value buffer, the whole grid)
+ *   stream 1  gather_copy_misses_cj, after the chunk's compaction: its misses read from pinned host
+ *             memory (PCIe) by a grid of SHADOWKV_FETCH_BLOCKS blocks
  *
- * so the value fetch over PCIe overlaps the key compaction and reconstruction, as ShadowKV does.
- * Planned once on the host: every stage's checks run at plan time.
+ * then, over the whole batch:
+ *
+ *   stream 0  gather_copy_d2d_K (hits), batch_gemm_rotary (misses: U x SV with RoPE), kv_append
+ *   stream 0  decode_attn over the buffer's valid rows, after the last chunk's values arrived (the join)
+ *
+ * so the next chunk's selection runs on the SMs the capped fetch leaves free, and the fetch overlaps
+ * the key compaction and reconstruction, as ShadowKV does. Planned once on the host: every stage's
+ * checks run at plan time.
  */
 #ifndef KVB_KERNELS_STEP_SHADOWKV_H
 #define KVB_KERNELS_STEP_SHADOWKV_H
@@ -35,20 +43,37 @@ typedef struct shadowkv_buffers { /* device pointers unless *_host */
     const int32_t *slot_host, *len_host;
     int32_t *bad;                /* batch_gemm_rotary's error word (zeroed once), or NULL */
     void *ws_score;              /* shadowkv_workspace_bytes: score */
-    void *ws_v, *ws_k;           /* gather_copy_workspace_bytes each, zeroed once */
+    void *ws_v, *ws_k;           /* shadowkv_workspace_bytes: gather each, zeroed once */
     void *ws_attn;               /* decode_attn_workspace_bytes, zeroed once */
 } shadowkv_buffers;
+
+#define SHADOWKV_MAX_CHUNKS 4   /* chunks of the batch: min(4, B) */
+#define SHADOWKV_FETCH_BLOCKS 64 /* the misses' grid: the host reads keep the link's rate on it */
+
+struct shadowkv_path;
+
+/* One chunk of the batch: sequences b0 .. b0 + ls.B - 1, its shapes and its pointers (offset to b0). */
+typedef struct shadowkv_chunk {
+    struct shadowkv_path *p;
+    int b0;
+    lms_shape ls;       /* landmark scoring over the chunk's sequences */
+    gather_layout g;    /* the chunk's rows of the buffer and the host values */
+    void *ws_v;         /* the chunk's own slice of ws_v: its compaction's row state persists per chunk */
+} shadowkv_chunk;
 
 typedef struct shadowkv_path {
     shadowkv_step_shape sh;
     shadowkv_buffers b;
     decode_layout buf;    /* the buffer as decode_attn and kv_append see it: L = NB */
     size_t ws_score_bytes;
+    int n_chunks;
+    shadowkv_chunk chunk[SHADOWKV_MAX_CHUNKS];
     const kvb_bf16 *q, *knew, *vnew;
     kvb_bf16 *o;
 } shadowkv_path;
 
-/* Workspaces: landmark scoring's, and attention's over the buffer. */
+/* Workspaces: landmark scoring's, the compactions' (V's and K's each: gather_bytes, which holds a
+ * slice per chunk for V), and attention's over the buffer. */
 int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes, size_t *gather_bytes,
                              size_t *attn_bytes);
 /* Checks every stage's shape and the host copies (slot = decode_start + gen, len = slot + 1). */
