@@ -40,6 +40,8 @@ LAYERS = 32  # tokens/s projection when the JSON lacks tokens_per_s: a Llama-3-8
 OMNIKV_LAYERS = {"dense": 5, "filter": 3, "sparse": 24}
 OMNIKV_GOAL_CTX = 131072  # the goal (kernels/step/NOTES.md): at 128K, >= 1.7x where the bound ratio allows (B >= 2), else 90% of it
 STAGE_PREFIX = "stage_us_"
+# A stage run once per chunk of the batch ("landmark_score_c0", "landmark_score_c1", ...).
+CHUNK_STAGE = re.compile(r"^(.*)_c[0-9]+$")
 PEER_PREFIX = "peer_us_torch_block_"
 
 
@@ -83,6 +85,16 @@ def run_name(path):
     return base.split("_", 1)[0] if "_" in base else base
 
 
+def fold_chunks(order, stages):
+    """A stage run once per chunk of the batch is one column, the sum of its chunks' device times."""
+    folded = {}
+    for s in order:
+        m = CHUNK_STAGE.match(s)
+        base = m.group(1) if m else s
+        folded[base] = folded.get(base, 0.0) + stages[s]
+    return list(folded), folded
+
+
 def load_cases(path, run=""):
     with open(path) as f:
         doc = json.load(f)
@@ -98,6 +110,7 @@ def load_cases(path, run=""):
         # a label may miss a stage the JSON has (or name one it lacks): the JSON decides what exists
         present = {k[len(STAGE_PREFIX):] for k in b if k.startswith(STAGE_PREFIX)}
         order = [s for s in order if s in present] + [s for s in canonical_order(b) if s not in order]
+        order, stages = fold_chunks(order, {s: b[STAGE_PREFIX + s] for s in order})
         cases.append({
             "run": run,
             "b": b,
@@ -106,7 +119,7 @@ def load_cases(path, run=""):
             "impl": params.get("impl", "?"),
             "order": order,
             "stage_src": stage_src,
-            "stages": {s: b[STAGE_PREFIX + s] for s in order},
+            "stages": stages,
         })
     return doc.get("context", {}), cases
 
