@@ -223,10 +223,10 @@ struct GatherArgs {
     RowState *rows;        // [B*Hkv] ordering state (HITS kernels)
     unsigned *flags;       // [B*Hkv, nblk]
     int M, slots, nblk, chunk16;
-    int64_t items;         // B*Hkv*nblk (row, slot range) items
     int64_t buf_row16;     // NB*D/8: uint4 per (b, h) row of the buffer
     int64_t sparse16;      // sparse_start*D/8
     int64_t host_row16;    // host_stride * chunk16
+    int64_t items;         // B*Hkv*nblk (row, slot range) items (gather_copy_misses)
 };
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned *p)
@@ -241,13 +241,40 @@ __device__ __forceinline__ void store_release(unsigned *p, unsigned v)
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// The block's slots, 16 bytes per thread and UNROLL loads in flight: the chunk of slot first + s
+// from src[s] (null: nothing to move) into the buffer row, or into `stage` (TO_STAGE, word w of the
+// block's range) when the sources are read in place.
+template <bool TO_STAGE, int UNROLL>
+__device__ __forceinline__ void copy_slots(const uint4 *const *src, uint4 *stage, uint4 *row, int first, int total,
+                                           int chunk16)
+{
+    for (int base = threadIdx.x; base < total; base += UNROLL * GC_THREADS) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) {
+                int s = w / chunk16;
+                if (src[s]) v[u] = src[s][w - s * chunk16];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            int w = base + u * GC_THREADS;
+            if (w < total) {
+                int s = w / chunk16;
+                if (!src[s]) continue;
+                if (TO_STAGE) stage[w] = v[u];
+                else row[(int64_t)(first + s) * chunk16 + (w - s * chunk16)] = v[u];
+            }
+        }
+    }
+}
+
 // HITS: slots below cnts[bh] move inside the buffer (ordered, see the file comment).
-// MISSES: slots from cnts[bh] on are read from the host; without HITS, slots below cnts[bh] (when
-// cnts is given) are left alone: gather_copy_d2d moved them before.
+// MISSES: slots from cnts[bh] on are read from the host.
 // With hits, 4 loads in flight per thread and 40 registers let 6 blocks share an SM: block lifetimes
 // are short and latency-bound, so residency matters more than loads per thread.
-// Blocks loop over the (row, range) items by a grid stride: one item each on a full grid (the
-// launches with hits always have one), several on a capped grid (gather_copy_misses).
 template <bool HITS, bool MISSES>
 __global__ void __launch_bounds__(GC_THREADS, HITS ? 6 : 1) gather_slots_kernel(GatherArgs a)
 {
@@ -256,95 +283,95 @@ __global__ void __launch_bounds__(GC_THREADS, HITS ? 6 : 1) gather_slots_kernel(
     __shared__ unsigned s_ticket, s_epoch;
     const int t = threadIdx.x;
 
-    for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
-        // Item -> (row, range). With hits, the range comes from the row's ticket, so every earlier
-        // range of the row belongs to a block that is already running or done.
-        const int64_t bh = item / a.nblk;
-        int blk = (int)(item % a.nblk);
-        // the epoch and the hit count do not depend on the ticket: all three requests fly together
-        const int cnt = a.cnts ? a.cnts[bh] : 0;
-        if (HITS) {
-            if (t == 0) {
-                s_epoch = *(volatile unsigned *)&a.rows[bh].epoch; // stable until the row's last block ends
-                s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
-            }
-            __syncthreads();
-            blk = s_ticket;
-        }
-        const int first = blk * a.slots;
-        const int n = min(a.slots, a.M - first);
-        if (!HITS && first + n <= cnt) continue; // hits only, moved before: nothing to fetch (uniform in the block)
-        const int32_t *off = a.offsets + bh * a.M;
-        uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
-
-        if (t < n) {
-            int i = first + t;
-            const uint4 *p = nullptr;
-            if (i < cnt) {
-                int s = off[i];
-                if (HITS && s != i) p = row + (int64_t)s * a.chunk16; // a hit onto itself needs no move
-            } else if (MISSES) {
-                p = a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
-            }
-            src[t] = p;
+    // Block -> (row, range). With hits, the range comes from the row's ticket, so every earlier
+    // range of the row belongs to a block that is already running or done.
+    const int64_t bh = blockIdx.x / a.nblk;
+    int blk = blockIdx.x % a.nblk;
+    // the epoch and the hit count do not depend on the ticket: all three requests fly together
+    const int cnt = HITS ? a.cnts[bh] : 0;
+    if (HITS) {
+        if (t == 0) {
+            s_epoch = *(volatile unsigned *)&a.rows[bh].epoch; // stable until the row's last block ends
+            s_ticket = atomicAdd(&a.rows[bh].ticket, 1u);
         }
         __syncthreads();
+        blk = s_ticket;
+    }
+    const int first = blk * a.slots;
+    const int n = min(a.slots, a.M - first);
+    const int32_t *off = a.offsets + bh * a.M;
+    uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16; // slot i starts at row + i*chunk16
 
-        const int total = n * a.chunk16;
-        constexpr int UNROLL = HITS ? GC_UNROLL / 2 : GC_UNROLL;
-        for (int base = t; base < total; base += UNROLL * GC_THREADS) {
-            uint4 v[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                int w = base + u * GC_THREADS;
-                if (w < total) {
-                    int s = w / a.chunk16;
-                    if (src[s]) v[u] = src[s][w - s * a.chunk16];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                int w = base + u * GC_THREADS;
-                if (w < total) {
-                    int s = w / a.chunk16;
-                    if (!src[s]) continue;
-                    if (HITS) stage[w] = v[u];
-                    else row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = v[u];
-                }
-            }
+    if (t < n) {
+        int i = first + t;
+        const uint4 *p = nullptr;
+        if (i < cnt) {
+            int s = off[i];
+            if (s != i) p = row + (int64_t)s * a.chunk16; // a hit onto itself needs no move
+        } else if (MISSES) {
+            p = a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
         }
-        if (HITS) {
-            __syncthreads(); // every read of this block is complete
-            const unsigned mark = s_epoch + 1;
-            unsigned *flags = a.flags + bh * a.nblk;
-            bool writes = false;
-            for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
-            if (t < 32) {
-                if (t == 0) {
-                    __threadfence();
-                    store_release(&flags[blk], mark);
-                }
-                // a block that writes waits until every earlier block of its (b, h) has read its sources
-                if (writes)
-                    for (int b = t; b < blk; b += 32)
-                        while (load_acquire(&flags[b]) != mark) __nanosleep(64);
-                __syncwarp();
-            }
-            __syncthreads();
-            for (int w = t; w < total; w += GC_THREADS) {
-                int s = w / a.chunk16;
-                if (src[s]) row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = stage[w];
-            }
-            if (t == 0) {
-                __threadfence();
-                if (atomicAdd(&a.rows[bh].done, 1u) == (unsigned)a.nblk - 1) { // the row's last block resets it
-                    a.rows[bh].ticket = 0;
-                    a.rows[bh].done = 0;
-                    __threadfence();
-                    *(volatile unsigned *)&a.rows[bh].epoch = s_epoch + 1;
-                }
-            }
+        src[t] = p;
+    }
+    __syncthreads();
+
+    const int total = n * a.chunk16;
+    copy_slots<HITS, HITS ? GC_UNROLL / 2 : GC_UNROLL>(src, stage, row, first, total, a.chunk16);
+    if (!HITS) return;
+
+    __syncthreads(); // every read of this block is complete
+    const unsigned mark = s_epoch + 1;
+    unsigned *flags = a.flags + bh * a.nblk;
+    bool writes = false;
+    for (int s = 0; s < n; s++) writes |= src[s] != nullptr;
+    if (t < 32) {
+        if (t == 0) {
+            __threadfence();
+            store_release(&flags[blk], mark);
         }
+        // a block that writes waits until every earlier block of its (b, h) has read its sources
+        if (writes)
+            for (int b = t; b < blk; b += 32)
+                while (load_acquire(&flags[b]) != mark) __nanosleep(64);
+        __syncwarp();
+    }
+    __syncthreads();
+    for (int w = t; w < total; w += GC_THREADS) {
+        int s = w / a.chunk16;
+        if (src[s]) row[(int64_t)(first + s) * a.chunk16 + (w - s * a.chunk16)] = stage[w];
+    }
+    if (t == 0) {
+        __threadfence();
+        if (atomicAdd(&a.rows[bh].done, 1u) == (unsigned)a.nblk - 1) { // the row's last block resets it
+            a.rows[bh].ticket = 0;
+            a.rows[bh].done = 0;
+            __threadfence();
+            *(volatile unsigned *)&a.rows[bh].epoch = s_epoch + 1;
+        }
+    }
+}
+
+// gather_copy_misses: the slots from cnts[bh] on, read from the host once gather_copy_d2d moved the
+// hits (slots below cnts[bh] are left alone). Nothing is read in place, so no ordering: the grid may
+// be capped below one block per (row, range) item, each block looping over items.
+__global__ void __launch_bounds__(GC_THREADS) gather_misses_kernel(GatherArgs a)
+{
+    __shared__ const uint4 *src[GC_MAX_SLOTS];
+    const int t = threadIdx.x;
+    for (int64_t item = blockIdx.x; item < a.items; item += gridDim.x) {
+        const int64_t bh = item / a.nblk;
+        const int first = (int)(item % a.nblk) * a.slots;
+        const int n = min(a.slots, a.M - first);
+        const int cnt = a.cnts[bh];
+        if (first + n <= cnt) continue; // hits only (uniform in the block)
+        const int32_t *off = a.offsets + bh * a.M;
+        uint4 *row = a.buf + bh * a.buf_row16 + a.sparse16;
+        if (t < n) {
+            int i = first + t;
+            src[t] = i < cnt ? nullptr : a.host + bh * a.host_row16 + (int64_t)off[i] * a.chunk16;
+        }
+        __syncthreads();
+        copy_slots<false, GC_UNROLL>(src, nullptr, row, first, n * a.chunk16, a.chunk16);
         __syncthreads(); // src is the next item's
     }
 }
@@ -370,9 +397,8 @@ static GatherArgs make_args(const kvb_bf16 *host, kvb_bf16 *buf, const int32_t *
     return a;
 }
 
-// One block per item, or max_blocks looping over them.
 template <bool HITS, bool MISSES>
-static int launch_gather(const GatherArgs &a, int64_t max_blocks, cudaStream_t s)
+static int launch_gather(const GatherArgs &a, int rows, cudaStream_t s)
 {
     size_t smem = HITS ? (size_t)a.slots * a.chunk16 * 16 : 0;
     if (smem > 48 * 1024)
@@ -381,7 +407,7 @@ static int launch_gather(const GatherArgs &a, int64_t max_blocks, cudaStream_t s
     if (HITS) // staging lives in shared memory: let it take the whole carveout, so 6 blocks fit an SM
         CUDA_TRY(cudaFuncSetAttribute(gather_slots_kernel<HITS, MISSES>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    unsigned blocks = (unsigned)(a.items < max_blocks ? a.items : max_blocks);
+    unsigned blocks = (unsigned)((int64_t)rows * a.nblk);
     gather_slots_kernel<HITS, MISSES><<<blocks, GC_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
@@ -399,8 +425,7 @@ extern "C" int gather_copy(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *of
 {
     if (gather_layout_check(g, "gather_copy")) return KVB_EINVAL;
     if (!Vh || !Vbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy: a NULL pointer argument");
-    const GatherArgs a = make_args(Vh, Vbuf, offsets, cnts, g, workspace);
-    return launch_gather<true, true>(a, a.items, stream);
+    return launch_gather<true, true>(make_args(Vh, Vbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
 }
 
 extern "C" int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int32_t *cnts, const gather_layout *g,
@@ -408,8 +433,7 @@ extern "C" int gather_copy_d2d(kvb_bf16 *Kbuf, const int32_t *offsets, const int
 {
     if (gather_layout_check(g, "gather_copy_d2d")) return KVB_EINVAL;
     if (!Kbuf || !offsets || !cnts || !workspace) return kvb_fail(KVB_EINVAL, "gather_copy_d2d: a NULL pointer argument");
-    const GatherArgs a = make_args(nullptr, Kbuf, offsets, cnts, g, workspace);
-    return launch_gather<true, false>(a, a.items, stream);
+    return launch_gather<true, false>(make_args(nullptr, Kbuf, offsets, cnts, g, workspace), g->B * g->Hkv, stream);
 }
 
 extern "C" int gather_copy_misses(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *offsets, const int32_t *cnts,
@@ -419,7 +443,10 @@ extern "C" int gather_copy_misses(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int3
     if (max_blocks < 1 || max_blocks > 65535)
         return kvb_fail(KVB_EINVAL, "gather_copy_misses: max_blocks=%d out of range [1, 65535]", max_blocks);
     if (!Vh || !Vbuf || !offsets || !cnts) return kvb_fail(KVB_EINVAL, "gather_copy_misses: a NULL pointer argument");
-    return launch_gather<false, true>(make_args(Vh, Vbuf, offsets, cnts, g, nullptr), max_blocks, stream);
+    const GatherArgs a = make_args(Vh, Vbuf, offsets, cnts, g, nullptr);
+    gather_misses_kernel<<<(unsigned)(a.items < max_blocks ? a.items : max_blocks), GC_THREADS, 0, stream>>>(a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
 }
 
 extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t *ids, const gather_layout *g,
@@ -427,8 +454,7 @@ extern "C" int gather_copy_all(const kvb_bf16 *Vh, kvb_bf16 *Vbuf, const int32_t
 {
     if (gather_layout_check(g, "gather_copy_all")) return KVB_EINVAL;
     if (!Vh || !Vbuf || !ids) return kvb_fail(KVB_EINVAL, "gather_copy_all: a NULL pointer argument");
-    const GatherArgs a = make_args(Vh, Vbuf, ids, nullptr, g, nullptr);
-    return launch_gather<false, true>(a, a.items, stream);
+    return launch_gather<false, true>(make_args(Vh, Vbuf, ids, nullptr, g, nullptr), g->B * g->Hkv, stream);
 }
 
 // gather_copy_all, TMA variant: one thread per block issues a bulk copy (cp.async.bulk, the

@@ -147,6 +147,14 @@ static int stage_values_fetched(void *ctx, cudaStream_t s)
                               SHADOWKV_FETCH_BLOCKS, s);
 }
 
+/* One chunk (B = 1): nothing to overlap the fetch with, so the hits and misses move in one launch. */
+static int stage_values(void *ctx, cudaStream_t s)
+{
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_buffers *b = &c->p->b;
+    return gather_copy(b->Vh, b->Vbuf, b->offsets, b->cnts, &c->g, c->ws_v, s);
+}
+
 /* ---- over the whole batch, on stream 0 ---- */
 
 static int stage_keys_moved(void *ctx, cudaStream_t s)
@@ -192,7 +200,15 @@ int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, cons
     shadowkv_path *p = ctx;
     p->q = q, p->knew = knew, p->vnew = vnew, p->o = att;
     int fetched = -1; /* the last chunk's fetch, which attention waits for */
-    for (int j = 0; j < p->n_chunks; j++) {
+    if (p->n_chunks == 1) {
+        shadowkv_chunk *c = &p->chunk[0];
+        const int scan = kvb_step_add(step, "landmark_score", 0, -1, stage_score, c) < 0
+                             ? -1
+                             : kvb_step_add(step, "index_scan", 0, -1, stage_index_scan, c);
+        fetched = scan < 0 ? -1 : kvb_step_add(step, "gather_copy_V", 1, scan, stage_values, c);
+        if (fetched < 0) return KVB_EINVAL;
+    }
+    for (int j = 0; j < p->n_chunks && p->n_chunks > 1; j++) {
         shadowkv_chunk *c = &p->chunk[j];
         if (add_chunk_stage(step, "landmark_score", j, 0, -1, stage_score, c) < 0 ||
             add_chunk_stage(step, "index_scan", j, 0, -1, stage_index_scan, c) < 0)

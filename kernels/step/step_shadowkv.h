@@ -15,8 +15,9 @@
  *   stream 0  decode_attn over the buffer's valid rows, after the last chunk's values arrived (the join)
  *
  * so the next chunk's selection runs on the SMs the capped fetch leaves free, and the fetch overlaps
- * the key compaction and reconstruction, as ShadowKV does. Planned once on the host: every stage's
- * checks run at plan time.
+ * the key compaction and reconstruction, as ShadowKV does. At B = 1 (one chunk) there is no next
+ * chunk to overlap: landmark_score, index_scan, then gather_copy_V on stream 1 (hits and misses in
+ * one launch, gather_copy). Planned once on the host: every stage's checks run at plan time.
  */
 #ifndef KVB_KERNELS_STEP_SHADOWKV_H
 #define KVB_KERNELS_STEP_SHADOWKV_H
