@@ -190,7 +190,7 @@ int main(void)
         cmocka_unit_test(test_host_data_check),
         cmocka_unit_test(test_device_guard),
     };
-    return kvb_test_run_gpu_cases("gpu batch_gemm_rotary", fixed, 4, families, 2);
+    return kvb_test_run_gpu_cases("gpu batch_gemm_rotary", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu batch_gemm_rotary", NULL, 0, families, 2);
 #endif

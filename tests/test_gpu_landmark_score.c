@@ -66,7 +66,7 @@ int main(void)
     static const char *const families[] = {"landmark_score", NULL};
 #if KVB_HAVE_CUDA
     const struct CMUnitTest fixed[] = {cmocka_unit_test(test_api_rejects_before_launch)};
-    return kvb_test_run_gpu_cases("gpu landmark_score", fixed, 1, families, 2);
+    return kvb_test_run_gpu_cases("gpu landmark_score", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu landmark_score", NULL, 0, families, 2);
 #endif

@@ -66,7 +66,7 @@ int main(void)
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_api_refusals),
     };
-    return kvb_test_run_gpu_cases("gpu omnikv", fixed, 1, families, 2);
+    return kvb_test_run_gpu_cases("gpu omnikv", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu omnikv", NULL, 0, families, 2);
 #endif

@@ -132,7 +132,7 @@ int main(void)
         cmocka_unit_test(test_hybrid_api_refusals),
         cmocka_unit_test(test_quest_api_refusals),
     };
-    return kvb_test_run_gpu_cases("gpu page_scoring", fixed, 3, families, 2);
+    return kvb_test_run_gpu_cases("gpu page_scoring", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu page_scoring", NULL, 0, families, 2);
 #endif

@@ -53,7 +53,7 @@ int main(void)
     static const char *const families[] = {"shadowkv", NULL};
 #if KVB_HAVE_CUDA
     const struct CMUnitTest fixed[] = {cmocka_unit_test(test_lowrank_plan_refuses), cmocka_unit_test(test_landmarks_refuse)};
-    return kvb_test_run_gpu_cases("gpu shadowkv", fixed, 2, families, 2);
+    return kvb_test_run_gpu_cases("gpu shadowkv", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu shadowkv", NULL, 0, families, 2);
 #endif

@@ -10,6 +10,7 @@
 #include "tests/testlib.h"
 #if KVB_HAVE_CUDA
 #include "kernels/step/block.h"
+#include "kernels/step/compose.h"
 #include "kernels/step/step_omnikv.h"
 #endif
 
@@ -36,6 +37,20 @@ static void test_refusals(void **state)
     assert_error_mentions("block_linear: in=100 is not a multiple of 8");
     assert_int_equal(block_linear(NULL, FAKE(kvb_bf16), FAKE(kvb_bf16), 1, 64, 64, 0, FAKE(kvb_bf16), 0), KVB_EINVAL);
     assert_error_mentions("block_linear: cublas, x, W or y is NULL");
+}
+
+static int no_stage(void *ctx, cudaStream_t s) { (void)ctx, (void)s; return KVB_OK; }
+
+/* kvb_step_add refuses a stage name the bench's counter would cut, before touching the step */
+static void test_stage_name_refused(void **state)
+{
+    (void)state;
+    static kvb_step step; /* zeroed: kvb_step_add writes only the stage table */
+    snprintf(step.name, sizeof step.name, "case");
+    assert_int_equal(kvb_step_add(&step, "hybrid_score_append+page_topk", 0, -1, no_stage, NULL), 0);
+    assert_true(kvb_step_add(&step, "meta_append+hybrid_score+page_topk", 0, -1, no_stage, NULL) < 0);
+    assert_error_mentions("case: stage meta_append+hybrid_score+page_topk: name of 34 characters, at most 30");
+    assert_int_equal(step.n, 1);
 }
 
 /* omnikv_path_prepare: every check against the host copies, before anything is launched */
@@ -89,8 +104,9 @@ int main(void)
     const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_omnikv_path_refusals),
+        cmocka_unit_test(test_stage_name_refused),
     };
-    return kvb_test_run_gpu_cases("gpu step_block", fixed, 2, families, 2);
+    return kvb_test_run_gpu_cases("gpu step_block", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu step_block", NULL, 0, families, 2);
 #endif

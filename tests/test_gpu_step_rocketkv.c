@@ -83,7 +83,7 @@ int main(void)
         cmocka_unit_test(test_kv_append_refusals),
         cmocka_unit_test(test_plan_refusals),
     };
-    return kvb_test_run_gpu_cases("gpu step_rocketkv", fixed, 2, families, 2);
+    return kvb_test_run_gpu_cases("gpu step_rocketkv", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu step_rocketkv", NULL, 0, families, 2);
 #endif

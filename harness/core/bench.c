@@ -301,7 +301,7 @@ static int bench_finish(void *p, const double *samples, int n, kvb_counter *out,
     size_t ll = strlen(b->label);
     for (int i = 0; i < b->run.n_stages; i++) {
         char name[40];
-        snprintf(name, sizeof name, "stage_us_%.30s", b->run.stage_name[i]);
+        snprintf(name, sizeof name, "stage_us_%.30s", b->run.stage_name[i]); /* KVB_STAGE_NAME_MAX: never cut */
         add_counter(out, n_out, name, b->run.stage_ms[i] * 1e3);
         if (ll < sizeof b->label)
             ll += (size_t)snprintf(b->label + ll, sizeof b->label - ll, "%s%s %.1f us", i ? ", " : "; stages: ",

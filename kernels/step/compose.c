@@ -27,6 +27,9 @@ int kvb_step_add(kvb_step *p, const char *name, int stream, int after, kvb_stage
 {
     if (p->n >= KVB_STEP_MAX_STAGES)
         return -kvb_fail(KVB_EINVAL, "%s: stage %s: more than %d stages", p->name, name, KVB_STEP_MAX_STAGES);
+    if (strlen(name) > KVB_STAGE_NAME_MAX)
+        return -kvb_fail(KVB_EINVAL, "%s: stage %s: name of %zu characters, at most %d", p->name, name, strlen(name),
+                         KVB_STAGE_NAME_MAX);
     if (stream != 0 && stream != 1)
         return -kvb_fail(KVB_EINVAL, "%s: stage %s: stream=%d out of range [0, 1]", p->name, name, stream);
     if (after >= p->n || (after >= 0 && p->st[after].stream == stream))

@@ -83,7 +83,7 @@ int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step)
     for (int i = 0; i < step->n; i++)
         if (step->st[i].stream == 0) producer = i;
     const int kv = kvb_step_add(step, "kv_append", 1, producer, stage_kv_append, p);
-    if (kv < 0 || kvb_step_add(step, "meta_append+hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
+    if (kv < 0 || kvb_step_add(step, "hybrid_score_append+page_topk", 0, -1, stage_score, p) < 0 ||
         kvb_step_add(step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;
