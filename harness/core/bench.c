@@ -185,9 +185,16 @@ static double bench_iterate(void *p)
     return t;
 }
 
+/* A counter for the JSON; a non-finite value (a rate of an empty case) is left out. A full table is
+ * said on stderr, never dropped silently. */
 static void add_counter(kvb_counter *out, int *n, const char *name, double v)
 {
-    if (*n >= KVB_MAX_COUNTERS || !isfinite(v)) return;
+    if (!isfinite(v)) return;
+    if (*n >= KVB_MAX_COUNTERS) {
+        fprintf(stderr, "kvbench bench: counter %s left out: the table holds %d (KVB_MAX_COUNTERS)\n", name,
+                KVB_MAX_COUNTERS);
+        return;
+    }
     snprintf(out[*n].name, sizeof out[*n].name, "%s", name);
     out[*n].value = v;
     (*n)++;

@@ -19,7 +19,7 @@ typedef struct kvb_counter {
     double value;
 } kvb_counter;
 
-#define KVB_MAX_COUNTERS 96 /* ~40 a case, then one a stage (KVB_RUN_MAX_STAGES) */
+#define KVB_MAX_COUNTERS 128 /* ~40 a case, one a stage (KVB_RUN_MAX_STAGES) and one a peer */
 
 typedef struct kvb_bench {
     const char *name; /* the case id */
