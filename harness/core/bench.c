@@ -39,7 +39,7 @@ typedef struct bench_ctx {
     int done, failed;
     int lock_mode; /* --timing-lock: what this case's timing holds (timing_lock.h), until bench_release */
     char error[1600];
-    char label[1200];
+    char label[2048]; /* the case's note, then "; stages: " and each stage in run order */
     struct bench_ctx *all; /* every case of the run, for goals against another impl */
     int n_all;
 } bench_ctx;

@@ -65,7 +65,6 @@ void run_case(benchmark::State &state, int index)
         state.SetIterationTime(n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
     }
     if (state.error_occurred()) return;
-    if (b.label && b.label(b.ctx)[0]) state.SetLabel(b.label(b.ctx));
     kvb_counter counters[KVB_MAX_COUNTERS];
     int n = 0;
     if (b.finish(b.ctx, samples.data(), static_cast<int>(samples.size()), counters, &n) != 0) {
@@ -73,6 +72,8 @@ void run_case(benchmark::State &state, int index)
         g_errors++;
         return;
     }
+    // after finish, which appends the stage times in run order (the JSON's counters are sorted by name)
+    if (b.label && b.label(b.ctx)[0]) state.SetLabel(b.label(b.ctx));
     for (int i = 0; i < n; i++) state.counters[counters[i].name] = benchmark::Counter(counters[i].value);
 }
 
