@@ -85,18 +85,33 @@ static void test_hybrid_api_refusals(void **state)
     assert_int_equal(hybrid_score(FAKE(kvb_bf16), FAKE(kvb_bf16), NULL, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws,
                                   big, 0), KVB_EINVAL);
     assert_error_mentions("NULL");
-    /* hybrid_score_append: the same checks, then its own: the position must be inside the scored length */
+    /* hybrid_score_append: the same checks, then its own: the position must be inside the scored length,
+     * a cache write needs V, vnew and rows for position t */
     int32_t t[1] = {32768};
-    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), FAKE(kvb_bf16), FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), &s,
-                                         81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0), KVB_EINVAL);
+    hybrid_append app = {FAKE(kvb_bf16), NULL, FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), NULL, NULL, 0};
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), &app, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
     assert_error_mentions("hybrid_score_append: t[0]=32768 out of range [0, L-1 = 32767]");
     t[0] = 100;
-    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), NULL, FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), &s, 81,
-                                         1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0), KVB_EINVAL);
-    assert_error_mentions("hybrid_score_append: knew, t or t_host is NULL");
-    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), FAKE(kvb_bf16), FAKE(int32_t), t, FAKE(kvb_bf16), FAKE(kvb_bf16), &s,
-                                         0, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0), KVB_EINVAL);
+    app.knew = NULL;
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), &app, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
+    assert_error_mentions("hybrid_score_append: knew, t, t_host, kmin or kmax is NULL");
+    app.knew = FAKE(kvb_bf16);
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), &app, &s, 0, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
     assert_error_mentions("hybrid_score_append: r=0 out of range [1, 128]");
+    app.K = FAKE(kvb_bf16);
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), &app, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
+    assert_error_mentions("hybrid_score_append: K is given but V or vnew is NULL");
+    app.V = FAKE(kvb_bf16), app.vnew = FAKE(kvb_bf16), app.cache_L = 32767;
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), &app, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
+    assert_error_mentions("hybrid_score_append: cache_L=32767 out of range [L = 32768, 2147483647]");
+    assert_int_equal(hybrid_score_append(FAKE(kvb_bf16), NULL, &s, 81, 1024, FAKE(float), FAKE(int32_t), NULL, ws, big, 0),
+                     KVB_EINVAL);
+    assert_error_mentions("hybrid_score_append: app is NULL");
 }
 
 static void test_quest_api_refusals(void **state)

@@ -3,8 +3,8 @@
  * kept C of them (rocketkv_budget with T = budget and room for M = 50 generated tokens): the kept cache
  * K, V [B, Hkv, C, D] holds t = C - 50 + gen tokens (seeded normal activations; which prompt tokens
  * SnapKV++ kept does not change the step's work), and their page min/max metadata, built on the device
- * by page_meta_build (the host's by its reference). The step: kv_append beside the scoring with the
- * page metadata's append (hybrid_score_append) and the page top-k, then sparse_attn_pages. all=1 attends every kept token: the reference
+ * by page_meta_build (the host's by its reference). The step: the scoring with the page metadata's
+ * and the cache's append (hybrid_score_append) and the page top-k, then sparse_attn_pages. all=1 attends every kept token: the reference
  * must then equal dense attention over the t + 1 kept tokens, bit for bit.
  */
 #include <stdio.h>
@@ -188,7 +188,7 @@ static double host_bytes_rk(const step_case *s)
 
 const step_method step_method_rocketkv = {
     .name = "rocketkv",
-    .about = "SnapKV++-kept K, V and page min/max; kv_append | hybrid_score with the metadata append + page "
+    .about = "SnapKV++-kept K, V and page min/max; hybrid_score with the metadata and cache append + page "
              "top-k, sparse_attn_pages",
     .device_choice = "pages",
     .shape = shape_rk,

@@ -6,8 +6,8 @@
  * of Lmax tokens: SnapKV++ kept C of them (C, P, r, k from rocketkv_budget(T, Lmax, D, M)); the kept
  * cache has room for C tokens, C - M of the prompt and M generated; this step decodes the token at
  * t = C - M + gen. Implementations (impl=):
- *   kernel  the three stages captured once as a CUDA graph, each launch replays it
- *   eager   the same stages enqueued one by one (two streams: kv_append beside the scoring)
+ *   kernel  the two stages captured once as a CUDA graph, each launch replays it
+ *   eager   the same stages enqueued one by one
  *   dense   what RocketKV replaces: kv_append and decode_attn over the whole uncompressed context,
  *           Lmax + gen + 1 tokens (the baseline of the goal, timed in the same run)
  *
@@ -422,9 +422,9 @@ static size_t host_bytes_rk(const kvb_case *c)
 }
 
 static const kvb_impl rk_impls[] = {
-    {"kernel", NULL, 0, "the three stages (kv_append | hybrid_score with the metadata append + page top-k, "
+    {"kernel", NULL, 0, "the two stages (hybrid_score with the metadata and cache append + page top-k, "
                         "sparse_attn_pages) replayed as one CUDA graph"},
-    {"eager", NULL, 0, "the same stages enqueued one by one on two streams"},
+    {"eager", NULL, 0, "the same stages enqueued one by one"},
     {"dense", NULL, 0, "baseline: kv_append and decode_attn over the whole uncompressed context"},
 };
 

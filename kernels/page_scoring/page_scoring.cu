@@ -46,6 +46,7 @@
 // with fp32 FMAs (8 G per piece plus the bf16 unpacking) was instruction-bound on an H200, hence the
 // tensor cores: one mma per 16 pages x 16 channels x 4 heads (hi and lo).
 #include <cfloat>
+#include <climits>
 #include <cstdint>
 
 #include "kernels/common/kvb_cuda.h"
@@ -183,6 +184,10 @@ struct HybridArgs {
     const uint16_t *knew;         // [heads, D]
     const int32_t *t;             // [B]
     uint16_t *kmin_w, *kmax_w;
+    // and, when K is not NULL, the cache rows t[b] of K and V (kv_append)
+    const uint16_t *vnew;         // [heads, D]
+    uint16_t *K, *V;              // [heads, cache_L, D]
+    int64_t cache_L;
 };
 
 // The prologue's scratch, in the (then unused) dynamic shared memory of the ring.
@@ -230,6 +235,10 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
             for (int c = threadIdx.x; c < D; c += THREADS) {
                 const int64_t at = (bh * D + c) * a.cap + page;
                 const uint16_t v = a.knew[bh * D + c];
+                if (a.K) { // the attention after this launch reads row pos: kv_append's writes
+                    const int64_t row = (bh * a.cache_L + pos) * D + c;
+                    a.K[row] = v, a.V[row] = a.vnew[bh * D + c];
+                }
                 if (pos % a.P == 0) { // the page starts: the entry becomes k, whatever it held
                     a.kmin_w[at] = v, a.kmax_w[at] = v;
                     continue;
@@ -871,31 +880,32 @@ extern "C" size_t hybrid_score_workspace_bytes(const page_layout *s)
     return hybrid_workspace(s).total;
 }
 
-// What hybrid_score_append adds to hybrid_score: the key appended at t into the bounds it then reads.
-struct HybridAppend {
-    const kvb_bf16 *knew;
-    const int32_t *t, *t_host;
-    kvb_bf16 *kmin, *kmax; // the same arrays as the scoring's kmin, kmax
-};
-
 // hybrid_score, or hybrid_score_append when app is not NULL.
 static int hybrid_run(const char *who, const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax,
-                      const HybridAppend *app, const page_layout *s, int r, int k, float *u, int32_t *pages,
+                      const hybrid_append *app, const page_layout *s, int r, int k, float *u, int32_t *pages,
                       int32_t *channels, void *workspace, size_t workspace_bytes, cudaStream_t stream)
 {
     int rc = page_layout_check(s, who);
     if (rc || (rc = hybrid_params_check(s, r, k, who))) return rc;
     if (!q || !kmin || !kmax || !u) return kvb_fail(KVB_EINVAL, "%s: q, kmin, kmax or u is NULL", who);
     if ((rc = kvb_check_aligned16(who, "kmin", kmin)) || (rc = kvb_check_aligned16(who, "kmax", kmax))) return rc;
-    if (app && (!app->knew || !app->t || !app->t_host))
-        return kvb_fail(KVB_EINVAL, "%s: knew, t or t_host is NULL", who);
+    if (app && (!app->knew || !app->t || !app->t_host || !app->kmin || !app->kmax))
+        return kvb_fail(KVB_EINVAL, "%s: knew, t, t_host, kmin or kmax is NULL", who);
+    if (app && app->K && (!app->V || !app->vnew)) return kvb_fail(KVB_EINVAL, "%s: K is given but V or vnew is NULL", who);
+    if (app && app->K && app->cache_L < s->L)
+        return kvb_fail(KVB_EINVAL, "%s: cache_L=%d out of range [L = %d, %d]", who, app->cache_L, s->L, INT_MAX);
     if (app && (rc = page_positions_check(s, app->t_host, who))) return rc;
     const HybridWorkspace w = hybrid_workspace(s);
     if ((rc = check_workspace(who, workspace, workspace_bytes, w.total))) return rc;
     const int64_t heads = (int64_t)s->B * s->Hkv;
     HybridArgs a = {};
     a.q = q, a.kmin = kmin, a.kmax = kmax;
-    if (app) a.knew = app->knew, a.t = app->t, a.kmin_w = app->kmin, a.kmax_w = app->kmax;
+    if (app) {
+        a.knew = (const uint16_t *)app->knew, a.t = app->t;
+        a.kmin_w = (uint16_t *)app->kmin, a.kmax_w = (uint16_t *)app->kmax;
+        a.vnew = (const uint16_t *)app->vnew, a.K = (uint16_t *)app->K, a.V = (uint16_t *)app->V;
+        a.cache_L = app->cache_L;
+    }
     a.Hkv = s->Hkv, a.D = s->D, a.L = s->L, a.P = s->P, a.cap = s->cap, a.n_pages = page_count(s->L, s->P), a.r = r;
     a.z = (float *)((char *)workspace + w.z);
     a.part = (float2 *)((char *)workspace + w.part);
@@ -925,13 +935,12 @@ extern "C" int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_b
                       stream);
 }
 
-extern "C" int hybrid_score_append(const kvb_bf16 *q, const kvb_bf16 *knew, const int32_t *t, const int32_t *t_host,
-                                   kvb_bf16 *kmin, kvb_bf16 *kmax, const page_layout *s, int r, int k, float *u,
-                                   int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
-                                   cudaStream_t stream)
+extern "C" int hybrid_score_append(const kvb_bf16 *q, const hybrid_append *app, const page_layout *s, int r, int k,
+                                   float *u, int32_t *pages, int32_t *channels, void *workspace,
+                                   size_t workspace_bytes, cudaStream_t stream)
 {
-    const HybridAppend app = {knew, t, t_host, kmin, kmax};
-    return hybrid_run("hybrid_score_append", q, kmin, kmax, &app, s, r, k, u, pages, channels, workspace,
+    if (!app) return kvb_fail(KVB_EINVAL, "hybrid_score_append: app is NULL");
+    return hybrid_run("hybrid_score_append", q, app->kmin, app->kmax, app, s, r, k, u, pages, channels, workspace,
                       workspace_bytes, stream);
 }
 

@@ -40,13 +40,24 @@ int hybrid_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, 
                  float *u, int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
                  cudaStream_t stream);
 
-/* hybrid_score after appending knew [B, Hkv, D] at t[b] (device copy) into kmin, kmax in place, as
- * page_meta_append then hybrid_score, in their launches: the scoring block whose pages include t[b]'s
- * updates that page (every channel) before it reads it. t_host holds the same positions, checked in
- * [0, L) before the launch. RocketKV's decode step: one dependent launch less. */
-int hybrid_score_append(const kvb_bf16 *q, const kvb_bf16 *knew, const int32_t *t, const int32_t *t_host,
-                        kvb_bf16 *kmin, kvb_bf16 *kmax, const page_layout *s, int r, int k, float *u, int32_t *pages,
-                        int32_t *channels, void *workspace, size_t workspace_bytes, cudaStream_t stream);
+/* What hybrid_score_append writes before it scores: the new key into the bounds of its page and, when K
+ * is given, the new key and value into row t[b] of the cache (as kv_append). */
+typedef struct hybrid_append {
+    const kvb_bf16 *knew, *vnew; /* [B, Hkv, D]; vnew only with K */
+    const int32_t *t, *t_host;   /* [B]: the position, device copy and the same values on the host */
+    kvb_bf16 *kmin, *kmax;       /* the bounds the scoring reads, updated in place */
+    kvb_bf16 *K, *V;             /* [B, Hkv, cache_L, D], or NULL: no cache write */
+    int cache_L;                 /* rows per (b, KV head) of K, V: at least the scored length L */
+} hybrid_append;
+
+/* hybrid_score after appending knew at t[b] into kmin, kmax in place (and, with K, knew and vnew into
+ * the cache), as page_meta_append (and kv_append) then hybrid_score in their launches: the scoring
+ * block whose pages include t[b]'s updates that page (every channel) and writes the cache rows before
+ * it reads the page. t_host is checked in [0, L) before the launch. RocketKV's decode step: one or
+ * two dependent launches less. */
+int hybrid_score_append(const kvb_bf16 *q, const hybrid_append *app, const page_layout *s, int r, int k, float *u,
+                        int32_t *pages, int32_t *channels, void *workspace, size_t workspace_bytes,
+                        cudaStream_t stream);
 
 /* Device workspace of quest_score (topk_rows' workspace for the page selection). */
 size_t quest_score_workspace_bytes(const page_layout *s);

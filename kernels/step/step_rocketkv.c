@@ -15,23 +15,17 @@ void rocketkv_workspace_bytes(const rocketkv_shape *sh, size_t *score_bytes, siz
     *attn_bytes = sparse_attn_workspace_bytes(&att);
 }
 
-static int stage_kv_append(void *ctx, cudaStream_t s)
-{
-    rocketkv_step_plan *p = ctx;
-    const rocketkv_buffers *b = &p->buf;
-    return kv_append(b->knew, b->vnew, b->t, b->t_host, b->K, b->V, &p->cache, s);
-}
-
-/* The new key's page bounds (page_meta_append) are updated by the scoring kernel's block that reads that
- * page: one dependent launch less (the score layout's L = t + 1 holds position t). */
+/* The new key's page bounds (page_meta_append) and the new key and value's cache rows (kv_append) are
+ * written by the scoring kernel's block that reads that page: two dependent launches less (the score
+ * layout's L = t + 1 holds position t). */
 static int stage_score(void *ctx, cudaStream_t s)
 {
     rocketkv_step_plan *p = ctx;
     const rocketkv_buffers *b = &p->buf;
     size_t ws_bytes, unused;
     rocketkv_workspace_bytes(&p->sh, &ws_bytes, &unused);
-    return hybrid_score_append(b->q, b->knew, b->t, b->t_host, b->kmin, b->kmax, &p->score, p->sh.r, p->sh.k, b->u,
-                               b->pages, NULL, b->ws_score, ws_bytes, s);
+    const hybrid_append app = {b->knew, b->vnew, b->t, b->t_host, b->kmin, b->kmax, b->K, b->V, p->cache.L};
+    return hybrid_score_append(b->q, &app, &p->score, p->sh.r, p->sh.k, b->u, b->pages, NULL, b->ws_score, ws_bytes, s);
 }
 
 static int stage_attend(void *ctx, cudaStream_t s)
@@ -77,14 +71,8 @@ int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const
 
 int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step)
 {
-    /* the side stream's append waits for the main stream's last stage so far (in the block: rope_split,
-     * which writes knew, vnew); first in a step of its own, it waits for nothing but the step's fork */
-    int producer = -1;
-    for (int i = 0; i < step->n; i++)
-        if (step->st[i].stream == 0) producer = i;
-    const int kv = kvb_step_add(step, "kv_append", 1, producer, stage_kv_append, p);
-    if (kv < 0 || kvb_step_add(step, "hybrid_score_append+page_topk", 0, -1, stage_score, p) < 0 ||
-        kvb_step_add(step, "sparse_attn_pages", 0, kv, stage_attend, p) < 0)
+    if (kvb_step_add(step, "append+hybrid_score+page_topk", 0, -1, stage_score, p) < 0 ||
+        kvb_step_add(step, "sparse_attn_pages", 0, -1, stage_attend, p) < 0)
         return KVB_EINVAL;
     return KVB_OK;
 }

@@ -2,11 +2,12 @@
  * kernels/step/NOTES.md, the rocketkv method: page metadata append -> hybrid scoring -> page top-k ->
  * sparse attention), over the C tokens SnapKV++ kept from the prompt:
  *
- *   side stream:  kv_append            the new token's k, v into row t of the kept cache K, V
- *   main stream:  hybrid_score_append  k into the min/max of its page (t / P), done by the scoring
- *                                      block that reads that page; u over the ceil((t+1)/P) pages,
- *                                      then the page top-k
- *                 sparse_attn_pages    waits for kv_append; attends over the chosen pages (len = t+1)
+ *   hybrid_score_append  k into the min/max of its page (t / P) and k, v into row t of the kept cache
+ *                        K, V, done by the scoring block that reads that page; u over the
+ *                        ceil((t+1)/P) pages, then the page top-k
+ *   sparse_attn_pages    attends over the chosen pages (len = t+1)
+ *
+ * both on the main stream.
  *
  * Planned once on the host (every check of every stage runs here, so a bad shape is refused before
  * anything is launched); each step then only enqueues, eagerly or as one captured CUDA graph.
@@ -51,8 +52,8 @@ typedef struct rocketkv_step_plan {
 void rocketkv_workspace_bytes(const rocketkv_shape *sh, size_t *score_bytes, size_t *attn_bytes);
 
 /* The path's checks and layouts without a step of its own (rocketkv_step_plan_make = this, then the
- * stages added to p->step); then rocketkv_add_stages adds the three stages to any step (the decode
- * block's): kv_append on its side stream, the rest on its main stream. */
+ * stages added to p->step); then rocketkv_add_stages adds the two stages to any step (the decode
+ * block's), on its main stream. */
 int rocketkv_path_prepare(rocketkv_step_plan *p, const rocketkv_shape *sh, const rocketkv_buffers *buf);
 int rocketkv_add_stages(rocketkv_step_plan *p, kvb_step *step);
 /* As a block_attention's add_stages (kernels/step/step_block.h; ctx: a prepared plan): q, knew, vnew, o
