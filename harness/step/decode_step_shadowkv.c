@@ -511,7 +511,7 @@ const step_method step_method_shadowkv = {
     .name = "shadowkv",
     .about = "low-rank keys, landmarks, outliers and a chunk buffer on the device, values in pinned host memory; "
              "per chunk of the batch landmark_score, index_scan, gather_copy_d2d V | gather_copy_misses V; then "
-             "gather_copy_d2d K + batch_gemm_rotary, decode_attn",
+             "gather_copy_d2d K + batch_gemm_rotary, kv_append; per chunk decode_attn",
     .device_choice = "chunks",
     .shape = shape_skv,
     .setup = setup_skv,

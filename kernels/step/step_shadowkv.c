@@ -28,33 +28,42 @@ static gather_layout chunk_layout(const shadowkv_step_shape *sh, int n, int j)
     return g;
 }
 
-/* A chunk's slice of ws_v, rounded so that every slice starts 256-byte aligned. */
-static size_t chunk_ws_bytes(const gather_layout *g) { return (gather_copy_workspace_bytes(g) + 255) & ~(size_t)255; }
+/* A chunk's slice of a workspace, rounded so that every slice starts 256-byte aligned. */
+static size_t slice_bytes(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t chunk_ws_bytes(const gather_layout *g) { return slice_bytes(gather_copy_workspace_bytes(g)); }
+
+static decode_layout chunk_decode_layout(const shadowkv_step_shape *sh, const gather_layout *g)
+{
+    return (decode_layout){g->B, sh->Hq, sh->Hkv, sh->D, g->NB};
+}
 
 int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes, size_t *gather_bytes,
                              size_t *attn_bytes)
 {
     const lms_shape ls = score_shape(sh);
     const decode_layout d = {sh->B, sh->Hq, sh->Hkv, sh->D, sh->L.g.NB};
-    /* V's compaction takes a slice per chunk, K's the whole layout: the larger serves both */
+    /* V's compaction and attention take a slice per chunk, K's compaction the whole layout: for the
+     * compactions the larger serves both */
     const int n = chunk_count(sh->B);
-    size_t slices = 0;
+    size_t slices = 0, attn = 0;
     for (int j = 0; j < n; j++) {
         const gather_layout g = chunk_layout(sh, n, j);
+        const decode_layout dc = chunk_decode_layout(sh, &g);
         slices += chunk_ws_bytes(&g);
+        attn += slice_bytes(decode_attn_workspace_bytes(&dc));
     }
-    const size_t whole = gather_copy_workspace_bytes(&sh->L.g);
+    const size_t whole = gather_copy_workspace_bytes(&sh->L.g), whole_attn = decode_attn_workspace_bytes(&d);
     *gather_bytes = slices > whole ? slices : whole;
-    *attn_bytes = decode_attn_workspace_bytes(&d);
+    *attn_bytes = attn > whole_attn ? attn : whole_attn;
     return landmark_score_workspace_bytes(&ls, score_bytes);
 }
 
-/* The chunks' shapes, checked, and their slices of ws_v. */
+/* The chunks' shapes, checked, and their slices of ws_v and ws_attn. */
 static int plan_chunks(shadowkv_path *p)
 {
     const shadowkv_step_shape *sh = &p->sh;
     p->n_chunks = chunk_count(sh->B);
-    char *ws_v = p->b.ws_v;
+    char *ws_v = p->b.ws_v, *ws_attn = p->b.ws_attn;
     for (int j = 0; j < p->n_chunks; j++) {
         shadowkv_chunk *c = &p->chunk[j];
         c->p = p;
@@ -62,10 +71,12 @@ static int plan_chunks(shadowkv_path *p)
         c->g = chunk_layout(sh, p->n_chunks, j);
         c->ls = score_shape(sh);
         c->ls.B = c->g.B;
-        c->ws_v = ws_v;
+        c->d = chunk_decode_layout(sh, &c->g);
+        c->ws_v = ws_v, c->ws_attn = ws_attn;
         ws_v += chunk_ws_bytes(&c->g);
+        ws_attn += slice_bytes(decode_attn_workspace_bytes(&c->d));
         int rc = landmark_score_check(&c->ls, WHO);
-        if (rc || (rc = gather_layout_check(&c->g, WHO))) return rc;
+        if (rc || (rc = gather_layout_check(&c->g, WHO)) || (rc = decode_layout_check(&c->d, WHO))) return rc;
     }
     return KVB_OK;
 }
@@ -179,10 +190,15 @@ static int stage_append(void *ctx, cudaStream_t s)
     return kv_append(p->knew, p->vnew, p->b.slot, p->b.slot_host, p->b.Kbuf, p->b.Vbuf, &p->buf, s);
 }
 
+/* ---- per chunk, on stream 0, once the chunk's values arrived ---- */
+
 static int stage_attend(void *ctx, cudaStream_t s)
 {
-    shadowkv_path *p = ctx;
-    return decode_attn(p->q, p->b.Kbuf, p->b.Vbuf, p->b.len, p->b.len_host, p->o, &p->buf, p->b.ws_attn, s);
+    const shadowkv_chunk *c = ctx;
+    const shadowkv_path *p = c->p;
+    const int64_t q0 = (int64_t)c->b0 * p->sh.Hq * p->sh.D;
+    return decode_attn(p->q + q0, chunk_buffer(c, p->b.Kbuf), chunk_buffer(c, p->b.Vbuf), p->b.len + c->b0,
+                       p->b.len_host + c->b0, p->o + q0, &c->d, c->ws_attn, s);
 }
 
 /* Adds a stage named "<name>_c<j>"; its index, or a negative error. */
@@ -199,14 +215,14 @@ int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, cons
 {
     shadowkv_path *p = ctx;
     p->q = q, p->knew = knew, p->vnew = vnew, p->o = att;
-    int fetched = -1; /* the last chunk's fetch, which attention waits for */
+    int fetched[SHADOWKV_MAX_CHUNKS]; /* each chunk's fetch, which its attention waits for */
     if (p->n_chunks == 1) {
         shadowkv_chunk *c = &p->chunk[0];
         const int scan = kvb_step_add(step, "landmark_score", 0, -1, stage_score, c) < 0
                              ? -1
                              : kvb_step_add(step, "index_scan", 0, -1, stage_index_scan, c);
-        fetched = scan < 0 ? -1 : kvb_step_add(step, "gather_copy_V", 1, scan, stage_values, c);
-        if (fetched < 0) return KVB_EINVAL;
+        fetched[0] = scan < 0 ? -1 : kvb_step_add(step, "gather_copy_V", 1, scan, stage_values, c);
+        if (fetched[0] < 0) return KVB_EINVAL;
     }
     for (int j = 0; j < p->n_chunks && p->n_chunks > 1; j++) {
         shadowkv_chunk *c = &p->chunk[j];
@@ -214,13 +230,16 @@ int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, cons
             add_chunk_stage(step, "index_scan", j, 0, -1, stage_index_scan, c) < 0)
             return KVB_EINVAL;
         const int moved = add_chunk_stage(step, "gather_copy_d2d_V", j, 0, -1, stage_values_moved, c);
-        fetched = moved < 0 ? -1 : add_chunk_stage(step, "gather_copy_misses", j, 1, moved, stage_values_fetched, c);
-        if (fetched < 0) return KVB_EINVAL;
+        fetched[j] = moved < 0 ? -1 : add_chunk_stage(step, "gather_copy_misses", j, 1, moved, stage_values_fetched, c);
+        if (fetched[j] < 0) return KVB_EINVAL;
     }
     if (kvb_step_add(step, "gather_copy_d2d_K", 0, -1, stage_keys_moved, p) < 0 ||
         kvb_step_add(step, "batch_gemm_rotary", 0, -1, stage_keys_rebuilt, p) < 0 ||
-        kvb_step_add(step, "kv_append", 0, -1, stage_append, p) < 0 ||
-        kvb_step_add(step, "decode_attn", 0, fetched, stage_attend, p) < 0)
+        kvb_step_add(step, "kv_append", 0, -1, stage_append, p) < 0)
         return KVB_EINVAL;
+    if (p->n_chunks == 1) return kvb_step_add(step, "decode_attn", 0, fetched[0], stage_attend, &p->chunk[0]) < 0 ? KVB_EINVAL : KVB_OK;
+    /* each chunk's attention as soon as its values arrived: only the last chunk's follows the last fetch */
+    for (int j = 0; j < p->n_chunks; j++)
+        if (add_chunk_stage(step, "decode_attn", j, 0, fetched[j], stage_attend, &p->chunk[j]) < 0) return KVB_EINVAL;
     return KVB_OK;
 }

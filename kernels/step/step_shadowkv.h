@@ -12,12 +12,17 @@
  * then, over the whole batch:
  *
  *   stream 0  gather_copy_d2d_K (hits), batch_gemm_rotary (misses: U x SV with RoPE), kv_append
- *   stream 0  decode_attn over the buffer's valid rows, after the last chunk's values arrived (the join)
  *
- * so the next chunk's selection runs on the SMs the capped fetch leaves free, and the fetch overlaps
- * the key compaction and reconstruction, as ShadowKV does. At B = 1 (one chunk) there is no next
- * chunk to overlap: landmark_score, index_scan, then gather_copy_V on stream 1 (hits and misses in
- * one launch, gather_copy). Planned once on the host: every stage's checks run at plan time.
+ * and per chunk j in order:
+ *
+ *   stream 0  decode_attn_cj over the chunk's valid rows, after its values arrived (a join per chunk)
+ *
+ * so the next chunk's selection runs on the SMs the capped fetch leaves free, the fetch overlaps the
+ * key compaction and reconstruction, as ShadowKV does, and the first chunks' attention overlaps the
+ * last fetches: only the last chunk's attention follows the last fetch. At B = 1 (one chunk) there is
+ * no next chunk to overlap: landmark_score, index_scan, then gather_copy_V on stream 1 (hits and misses
+ * in one launch, gather_copy), and decode_attn after it. Planned once on the host: every stage's
+ * checks run at plan time.
  */
 #ifndef KVB_KERNELS_STEP_SHADOWKV_H
 #define KVB_KERNELS_STEP_SHADOWKV_H
@@ -45,7 +50,7 @@ typedef struct shadowkv_buffers { /* device pointers unless *_host */
     int32_t *bad;                /* batch_gemm_rotary's error word (zeroed once), or NULL */
     void *ws_score;              /* shadowkv_workspace_bytes: score */
     void *ws_v, *ws_k;           /* shadowkv_workspace_bytes: gather each, zeroed once */
-    void *ws_attn;               /* decode_attn_workspace_bytes, zeroed once */
+    void *ws_attn;               /* shadowkv_workspace_bytes: attn (a slice per chunk), zeroed once */
 } shadowkv_buffers;
 
 #define SHADOWKV_MAX_CHUNKS 4   /* chunks of the batch: min(4, B) */
@@ -59,7 +64,9 @@ typedef struct shadowkv_chunk {
     int b0;
     lms_shape ls;       /* landmark scoring over the chunk's sequences */
     gather_layout g;    /* the chunk's rows of the buffer and the host values */
+    decode_layout d;    /* the chunk's rows of the buffer as decode_attn sees them */
     void *ws_v;         /* the chunk's own slice of ws_v: its compaction's row state persists per chunk */
+    void *ws_attn;      /* the chunk's own slice of ws_attn */
 } shadowkv_chunk;
 
 typedef struct shadowkv_path {
@@ -74,7 +81,7 @@ typedef struct shadowkv_path {
 } shadowkv_path;
 
 /* Workspaces: landmark scoring's, the compactions' (V's and K's each: gather_bytes, which holds a
- * slice per chunk for V), and attention's over the buffer. */
+ * slice per chunk for V), and attention's (a slice per chunk). */
 int shadowkv_workspace_bytes(const shadowkv_step_shape *sh, size_t *score_bytes, size_t *gather_bytes,
                              size_t *attn_bytes);
 /* Checks every stage's shape and the host copies (slot = decode_start + gen, len = slot + 1). */
