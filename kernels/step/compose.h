@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define KVB_STEP_MAX_STAGES 32 /* the ShadowKV block has 28 */
+#define KVB_STEP_MAX_STAGES 32 /* the ShadowKV block has 31 at B >= 4 */
 #define KVB_STAGE_NAME_MAX 30  /* a stage name's characters: the bench counter stage_us_<name> keeps 30 */
 
 typedef int (*kvb_stage_fn)(void *ctx, cudaStream_t stream); /* enqueue the stage's work; KVB_OK or an error */
