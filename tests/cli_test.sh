@@ -552,6 +552,33 @@ if [ -f "$root/harness/scripts/gpu_round.sh" ]; then
         kill "$(cat "$tmp/fb/pids")" 2>/dev/null; fi
 fi
 
+# gpu_round.sh lists the compute processes already on the GPU before each phase (a stand-in nvidia-smi):
+# a listed process is logged for the phase, nvidia-smi's messages are not processes
+if [ -f "$root/harness/scripts/gpu_round.sh" ]; then
+    mkdir -p "$tmp/gp/bin" "$tmp/gp/smi_busy" "$tmp/gp/smi_idle"
+    cp "$root/harness/scripts/gpu_round.sh" "$tmp/gp/"
+    printf '%s\n' '#!/bin/bash' 'echo "kvbench stand-in"' >"$tmp/gp/bin/kvbench"
+    printf '%s\n' '#!/bin/bash' 'case "$*" in *query-compute-apps*) echo "4242, /usr/bin/python3, 1000 MiB";' \
+        '  echo "[Not Supported]";; *) echo "stand-in GPU";; esac' >"$tmp/gp/smi_busy/nvidia-smi"
+    printf '%s\n' '#!/bin/bash' 'case "$*" in *query-compute-apps*) echo "No running processes found";;' \
+        '  *) echo "stand-in GPU";; esac' >"$tmp/gp/smi_idle/nvidia-smi"
+    chmod +x "$tmp/gp/bin/kvbench" "$tmp/gp/smi_busy/nvidia-smi" "$tmp/gp/smi_idle/nvidia-smi"
+    PATH="$tmp/gp/smi_busy:$PATH" TESTS=0 CHECK=0 SANITIZE=0 PEERS=0 BENCH=0 bash "$tmp/gp/gpu_round.sh" "$tmp/gpbusy" >/dev/null 2>&1
+    PATH="$tmp/gp/smi_idle:$PATH" TESTS=0 CHECK=0 SANITIZE=0 PEERS=0 BENCH=0 bash "$tmp/gp/gpu_round.sh" "$tmp/gpidle" >/dev/null 2>&1
+    if grep -q '^\[[^]]*\] device: other compute processes on the GPU: 4242, /usr/bin/python3, 1000 MiB$' "$tmp/gpbusy/round.log" &&
+        ! grep -q 'other compute processes' "$tmp/gpidle/round.log"; then
+        ok "gpu_round.sh: a compute process already on the GPU is logged before the phase, a message is not"
+    else fail "gpu_round.sh: a compute process already on the GPU is logged before the phase, a message is not"; fi
+    # the main job says so first too (a stand-in kvbench that finds no GPU: the quick path)
+    mkdir -p "$tmp/gp/nogpu"
+    printf '%s\n' '#!/bin/bash' 'echo "kvbench: no CUDA device"; exit 3' >"$tmp/gp/nogpu/kvbench"
+    chmod +x "$tmp/gp/nogpu/kvbench"
+    out=$(PATH="$tmp/gp/smi_busy:$PATH" bash "$root/harness/scripts/main_job.sh" "$tmp/gp/nogpu/kvbench" "$tmp/gpjob" 2>&1)
+    if head -n 1 <<<"$out" | grep -q '^main job: other compute processes on the GPU: 4242, /usr/bin/python3, 1000 MiB; the times below may be shared'; then
+        ok "main job: a compute process already on the GPU is said first"
+    else fail "main job: a compute process already on the GPU is said first"; head -n 3 <<<"$out" | sed 's/^/    /'; fi
+fi
+
 if ! ls -A "$tmp" | grep -q '\.tmp\.'; then ok "no temporary files left"; else fail "no temporary files left"; fi
 
 echo "cli: $passed passed, $failed failed"

@@ -74,6 +74,12 @@ def main():
             ", %.1f minutes in all" % (sum(totals) / 60.0) if totals else "",
             " in %d calls of `gpu_round.sh`" % len(totals) if len(totals) > 1 else "",
             ", ".join("%s %s s (exit %s)" % (p[1], p[3], p[2]) for p in phases)))
+    # gpu_round.sh lists the compute processes already on the GPU before a phase: another's work
+    others = re.findall(r"^\[\S+\] (\w+): other compute processes on the GPU: (.*)$", log, re.M)
+    if others:
+        lines.append("")
+        lines.append("Other compute processes were on the GPU before %s: the phase's times may be shared." % (
+            "; ".join("%s (%s)" % (name, procs) for name, procs in others)))
     lines.append("")
     cc = check_counts(os.path.join(res, "check.json"))
     if cc:

@@ -16,6 +16,10 @@
 # and the bench (kvbench --shard; `kvbench merge` joins the shards' JSON). OUT/wall.md: where the cases'
 # wall time went (harness/report/wall_report.py). The phases' exit codes are in round.log; the script
 # exits 1 if any failed.
+# Before each phase the compute processes already on the GPU are listed (nvidia-smi): none of the
+# round's own runs then, so any listed is another's work sharing the GPU with the phase, and round.log
+# says so ("... other compute processes on the GPU: ..."); where nvidia-smi cannot list them (some
+# containers) nothing is said.
 # Back on the development machine, `make publish ROUND=OUT` makes OUT the canonical round.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,11 +58,22 @@ stop_round() {
 }
 trap stop_round TERM INT
 
+# the compute processes on the GPU now, "pid, name, memory" ";"-separated; empty when none or unknown
+# (only lines that start with a pid: nvidia-smi's messages are not processes)
+gpu_processes() {
+    command -v nvidia-smi >/dev/null || return 0
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2>/dev/null |
+        grep -E '^[0-9]+,' | paste -sd ';' -
+}
+
 # phase NAME CMD...: runs CMD (in the background, waited for, so that a signal is handled at once), logs
 # its wall time and exit code
+
 phase() {
-    local name=$1 t0 s
+    local name=$1 t0 s others
     shift
+    others=$(gpu_processes)
+    [ -n "$others" ] && echo "[$(date -u +%FT%TZ)] $name: other compute processes on the GPU: $others" >>"$log"
     t0=$(date +%s)
     echo "[$(date -u +%FT%TZ)] $name: start" >>"$log"
     "$@" &

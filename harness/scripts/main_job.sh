@@ -57,6 +57,11 @@ durations() {
     done
 }
 
+# compute processes already on the GPU share it with every timing below: said once, not refused (only
+# nvidia-smi's lines that start with a pid; where it cannot list processes nothing is said)
+others=$(command -v nvidia-smi >/dev/null && nvidia-smi --query-compute-apps=pid,process_name,used_memory \
+    --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+,' | paste -sd ';' -)
+[ -n "$others" ] && echo "main job: other compute processes on the GPU: $others; the times below may be shared with them"
 "$kvbench" ceilings --json "$results/ceilings.json" >"$results/ceilings.log" 2>&1
 ceil_rc=$?
 if [ $ceil_rc -eq 3 ]; then
