@@ -36,11 +36,17 @@ run_tool() {
     local tiers=(sanitize) rc=0 t
     [ "$tool" = memcheck ] && read -r -a tiers <<<"${SANITIZE_LEAK_TIERS:-sanitize smoke}"
     : >"$out/sanitize_$tool.log"
+    # a pass in a subshell of its own (SANITIZE_PARALLEL=1) stops its tool when it is signalled itself
+    # (pkill -f sanitize.sh signals every process of the script at once): a tool left behind would keep
+    # its checks on the GPU beside whatever runs next
+    pass_tool=
+    [ "$BASHPID" != "$$" ] && trap '[ -n "$pass_tool" ] && kill -TERM "$pass_tool" 2>/dev/null; exit 143' TERM INT
     for tier in "${tiers[@]}"; do
         # in the background and waited for: a TERM to this script is handled at once, not after the pass
         ${SANITIZE_TIMEOUT:+timeout "$SANITIZE_TIMEOUT"} compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 1 --print-limit 100 \
             "$kvbench" check --tier "$tier" --cases "$cases" "${filter[@]}" >>"$out/sanitize_$tool.log" 2>&1 &
-        wait $!
+        pass_tool=$!
+        wait $pass_tool
         t=$?
         [ "$t" -eq 0 ] || rc=$t
         # killed by a signal (128 + n; timeout's own 124 is not one): the pass stops here, no next tier

@@ -527,6 +527,17 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     for _ in $(seq 20); do [ "$(alive)" -eq 0 ] && break; sleep 0.1; done
     if [ $rc -eq 143 ] && [ "$(alive)" -eq 0 ]; then ok "sanitize.sh: TERM stops every pass under way"
     else fail "sanitize.sh: TERM stops every pass under way (exit $rc, $(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
+    # TERM to the script and to each pass's subshell at once (what `pkill -f sanitize.sh` sends): each
+    # pass still stops its tool, none is left running on the GPU
+    : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
+    FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san_all" >"$tmp/san.txt" 2>&1 &
+    sp=$!
+    for _ in $(seq 300); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
+    kill -TERM $(pgrep -f "profiles/sanitize.sh $tmp/san_all") 2>/dev/null
+    wait $sp
+    for _ in $(seq 20); do [ "$(alive)" -eq 0 ] && break; sleep 0.1; done
+    if [ "$(alive)" -eq 0 ]; then ok "sanitize.sh: TERM to every one of its processes leaves no tool running"
+    else fail "sanitize.sh: TERM to every one of its processes leaves no tool running ($(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
 fi
 
 # gpu_round.sh from a stand-in bundle (its kvbench logs its pid and sleeps in `check`): TERM during the check
