@@ -59,10 +59,6 @@ struct SmemKeys {
     const uint32_t *k;
     __device__ uint32_t operator()(int i) const { return k[i]; }
 };
-// Whether select_row may end its passes early over these keys (select_row)
-template <class Keys> struct EndsEarly { static constexpr bool value = false; };
-template <> struct EndsEarly<GlobalKeys> { static constexpr bool value = true; };
-
 __device__ __forceinline__ void count_key(int *hist, uint32_t key, uint32_t prefix, uint32_t mask, int shift, int nbins)
 {
     if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
@@ -199,12 +195,11 @@ inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n
 
 // ---- many rows, or short ones: one block per row, the whole selection in one kernel ----
 
-// Up to three radix passes over the row's keys, then the ordered compaction. Over a row in global
-// memory, a pass whose digit's bin is taken whole (its count is what is still needed) ends the passes:
-// the selection is then every key at or above the bin's lowest, T = that key - 1 with no equal keys
-// wanted, the same set and order the remaining passes would give, one or two reads of the row fewer.
-// Rows in shared memory keep the three passes (cheap there; the early end took their kernels from 40
-// to 52 registers, a block a SM fewer).
+// Up to three radix passes over the row's keys, then the ordered compaction. A pass whose digit's bin
+// is taken whole (its count is what is still needed) ends the passes: the selection is then every key
+// at or above the bin's lowest, T = that key - 1 with no equal keys wanted, the same set and order the
+// remaining passes would give, one or two passes fewer (over a row in global memory, reads of the row;
+// in shared memory, a pass's barriers and scan, which are what a short row's selection waits on).
 template <class Keys>
 inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out)
 {
@@ -223,7 +218,7 @@ inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_
         need = s.need;
         const bool whole_bin = s.hist[s.digit] == need;
         __syncthreads(); // everyone has read digit, need and the bin before the next pass can write them
-        if (EndsEarly<Keys>::value && whole_bin && p < 2 && prefix > 0) { // the same in every thread
+        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread
             prefix -= 1, need = 0;
             break;
         }
