@@ -194,7 +194,7 @@ struct HybridArgs {
 template <int G>
 struct HybridScratch {
     float q[G][PAGE_MAX_D];
-    uint32_t key[PAGE_MAX_D];
+    alignas(16) uint32_t key[PAGE_MAX_D]; // read four at a time (the channel choice)
 };
 
 template <int G>
@@ -263,15 +263,25 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
     __syncthreads();
     // I = topk(a, r) by the suite's rule: channel c is chosen when fewer than r channels beat it (a
     // larger key, or an equal key at a lower channel); listed ascending by a block-wide prefix count.
-    // D <= 256 = THREADS: one channel per thread.
-    bool chosen = false;
-    const int c = threadIdx.x;
+    // The count is the prologue's longest part when a block has few tiles (B = 1), so two threads
+    // share a channel where D <= THREADS / 2 (lanes 2c' and 2c' + 1 of a warp, each half the keys),
+    // reading four keys a 16-byte load (D is a multiple of 8); D <= 256 = THREADS otherwise.
+    const int split = D <= THREADS / 2 ? 2 : 1;
+    const int c = threadIdx.x / split, half = threadIdx.x % split;
+    int beaten_by = 0;
     if (c < D) {
         const uint32_t kc = scr.key[c];
-        int beaten_by = 0;
-        for (int o = 0; o < D; ++o) beaten_by += scr.key[o] > kc || (scr.key[o] == kc && o < c);
-        chosen = beaten_by < r;
+        const uint4 *keys4 = reinterpret_cast<const uint4 *>(scr.key);
+        const int per = D / 4 / split; // 16-byte groups a thread
+        for (int i = half * per; i < (half + 1) * per; ++i) {
+            const uint4 k = keys4[i];
+            const int o = 4 * i;
+            beaten_by += (k.x > kc || (k.x == kc && o < c)) + (k.y > kc || (k.y == kc && o + 1 < c)) +
+                         (k.z > kc || (k.z == kc && o + 2 < c)) + (k.w > kc || (k.w == kc && o + 3 < c));
+        }
     }
+    if (split == 2) beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, 1);
+    const bool chosen = c < D && half == 0 && beaten_by < r;
     const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
     if (lane == 0) sm.warp_count[warp] = __popc(ballot);
     __syncthreads();
