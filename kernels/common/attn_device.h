@@ -364,50 +364,89 @@ __device__ __forceinline__ void block_combine(const MergeSmem<D, NW> &ms, int G,
 }
 
 // The last of `n` contributors of a head merges their partials (slots first .. first+n-1 of
-// `parts`, each G*(D+2) floats) into the output row block out [G][D] (bf16). `w_s`: shared
-// scratch of at least 64*MAXG floats. NT: the block's threads.
+// `parts`, each G*(D+2) floats: o [G][D], then m [G], then l [G]) into the output row block
+// out [G][D] (bf16). `w_s`: shared scratch of at least 64*MAXG floats, free at entry (the caller's
+// barriers). NT: the block's threads.
+// Per head h: M = the contributors' largest m, each contributor's weight w = 2^(m - M), L = sum w*l,
+// out = sum w*o / L. The per-head work (M, the weights, L) is done once, by one warp a head, from the
+// same loads that find M (up to 64 contributors), so each output element costs one load and one FMA a
+// contributor, two dependent rounds of loads in all. The merge runs once per head, cold: its
+// instruction fetch is a large part of a short launch, so its code is kept small.
 template <int D, int NT = THREADS>
 __device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
                                                __nv_bfloat16 *out, float *w_s, int tid)
 {
-    const int stride = G * (D + 2);
-    // running (M, L, O) per output element; weights of a chunk of 64 contributors in shared memory
-    float M[8], L[8], O[8];
-    const int per = (G * D + NT - 1) / NT; // <= 8
+    constexpr int NW = NT / 32, HPW = (MAXG + NW - 1) / NW; // heads a warp: h = warp, warp + NW, ...
+    const int stride = G * (D + 2), warp = tid / 32, lane = tid % 32;
+    const float *p0 = parts + first * stride;
+    float base[HPW], L[HPW];
 #pragma unroll
-    for (int e = 0; e < 8; e++) M[e] = -INFINITY, L[e] = 0.f, O[e] = 0.f;
-    for (int c0 = 0; c0 < n; c0 += 64) {
-        const int cn = min(64, n - c0);
-        __syncthreads();
-        for (int k = tid; k < cn * G; k += NT) { // m of each contributor and head
-            const float *p = parts + (first + c0 + k / G) * stride;
-            w_s[k] = __ldcg(p + G * D + k % G);
+    for (int j = 0; j < HPW; j++) { // M of each head, and the first chunk's weights from the same loads
+        const int h = warp + j * NW;
+        const float *pm = p0 + G * D + h; // m of contributor k at pm + k * stride, its l at + G
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, m = -INFINITY;
+        if (h < G) {
+            if (lane < n) m0 = __ldcg(pm + (int64_t)lane * stride), l0 = __ldcg(pm + (int64_t)lane * stride + G);
+            if (lane + 32 < n)
+                m1 = __ldcg(pm + (int64_t)(lane + 32) * stride), l1 = __ldcg(pm + (int64_t)(lane + 32) * stride + G);
+            for (int k = lane + 64; k < n; k += 32) m = fmaxf(m, __ldcg(pm + (int64_t)k * stride));
         }
-        __syncthreads();
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int idx = tid + e * NT;
-            if (e >= per || idx >= G * D) break;
-            const int h = idx / D;
-            float mloc = M[e];
-            for (int k = 0; k < cn; k++) mloc = fmaxf(mloc, w_s[k * G + h]);
-            const float base = mloc == -INFINITY ? 0.f : mloc;
-            float a = ex2(M[e] - base);
-            O[e] *= a, L[e] *= a;
-            for (int k = 0; k < cn; k++) {
-                const float *p = parts + (first + c0 + k) * stride;
-                const float w = ex2(w_s[k * G + h] - base);
-                O[e] += w * __ldcg(p + idx);
-                L[e] += w * __ldcg(p + G * D + G + h);
+        m = warp_max<16, 1>(fmaxf(m, fmaxf(m0, m1)));
+        base[j] = m == -INFINITY ? 0.f : m;
+        L[j] = 0.f;
+        if (h < G) {
+            if (lane < n) {
+                const float w = ex2(m0 - base[j]);
+                w_s[lane * G + h] = w, L[j] += w * l0;
             }
-            M[e] = mloc;
+            if (lane + 32 < n) {
+                const float w = ex2(m1 - base[j]);
+                w_s[(lane + 32) * G + h] = w, L[j] += w * l1;
+            }
         }
     }
+    const int per = (G * D + NT - 1) / NT; // elements a thread, <= 8
+    float O[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) O[e] = 0.f;
+    for (int c0 = 0; c0 < n; c0 += 64) { // chunks of 64 contributors, their weights in w_s
+        const int cn = min(64, n - c0);
+        if (c0 > 0) { // the next chunk's weights (more than 64 contributors)
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < HPW; j++) {
+                const int h = warp + j * NW;
+                if (h >= G) break;
+                for (int k = lane; k < cn; k += 32) {
+                    const float *pm = p0 + (int64_t)(c0 + k) * stride + G * D + h;
+                    const float w = ex2(__ldcg(pm) - base[j]);
+                    w_s[k * G + h] = w, L[j] += w * __ldcg(pm + G);
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int k = 0; k < cn; k++) {
+            const float *p = p0 + (int64_t)(c0 + k) * stride;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int idx = tid + e * NT;
+                if (e < per && idx < G * D) O[e] += w_s[k * G + idx / D] * __ldcg(p + idx);
+            }
+        }
+    }
+    __syncthreads(); // the last chunk's weights read: w_s takes each head's L
+#pragma unroll
+    for (int j = 0; j < HPW; j++) {
+        const int h = warp + j * NW;
+        const float l = warp_sum<16, 1>(L[j]);
+        if (h < G && lane == 0) w_s[h] = l;
+    }
+    __syncthreads();
 #pragma unroll
     for (int e = 0; e < 8; e++) {
         const int idx = tid + e * NT;
-        if (e >= per || idx >= G * D) break;
-        out[idx] = __float2bfloat16_rn(O[e] / L[e]);
+        if (e < per && idx < G * D) out[idx] = __float2bfloat16_rn(O[e] / w_s[idx / D]);
     }
 }
 
