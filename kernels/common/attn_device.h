@@ -405,10 +405,11 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
             }
         }
     }
-    const int per = (G * D + NT - 1) / NT; // elements a thread, <= 8
-    float O[8];
+    constexpr int PER = (MAXG * D + NT - 1) / NT; // elements a thread at most (8 at 4 warps, 3 at 12)
+    const int per = (G * D + NT - 1) / NT;
+    float O[PER];
 #pragma unroll
-    for (int e = 0; e < 8; e++) O[e] = 0.f;
+    for (int e = 0; e < PER; e++) O[e] = 0.f;
     for (int c0 = 0; c0 < n; c0 += 64) { // chunks of 64 contributors, their weights in w_s
         const int cn = min(64, n - c0);
         if (c0 > 0) { // the next chunk's weights (more than 64 contributors)
@@ -429,7 +430,7 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
         for (int k = 0; k < cn; k++) {
             const float *p = p0 + (int64_t)(c0 + k) * stride;
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
+            for (int e = 0; e < PER; e++) {
                 const int idx = tid + e * NT;
                 if (e < per && idx < G * D) O[e] += w_s[k * G + idx / D] * __ldcg(p + idx);
             }
@@ -444,7 +445,7 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
     }
     __syncthreads();
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
+    for (int e = 0; e < PER; e++) {
         const int idx = tid + e * NT;
         if (e < per && idx < G * D) out[idx] = __float2bfloat16_rn(O[e] / w_s[idx / D]);
     }
