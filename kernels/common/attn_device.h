@@ -369,8 +369,8 @@ __device__ __forceinline__ void block_combine(const MergeSmem<D, NW> &ms, int G,
 // barriers). NT: the block's threads.
 // Per head h: M = the contributors' largest m, each contributor's weight w = 2^(m - M), L = sum w*l,
 // out = sum w*o / L. The per-head work (M, the weights, L) is done once, by one warp a head, from the
-// same loads that find M (up to 64 contributors), so each output element costs one load and one FMA a
-// contributor, two dependent rounds of loads in all. The merge runs once per head, cold: its
+// same loads that find M (up to 64 contributors), so each pair of output elements costs one 8-byte
+// load and two FMAs a contributor, two dependent rounds of loads in all. The merge runs once per head, cold: its
 // instruction fetch is a large part of a short launch, so its code is kept small.
 template <int D, int NT = THREADS>
 __device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
@@ -405,11 +405,13 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
             }
         }
     }
-    constexpr int PER = (MAXG * D + NT - 1) / NT; // elements a thread at most (8 at 4 warps, 3 at 12)
-    const int per = (G * D + NT - 1) / NT;
-    float O[PER];
+    // Each thread takes pairs of output elements (8-byte loads: a slot's G*(D+2) floats keep every
+    // slot 8-byte aligned), pair i = tid, tid + NT, ..; D is even, so a pair lies in one head.
+    constexpr int PER = (MAXG * D / 2 + NT - 1) / NT; // pairs a thread at most (4 at 4 warps, 2 at 12)
+    const int pairs = G * D / 2, per = (pairs + NT - 1) / NT;
+    float2 O[PER];
 #pragma unroll
-    for (int e = 0; e < PER; e++) O[e] = 0.f;
+    for (int e = 0; e < PER; e++) O[e] = make_float2(0.f, 0.f);
     for (int c0 = 0; c0 < n; c0 += 64) { // chunks of 64 contributors, their weights in w_s
         const int cn = min(64, n - c0);
         if (c0 > 0) { // the next chunk's weights (more than 64 contributors)
@@ -428,11 +430,15 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
         __syncthreads();
 #pragma unroll 4
         for (int k = 0; k < cn; k++) {
-            const float *p = p0 + (int64_t)(c0 + k) * stride;
+            const float2 *p = reinterpret_cast<const float2 *>(p0 + (int64_t)(c0 + k) * stride);
 #pragma unroll
             for (int e = 0; e < PER; e++) {
-                const int idx = tid + e * NT;
-                if (e < per && idx < G * D) O[e] += w_s[k * G + idx / D] * __ldcg(p + idx);
+                const int i = tid + e * NT;
+                if (e < per && i < pairs) {
+                    const float w = w_s[k * G + 2 * i / D];
+                    const float2 v = __ldcg(p + i);
+                    O[e].x += w * v.x, O[e].y += w * v.y;
+                }
             }
         }
     }
@@ -446,8 +452,11 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
     __syncthreads();
 #pragma unroll
     for (int e = 0; e < PER; e++) {
-        const int idx = tid + e * NT;
-        if (e < per && idx < G * D) out[idx] = __float2bfloat16_rn(O[e] / w_s[idx / D]);
+        const int i = tid + e * NT;
+        if (e < per && i < pairs) {
+            const float l = w_s[2 * i / D];
+            reinterpret_cast<__nv_bfloat162 *>(out)[i] = __floats2bfloat162_rn(O[e].x / l, O[e].y / l);
+        }
     }
 }
 
