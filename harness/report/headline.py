@@ -99,6 +99,9 @@ ROUND_CASES = [
     for method, role in (("dense", "sparse"), ("minikv", "sparse"), ("omnikv", "filter"), ("omnikv", "sparse"), ("rocketkv", "sparse"))
     for b, ctx in ((1, 32768), (1, 131072), (8, 32768), (8, 131072))
     if (b, ctx) != (1, 32768) or role == "filter"
+] + [
+    # dense decode attention at the block's B=1 32K shape, with its PyTorch peers
+    "decode_attn B=1 Hq=32 Hkv=8 D=128 L=32768 len=0 vary=0 dist=normal seed=1 impl=kernel",
 ]
 
 # op.h kvb_ceiling_kind, in enum order
