@@ -34,8 +34,34 @@ __global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, 
     select_row(s, GlobalKeys{scores + blockIdx.x * ld}, n, k, out);
 }
 
-// Short rows (n <= SMEM_ROW_N): the row's keys read once into shared memory, every pass and the
-// compaction work from there: one launch and one read, where the split path took five launches.
+// The keys of x[0, n) into shared memory: 16-byte loads, four a thread in flight, from the first
+// 16-byte boundary of the row (scalar head and tail); a row of 48K keys is 21 vectors a thread.
+__device__ __forceinline__ void fill_row_keys(uint32_t *keys, const float *x, int n)
+{
+    const int mis = (int)(((uintptr_t)x >> 2) & 3); // floats before the 16-byte boundary
+    const int head = mis ? min(n, 4 - mis) : 0;
+    for (int i = threadIdx.x; i < head; i += THREADS) keys[i] = order_key(__ldg(x + i));
+    const int nvec = (n - head) / 4;
+    const float4 *v = reinterpret_cast<const float4 *>(x + head);
+    uint32_t *kv = keys + head;
+    auto put = [&](int j, float4 a) {
+        kv[4 * j] = order_key(a.x), kv[4 * j + 1] = order_key(a.y);
+        kv[4 * j + 2] = order_key(a.z), kv[4 * j + 3] = order_key(a.w);
+    };
+    int j = threadIdx.x;
+    for (; j + 3 * THREADS < nvec; j += 4 * THREADS) {
+        float4 a[4];
+#pragma unroll
+        for (int d = 0; d < 4; ++d) a[d] = __ldg(v + j + d * THREADS);
+#pragma unroll
+        for (int d = 0; d < 4; ++d) put(j + d * THREADS, a[d]);
+    }
+    for (; j < nvec; j += THREADS) put(j, __ldg(v + j));
+    for (int i = head + 4 * nvec + threadIdx.x; i < n; i += THREADS) keys[i] = order_key(__ldg(x + i));
+}
+
+// Rows held in shared memory (smem_rows): the row's keys read once, every pass and the compaction
+// work from there: one launch and one read, where the split path took five launches.
 __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *scores, int64_t ld, int n, int k,
                                                                 int tail_first, int tail_n, int32_t *idx, int64_t ldo)
 {
@@ -43,8 +69,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
     extern __shared__ uint32_t row_keys[]; // n keys
     int32_t *out = idx + blockIdx.x * ldo;
     if (trivial_row(n, k, tail_first, tail_n, out)) return;
-    const float *x = scores + blockIdx.x * ld;
-    for (int i = threadIdx.x; i < n; i += THREADS) row_keys[i] = order_key(__ldg(x + i));
+    fill_row_keys(row_keys, scores + blockIdx.x * ld, n);
     __syncthreads();
     select_row(s, SmemKeys{row_keys}, n, k, out);
 }
@@ -155,13 +180,18 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
             s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
 }
 
+// Rows held in shared memory by one block each: short ones always; longer ones, up to SMEM_ROW_MAX,
+// where the rows are fewer than the SMs (one block a SM by its shared memory), instead of the split
+// plan's five launches.
+bool smem_rows(int rows, int n) { return n <= SMEM_ROW_N || (n <= SMEM_ROW_MAX && rows < kvb_sm_count()); }
+
 // The plan: how many blocks share a row (1: one block per row).
 int split_of(int rows, int n)
 {
     const int sms = kvb_sm_count(); // 0 (unreadable): one block per row, a valid plan on any GPU
     // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
     // slower than one (kernels/select/NOTES.md, Tried): the extra passes cost more than they hide.
-    if (rows >= sms || n <= SMEM_ROW_N) return 1;
+    if (rows >= sms || smem_rows(rows, n)) return 1;
     const int64_t want = (2LL * sms + rows - 1) / rows, most = (n + MIN_SPLIT - 1) / MIN_SPLIT;
     const int64_t split = want < most ? want : most;
     return split > 1 ? (int)split : 1;
@@ -243,9 +273,11 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         return kvb_fail(KVB_EINVAL, "topk_rows: k + tail_n = %lld out of range [0, ldo = %lld]", (long long)k + tail_n,
                         (long long)ldo);
     if (!scores || !idx) return kvb_fail(KVB_EINVAL, "topk_rows: scores or idx is NULL");
-    if (n <= SMEM_ROW_N) {
-        topk_row_smem_kernel<<<rows, THREADS, (size_t)n * sizeof(uint32_t), stream>>>(scores, ld, n, k, tail_first,
-                                                                                      tail_n, idx, ldo);
+    if (smem_rows(rows, n)) {
+        const size_t bytes = (size_t)n * sizeof(uint32_t);
+        if (n > SMEM_ROW_N) // past the default 48 KB a block: opt in (per device, so at each such call)
+            CUDA_TRY(cudaFuncSetAttribute(topk_row_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        topk_row_smem_kernel<<<rows, THREADS, bytes, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     }
