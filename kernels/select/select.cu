@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
     extern __shared__ uint32_t row_keys[]; // n keys
     int32_t *out = idx + blockIdx.x * ldo;
     if (trivial_row(n, k, tail_first, tail_n, out)) return;
-    fill_row_keys(row_keys, scores + blockIdx.x * ld, n);
+    const float *x = scores + blockIdx.x * ld;
+    if (n > SMEM_ROW_N) // a long row: its loads vectorized, four in flight
+        fill_row_keys(row_keys, x, n);
+    else // a short one: a load a key (a row of 4239 keys measured 3-5% slower with the vector fill)
+        for (int i = threadIdx.x; i < n; i += THREADS) row_keys[i] = order_key(__ldg(x + i));
     __syncthreads();
     select_row(s, SmemKeys{row_keys}, n, k, out);
 }
@@ -182,8 +186,15 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
 
 // Rows held in shared memory by one block each: short ones always; longer ones, up to SMEM_ROW_MAX,
 // where the rows are fewer than the SMs (one block a SM by its shared memory), instead of the split
-// plan's five launches.
-bool smem_rows(int rows, int n) { return n <= SMEM_ROW_N || (n <= SMEM_ROW_MAX && rows < kvb_sm_count()); }
+// plan's five launches. Past SMEM_ROW_FEW keys that pays only where the rows are many, so that the
+// split plan could give each row few blocks: at 8 rows it spreads a row of 24K or 43K keys over 6-11
+// blocks and measured faster than one block holding it (kernels/select/NOTES.md, Tried).
+bool smem_rows(int rows, int n)
+{
+    if (n <= SMEM_ROW_N) return true;
+    if (n > SMEM_ROW_MAX || rows >= kvb_sm_count()) return false;
+    return n <= SMEM_ROW_FEW || rows >= SMEM_ROWS_MIN;
+}
 
 // The plan: how many blocks share a row (1: one block per row).
 int split_of(int rows, int n)

@@ -19,7 +19,9 @@ constexpr int NBINS = 2048;            // 11-bit digits (the last pass 10)
 constexpr int ITEMS = 8;               // compaction: consecutive elements per thread and tile
 constexpr int TILE = THREADS * ITEMS;  // elements per compaction step
 constexpr int SMEM_ROW_N = 8192;      // rows up to this long are held in shared memory (32 KB of keys)
-constexpr int SMEM_ROW_MAX = 49152;   // and, where the rows are fewer than the SMs, up to this long (192 KB)
+constexpr int SMEM_ROW_MAX = 49152;   // and, where the rows are fewer than the SMs, up to this long (192 KB):
+constexpr int SMEM_ROW_FEW = 16384;   //   any such rows up to this long,
+constexpr int SMEM_ROWS_MIN = 32;     //   longer ones only where there are at least this many
 __host__ __device__ constexpr int pass_shift(int p) { return p == 0 ? 21 : p == 1 ? 10 : 0; }
 __host__ __device__ constexpr int pass_bits(int p) { return p < 2 ? 11 : 10; }
 
