@@ -540,27 +540,30 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     else fail "sanitize.sh: TERM to every one of its processes leaves no tool running ($(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
 fi
 
-# gpu_round.sh from a stand-in bundle (its kvbench logs its pid and sleeps in `check`): TERM during the check
-# phase ends the round with 143, says so in round.log, and leaves no check running
+# gpu_round.sh from a stand-in bundle (its kvbench and sanitize.sh log their pids and sleep): the check
+# and sanitize phases run side by side, and TERM during them ends the round with 143, says so in
+# round.log, and leaves neither running
 if [ -f "$root/harness/scripts/gpu_round.sh" ]; then
     mkdir -p "$tmp/fb/bin" "$tmp/fb/cases"
     cp "$root/harness/scripts/gpu_round.sh" "$tmp/fb/"
     printf '%s\n' '#!/bin/bash' '[ "$1" = --version ] && { echo "kvbench stand-in"; exit 0; }' \
         "echo \$\$ >>'$tmp/fb/pids'" 'exec sleep 30' >"$tmp/fb/bin/kvbench"
+    printf '%s\n' '#!/bin/bash' "echo \$\$ >>'$tmp/fb/pids'" 'exec sleep 30' >"$tmp/fb/sanitize.sh"
     chmod +x "$tmp/fb/bin/kvbench"
     : >"$tmp/fb/pids"
-    TESTS=0 SANITIZE=0 PEERS=0 BENCH=0 bash "$tmp/fb/gpu_round.sh" "$tmp/fbout" >/dev/null 2>&1 &
+    TESTS=0 PEERS=0 BENCH=0 bash "$tmp/fb/gpu_round.sh" "$tmp/fbout" >/dev/null 2>&1 &
     rp=$!
-    for _ in $(seq 300); do [ -s "$tmp/fb/pids" ] && break; sleep 0.1; done
+    for _ in $(seq 300); do [ "$(grep -c . "$tmp/fb/pids")" -ge 2 ] && break; sleep 0.1; done
+    side=$(grep -c . "$tmp/fb/pids")
     kill -TERM $rp
     wait $rp
     rc=$?
     fb_alive() { running "$tmp/fb/pids"; }
     for _ in $(seq 20); do [ "$(fb_alive)" -eq 0 ] && break; sleep 0.1; done
-    if [ $rc -eq 143 ] && [ "$(fb_alive)" -eq 0 ] && grep -q 'round: stopped by a signal' "$tmp/fbout/round.log"; then
-        ok "gpu_round.sh: TERM stops the phase under way and ends the round"
-    else fail "gpu_round.sh: TERM stops the phase under way and ends the round (exit $rc, stand-in left: $(fb_alive))"
-        kill "$(cat "$tmp/fb/pids")" 2>/dev/null; fi
+    if [ $rc -eq 143 ] && [ "$side" -eq 2 ] && [ "$(fb_alive)" -eq 0 ] && grep -q 'round: stopped by a signal' "$tmp/fbout/round.log"; then
+        ok "gpu_round.sh: check and sanitize side by side; TERM stops both and ends the round"
+    else fail "gpu_round.sh: check and sanitize side by side; TERM stops both and ends the round (exit $rc, side by side: $side, stand-ins left: $(fb_alive))"
+        kill $(cat "$tmp/fb/pids") 2>/dev/null; fi
 fi
 
 # gpu_round.sh lists the compute processes already on the GPU before each phase (a stand-in nvidia-smi):

@@ -11,7 +11,9 @@
 #             in-suite peers and the step cases of the paper-style tables (harness/report/headline.py
 #             --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
-# CHECK=0 skips the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
+# tests, check and sanitize time nothing, so they run side by side, each its own phase in round.log;
+# peers and bench then run alone. ROUND_SERIAL=1 runs every phase one after the other. CHECK=0 skips
+# the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
 # holds the cases finished (kvbench writes them on an interrupt). SHARD=K/N runs shard K of N of the check
 # and the bench (kvbench --shard; `kvbench merge` joins the shards' JSON). OUT/wall.md: where the cases'
 # wall time went (harness/report/wall_report.py). The phases' exit codes are in round.log; the script
@@ -42,17 +44,14 @@ cases="$here/cases"
 cd "$here"
 rc=0
 round_t0=$(date +%s)
-# TERM or INT stops the phase under way (its processes too: a check or a sanitizer left running would
+# TERM or INT stops the phases under way (their processes too: a check or a sanitizer left running would
 # share the GPU with whatever runs next) and ends the round
-phase_pid=
+phase_pids=()
 stop_round() {
     trap - TERM INT
-    if [ -n "$phase_pid" ]; then
-        kill -STOP "$phase_pid" 2>/dev/null
-        pkill -TERM -P "$phase_pid" 2>/dev/null
-        kill -TERM "$phase_pid" 2>/dev/null
-        kill -CONT "$phase_pid" 2>/dev/null
-    fi
+    local p
+    for p in ${phase_pids[@]+"${phase_pids[@]}"}; do kill -TERM "$p" 2>/dev/null; done
+    wait
     echo "[$(date -u +%FT%TZ)] round: stopped by a signal" >>"$log"
     exit 143
 }
@@ -66,26 +65,39 @@ gpu_processes() {
         grep -E '^[0-9]+,' | paste -sd ';' -
 }
 
-# phase NAME CMD...: runs CMD (in the background, waited for, so that a signal is handled at once), logs
-# its wall time and exit code
-
-phase() {
-    local name=$1 t0 s others
+# phase_start NAME CMD...: CMD in the background, in a subshell that logs its start, then its wall time
+# and exit code, and that on TERM stops CMD and CMD's own processes. The GPU's other compute processes
+# are listed only when none of the round's phases runs (its own would be listed as others).
+phase_start() {
+    local name=$1 others
     shift
-    others=$(gpu_processes)
-    [ -n "$others" ] && echo "[$(date -u +%FT%TZ)] $name: other compute processes on the GPU: $others" >>"$log"
-    t0=$(date +%s)
+    if [ ${#phase_pids[@]} -eq 0 ]; then
+        others=$(gpu_processes)
+        [ -n "$others" ] && echo "[$(date -u +%FT%TZ)] $name: other compute processes on the GPU: $others" >>"$log"
+    fi
     echo "[$(date -u +%FT%TZ)] $name: start" >>"$log"
-    "$@" &
-    phase_pid=$!
-    wait "$phase_pid"
-    s=$?
-    phase_pid=
-    echo "[$(date -u +%FT%TZ)] $name: exit $s, $(($(date +%s) - t0)) s" >>"$log"
-    [ "$s" -eq 0 ] || rc=1
-    tail -n 1 "$log"
+    (
+        t0=$(date +%s)
+        "$@" &
+        cmd=$!
+        trap 'kill -STOP "$cmd" 2>/dev/null; pkill -TERM -P "$cmd" 2>/dev/null; kill -TERM "$cmd" 2>/dev/null; kill -CONT "$cmd" 2>/dev/null; wait "$cmd"; exit 143' TERM
+        wait "$cmd"
+        s=$?
+        echo "[$(date -u +%FT%TZ)] $name: exit $s, $(($(date +%s) - t0)) s" >>"$log"
+        exit "$s"
+    ) &
+    phase_pids+=($!)
+}
+# phase_wait: waits for the phases under way (a signal is handled at once), prints their exit lines
+phase_wait() {
+    local p n=${#phase_pids[@]}
+    for p in "${phase_pids[@]}"; do wait "$p" || rc=1; done
+    phase_pids=()
+    grep ': exit ' "$log" | tail -n "$n"
     return 0
 }
+# phase NAME CMD...: one phase, alone
+phase() { phase_start "$@"; phase_wait; }
 
 device_facts() {
     {
@@ -118,9 +130,12 @@ run_bench() {
 }
 
 phase device device_facts
-[ "${TESTS:-1}" = 1 ] && phase tests run_tests
-[ "${CHECK:-1}" = 1 ] && phase check run_check "$@"
-[ "${SANITIZE:-1}" = 1 ] && phase sanitize run_sanitize
+side=phase_start
+[ "${ROUND_SERIAL:-0}" = 1 ] && side=phase
+[ "${TESTS:-1}" = 1 ] && $side tests run_tests
+[ "${CHECK:-1}" = 1 ] && $side check run_check "$@"
+[ "${SANITIZE:-1}" = 1 ] && $side sanitize run_sanitize
+[ ${#phase_pids[@]} -eq 0 ] || phase_wait
 [ "${PEERS:-1}" = 1 ] && phase peers run_peers
 [ "${BENCH:-1}" = 1 ] && phase bench run_bench "$@"
 walls=()
