@@ -20,6 +20,9 @@
 namespace {
 
 using namespace kvb_select; // THREADS, NBINS, the passes and select_row (select_row.cuh)
+using kvb_dev::chain_release;
+using kvb_dev::chain_wait;
+using kvb_dev::launch_chained;
 
 constexpr int MIN_SPLIT = SMEM_ROW_N / 2; // elements per block of a split row, at least: a row short enough
                                         // for shared memory would split into at most 2 blocks
@@ -107,6 +110,8 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
 {
     __shared__ SelectSmem s;
     __shared__ bool last;
+    chain_wait(); // launched chained (kvb_device.cuh): the pass before is done and its state visible
+    chain_release();
     const int row = blockIdx.y, nbins = 1 << pass_bits(p);
     RowState *st = a.state + row;
     const uint32_t prefix = p ? st->prefix : 0u, mask = p ? st->mask : 0u;
@@ -141,6 +146,8 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
 __global__ void __launch_bounds__(THREADS) split_count_kernel(SplitArgs a)
 {
     __shared__ typename Scan::TempStorage tmp;
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int row = blockIdx.y;
     const uint32_t T = a.state[row].prefix;
     const float *x = a.scores + row * a.ld;
@@ -163,6 +170,8 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
 {
     __shared__ SelectSmem s;
     __shared__ int s_gt, s_eq;
+    chain_wait(); // launched chained (kvb_device.cuh)
+    chain_release();
     const int row = blockIdx.y;
     int32_t *out = idx + row * ldo;
     if (blockIdx.x == 0) fill_tail(out, a.k, tail_first, tail_n);
@@ -309,14 +318,10 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
     a.state = (RowState *)((char *)workspace + off_state);
     a.counts = (int2 *)((char *)workspace + off_counts);
     const dim3 grid((unsigned)split, (unsigned)rows);
-    for (int p = 0; p < 3; ++p) {
-        split_pass_kernel<<<grid, THREADS, 0, stream>>>(a, p);
-        CUDA_TRY(cudaGetLastError());
-    }
-    split_count_kernel<<<grid, THREADS, 0, stream>>>(a);
-    CUDA_TRY(cudaGetLastError());
-    split_write_kernel<<<grid, THREADS, 0, stream>>>(a, tail_first, tail_n, idx, ldo);
-    CUDA_TRY(cudaGetLastError());
+    // the five kernels launched chained: each one's launch and block start-up overlap the one before
+    for (int p = 0; p < 3; ++p) CUDA_TRY(launch_chained(split_pass_kernel, grid, THREADS, 0, stream, a, p));
+    CUDA_TRY(launch_chained(split_count_kernel, grid, THREADS, 0, stream, a));
+    CUDA_TRY(launch_chained(split_write_kernel, grid, THREADS, 0, stream, a, tail_first, tail_n, idx, ldo));
     return KVB_OK;
 }
 
