@@ -9,6 +9,7 @@
 // histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <= 8K: page and
 // chunk selections, e.g. RocketKV's 64 rows x 4239 pages, 136 KB to 1 MB of scores) are read once into
 // shared memory by one block each and selected there in one launch instead of five.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/common/kvb_cuda.h"
@@ -102,6 +103,15 @@ __device__ __forceinline__ void chunk_of(const SplitArgs &a, int b, int *lo, int
 {
     *lo = b * a.chunk;
     *hi = min(a.n, *lo + a.chunk);
+}
+
+// The split plan's workspace (histograms and row states) zeroed: a chained kernel, not a memset, so the
+// chain from the kernel before the selection is not broken (a memset node ends programmatic overlap).
+__global__ void split_clear_kernel(int *w, int64_t n)
+{
+    chain_wait(); // launched chained (kvb_device.cuh): the kernel before may still use a workspace it shares
+    chain_release();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) w[i] = 0;
 }
 
 // One pass: each block adds its chunk's histogram to the row's; the last block to finish picks the
@@ -311,7 +321,10 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
     if (rows > 65535) return kvb_fail(KVB_EINVAL, "topk_rows: rows=%d out of range [1, 65535] for split rows", rows);
     size_t off_state, off_counts;
     split_bytes(rows, split, &off_state, &off_counts);
-    CUDA_TRY(cudaMemsetAsync(workspace, 0, off_counts, stream)); // histograms and row states
+    // the histograms and row states zeroed (off_counts: whole ints, a multiple of 256 bytes)
+    const int64_t words = (int64_t)(off_counts / sizeof(int));
+    const unsigned clear_blocks = (unsigned)std::min<int64_t>((words + 255) / 256, 1024);
+    CUDA_TRY(launch_chained(split_clear_kernel, clear_blocks, 256, 0, stream, (int *)workspace, words));
     SplitArgs a;
     a.scores = scores, a.ld = ld, a.n = n, a.k = k, a.split = split, a.chunk = (n + split - 1) / split;
     a.hist = (int *)workspace;
