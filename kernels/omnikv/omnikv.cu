@@ -30,6 +30,9 @@
 #include "kernels/select/select.h"
 
 using namespace kvb_attn;
+using kvb_dev::chain_release;
+using kvb_dev::chain_wait;
+using kvb_dev::launch_chained;
 
 namespace {
 
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(THREADS, 4) omnikv_score_kernel(OmniParams p)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.y;
     const int64_t tok0 = (int64_t)blockIdx.x * TILE + 16 * warp;
+    chain_wait(); // launched chained (kvb_device.cuh): the kernel before has ended and its writes are visible
     if (tok0 >= p.L) return;
     const int nvalid = (int)min((int64_t)16, (int64_t)p.len[b] - tok0); // <= 0: past the prompt
     // running max of rows g, g+8 over this thread's head columns 2t, 2t+1 (heads >= G masked)
@@ -80,6 +84,7 @@ __global__ void __launch_bounds__(THREADS, 4) omnikv_score_kernel(OmniParams p)
         m0 = warp_max<1, 2>(m0); // over the 4 threads of a row: all 8 head columns
         m8 = warp_max<1, 2>(m8);
     }
+    chain_release(); // after the reads of K: the top-k's first kernel does not wait beside them
     if (t == 0) {
         float *out = p.scores + (int64_t)b * p.L + tok0;
         if (tok0 + g < p.L) out[g] = g < nvalid ? m0 * p.scale : -INFINITY;
@@ -126,9 +131,8 @@ extern "C" int omnikv_select(const kvb_bf16 *q, const kvb_bf16 *K, const int32_t
     unsigned tiles = 0;
     if ((rc = kvb_grid_x(who, "L", s->L, TILE, &tiles))) return rc;
     const dim3 grid(tiles, (unsigned)s->B); // B <= 1024: inside grid.y
-    if (s->D == 64) omnikv_score_kernel<64><<<grid, THREADS, 0, stream>>>(p);
-    else omnikv_score_kernel<128><<<grid, THREADS, 0, stream>>>(p);
-    CUDA_TRY(cudaGetLastError());
+    if (s->D == 64) CUDA_TRY(launch_chained(omnikv_score_kernel<64>, grid, THREADS, 0, stream, p));
+    else CUDA_TRY(launch_chained(omnikv_score_kernel<128>, grid, THREADS, 0, stream, p));
     void *topk_ws = need > scores_bytes(s) ? reinterpret_cast<char *>(workspace) + scores_bytes(s) : nullptr;
     return topk_rows(p.scores, s->B, s->L, s->L, k, 0, 0, idx, k, topk_ws, stream);
 }

@@ -596,6 +596,7 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
     using S = Shape<TILE>;
     __shared__ QuestSmem<G> sm;
     extern __shared__ __align__(16) uint4 ring[]; // [QUEST_STAGES][2][THREADS]: kmax and kmin pieces
+    chain_wait(); // launched chained (kvb_device.cuh): the kernel before has ended and its writes are visible
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D;
     const uint16_t *qg = a.q + bh * G * D;
@@ -657,6 +658,7 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
         }
     }
     cp_async_wait<0>();
+    chain_release(); // after the stream: the top-k's blocks do not wait beside it
 }
 
 // ---- metadata ----
@@ -834,9 +836,8 @@ int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
     plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &blocks);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)blocks, n);
-        if (narrow) quest_score_kernel<G, NARROW><<<grid, THREADS, ring, stream>>>(a, h0);
-        else quest_score_kernel<G, WIDE><<<grid, THREADS, ring, stream>>>(a, h0);
-        CUDA_TRY(cudaGetLastError());
+        if (narrow) CUDA_TRY(launch_chained(quest_score_kernel<G, NARROW>, grid, THREADS, ring, stream, a, h0));
+        else CUDA_TRY(launch_chained(quest_score_kernel<G, WIDE>, grid, THREADS, ring, stream, a, h0));
         return KVB_OK;
     });
 }

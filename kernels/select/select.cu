@@ -72,12 +72,14 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
     __shared__ SelectSmem s;
     extern __shared__ uint32_t row_keys[]; // n keys
     int32_t *out = idx + blockIdx.x * ldo;
+    chain_wait(); // launched chained (kvb_device.cuh): the scores' writer has ended
     if (trivial_row(n, k, tail_first, tail_n, out)) return;
     const float *x = scores + blockIdx.x * ld;
     if (n > SMEM_ROW_N) // a long row: its loads vectorized, four in flight
         fill_row_keys(row_keys, x, n);
     else // a short one: a load a key (a row of 4239 keys measured 3-5% slower with the vector fill)
         for (int i = threadIdx.x; i < n; i += THREADS) row_keys[i] = order_key(__ldg(x + i));
+    chain_release(); // the row is read: the next kernel may be scheduled
     __syncthreads();
     select_row(s, SmemKeys{row_keys}, n, k, out);
 }
@@ -307,8 +309,8 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         const size_t bytes = (size_t)n * sizeof(uint32_t);
         if (n > SMEM_ROW_N) // past the default 48 KB a block: opt in (per device, so at each such call)
             CUDA_TRY(cudaFuncSetAttribute(topk_row_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        topk_row_smem_kernel<<<rows, THREADS, bytes, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
-        CUDA_TRY(cudaGetLastError());
+        CUDA_TRY(launch_chained(topk_row_smem_kernel, rows, THREADS, bytes, stream, scores, ld, n, k, tail_first,
+                                tail_n, idx, ldo));
         return KVB_OK;
     }
     const int split = workspace && k > 0 && k < n ? split_of(rows, n) : 1;
