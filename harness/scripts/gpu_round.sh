@@ -12,10 +12,10 @@
 #             --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
 # The phases run one after the other. Tests, check and sanitize side by side measured far slower on an
-# H200 machine of 16 cores (the check 233 of its 819 cases in 1120 s where alone it takes 235 s for all, the
-# tests unfinished after 1120 s where alone they take 268 s); the likely cause, not profiled: the check's
-# references and the tests each run OpenMP over every core. CHECK=0 skips
-# the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
+# H200 machine of 16 cores (results/h200/ab/round-side-by-side): the check 233 of its 819 cases in
+# 1120 s where alone it takes 235 s for all, the tests unfinished after 1120 s where alone they take
+# 268 s; the likely cause, not profiled: the check's references and the tests each run OpenMP over
+# every core. CHECK=0 skips the check. BENCH_TIMEOUT=S ends the bench after S seconds with SIGTERM: the JSON then
 # holds the cases finished (kvbench writes them on an interrupt). SHARD=K/N runs shard K of N of the check
 # and the bench (kvbench --shard; `kvbench merge` joins the shards' JSON). OUT/wall.md: where the cases'
 # wall time went (harness/report/wall_report.py). The phases' exit codes are in round.log; the script
