@@ -268,13 +268,11 @@ template <int D, int KS, int ROPE>
 int launch_fused(const bgr_args &a, int64_t n_bh, cudaStream_t stream)
 {
     using G = bgr_geom<D, KS, ROPE>;
-    static bool attr_set = false;
-    if (!attr_set) {
-        CUDA_TRY(cudaFuncSetAttribute(bgr_kernel<D, KS, ROPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem));
-        attr_set = true;
-    }
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)bgr_kernel<D, KS, ROPE>, G::kSmem, &optin);
+    if (rc) return rc;
     unsigned gx = 0;
-    int rc = kvb_grid_x("batch_gemm_rotary", "M*c tokens", (int64_t)a.M * a.c, a.tokens_per_cta, &gx);
+    rc = kvb_grid_x("batch_gemm_rotary", "M*c tokens", (int64_t)a.M * a.c, a.tokens_per_cta, &gx);
     if (rc) return rc;
     return kvb_grid_chunks(n_bh, [&](int64_t first, unsigned count) -> int {
         bgr_kernel<D, KS, ROPE><<<dim3(gx, count), G::kThreads, G::kSmem, stream>>>(a, first);

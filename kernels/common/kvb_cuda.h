@@ -35,4 +35,18 @@ static inline int kvb_check_aligned16(const char *who, const char *what, const v
     return KVB_OK;
 }
 
+// Opts `kernel` in to `bytes` of dynamic shared memory (past the default 48 KB a block). The attribute
+// belongs to a kernel on one device: `done`, the caller's static, keeps a bit per device where it is
+// set, so a process that launches on several GPUs sets it on each, once (devices past 63: every call).
+static inline int kvb_smem_optin(const void *kernel, int bytes, unsigned long long *done)
+{
+    int dev = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+    if (bit && (*done & bit)) return KVB_OK;
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    *done |= bit;
+    return KVB_OK;
+}
+
 #endif

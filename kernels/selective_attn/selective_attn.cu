@@ -479,21 +479,13 @@ size_t part_bytes(const sattn_params *p, const FwdPlan &f)
     return 2 * sizeof(float) * (size_t)f.splits * p->B * p->Hq * (size_t)f.n_qtiles * FWD_BR;
 }
 
-template <typename K> int set_smem(K kernel, int bytes)
-{
-    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return KVB_OK;
-}
 
 template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = fwd_smem_bytes<D, NEED_OUT>();
-    static bool ready = false; // the attribute is per kernel and device; set once
-    if (!ready) {
-        int rc = set_smem(fwd_kernel<D, CAUSAL, NEED_OUT>, smem);
-        if (rc) return rc;
-        ready = true;
-    }
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)fwd_kernel<D, CAUSAL, NEED_OUT>, smem, &optin);
+    if (rc) return rc;
     fwd_kernel<D, CAUSAL, NEED_OUT><<<grid, FWD_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
@@ -513,12 +505,9 @@ int launch_fwd(const sattn_params *p, const FwdArgs &a, dim3 grid, cudaStream_t 
 template <int D, bool CAUSAL> int launch_col_t(const ColArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = col_smem_bytes<D>();
-    static bool ready = false;
-    if (!ready) {
-        int rc = set_smem(colsum_kernel<D, CAUSAL>, smem);
-        if (rc) return rc;
-        ready = true;
-    }
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)colsum_kernel<D, CAUSAL>, smem, &optin);
+    if (rc) return rc;
     colsum_kernel<D, CAUSAL><<<grid, COL_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;

@@ -616,19 +616,11 @@ int make_order(Order *o, const char *who, int64_t heads, int group, int tiles, d
     return KVB_OK;
 }
 
-template <typename K> int prepare(K kernel, uint32_t smem, bool *ready)
-{
-    if (!*ready) { // the attribute is per kernel and device; set once
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        *ready = true;
-    }
-    return KVB_OK;
-}
 
 template <int D, bool CAUSAL> int launch_fwd(const CUtensorMap *m, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
-    static bool ready = false;
-    int rc = prepare(fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &ready);
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &optin);
     if (rc) return rc;
     fwd_wgmma_kernel<D, CAUSAL><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
     CUDA_TRY(cudaGetLastError());
@@ -637,8 +629,8 @@ template <int D, bool CAUSAL> int launch_fwd(const CUtensorMap *m, const FwdArgs
 
 template <int D, bool CAUSAL> int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
-    static bool ready = false;
-    int rc = prepare(colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &ready);
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &optin);
     if (rc) return rc;
     colsum_wgmma_kernel<D, CAUSAL><<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
