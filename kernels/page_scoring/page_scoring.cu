@@ -757,9 +757,19 @@ void plan_blocks(int resident, int64_t heads, int tiles, int *per_block, int *bl
     *blocks = (tiles + *per_block - 1) / *per_block;
 }
 
+// The blocks of `kernel` resident at once on the current device, asked once per device (`known`, the
+// caller's static, by device; past device 63 asked at every call). Asking also opts the kernel in to
+// its ring's shared memory on that device.
 template <typename K>
-int resident_blocks(K kernel, size_t dyn_smem, int *out)
+int resident_blocks(K kernel, size_t dyn_smem, int (&known)[64], int *out)
 {
+    int dev = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    const bool cached = dev >= 0 && dev < 64;
+    if (cached && known[dev]) {
+        *out = known[dev];
+        return KVB_OK;
+    }
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_smem));
     int per_sm = 0;
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, dyn_smem));
@@ -767,6 +777,7 @@ int resident_blocks(K kernel, size_t dyn_smem, int *out)
     const int sms = kvb_sm_count();
     if (!sms) return kvb_fail(KVB_EDEVICE, "page_scoring: the device's SM count could not be read");
     *out = per_sm * sms;
+    if (cached) known[dev] = *out;
     return KVB_OK;
 }
 
@@ -799,9 +810,10 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
 {
     using Wide = HybTile<G, 64>;
     using Narrow = HybTile<G, 16>;
-    static int resident = 0, resident_narrow = 0; // per instantiation, on the first call
-    int rc = resident ? KVB_OK : resident_blocks(hybrid_score_kernel<G, 64>, Wide::RING, &resident);
-    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(hybrid_score_kernel<G, 16>, Narrow::RING, &resident_narrow)))
+    static int known[64], known_narrow[64]; // per instantiation and device
+    int resident = 0, resident_narrow = 0;
+    int rc = resident_blocks(hybrid_score_kernel<G, 64>, Wide::RING, known, &resident);
+    if (rc || (rc = resident_blocks(hybrid_score_kernel<G, 16>, Narrow::RING, known_narrow, &resident_narrow)))
         return rc;
     const bool narrow = narrow_tiles(resident, heads, a.n_pages, Wide::TILE);
     a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : Wide::TILE);
@@ -826,9 +838,10 @@ template <int G>
 int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
 {
     constexpr size_t ring = sizeof(uint4) * 2 * QUEST_STAGES * THREADS;
-    static int resident = 0, resident_narrow = 0;
-    int rc = resident ? KVB_OK : resident_blocks(quest_score_kernel<G, WIDE>, ring, &resident);
-    if (rc || (rc = resident_narrow ? KVB_OK : resident_blocks(quest_score_kernel<G, NARROW>, ring, &resident_narrow)))
+    static int known[64], known_narrow[64]; // per instantiation and device
+    int resident = 0, resident_narrow = 0;
+    int rc = resident_blocks(quest_score_kernel<G, WIDE>, ring, known, &resident);
+    if (rc || (rc = resident_blocks(quest_score_kernel<G, NARROW>, ring, known_narrow, &resident_narrow)))
         return rc;
     const bool narrow = narrow_tiles(resident, heads, a.n_pages, WIDE);
     a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
