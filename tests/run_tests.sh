@@ -6,7 +6,8 @@
 # The parts are independent and run KVB_TEST_JOBS at a time (default: the number of processors), each with
 # its output captured; a part's output is printed whole, in the fixed order below, as soon as it and every
 # part before it have finished. A line "tests: PART started" and "tests: PART N s (CPU N s)" marks each part's
-# start and end, so that a piped run shows where it is and what each part costs.
+# start and end, so that a piped run shows where it is and what each part costs; a line "cmocka: PROGRAM
+# N s (CPU N s)" each test program.
 set -u
 bin=${1:-build/bin}
 export KVB_CASES=${KVB_CASES:-cases}
@@ -24,13 +25,26 @@ count() { # count LABEL TEXT: the number cmocka printed after "[  LABEL ]", or 0
 
 # Each part prints its output and, last, its counts "PASSED FAILED SKIPPED" to the file $counts.
 
+# cpu_delta BEFORE AFTER: the user + sys seconds between two of the children's lines `times` writes
+# ("0m1.5s 0m0.2s"; the builtin is run in this shell: in a command substitution it would count the
+# subshell's children, none)
+cpu_delta() {
+    printf '%s\n%s\n' "$1" "$2" | tr -s ' ms' '   ' | awk '{ c[NR] = $1 * 60 + $2 + $3 * 60 + $4 } END { printf "%.1f", c[2] - c[1] }'
+}
+
 part_cmocka() {
-    local passed=0 failed=0 skipped=0 t out rc p f s
+    local passed=0 failed=0 skipped=0 t out rc p f s t0 c0
     for t in "$bin"/test_*; do
         [ -x "$t" ] || continue
+        t0=$SECONDS
+        times >"$counts.times"
+        c0=$(tail -n 1 "$counts.times")
         out=$("$t" 2>&1)
         rc=$?
         printf '%s\n' "$out"
+        times >"$counts.times"
+        # where the part's time goes, a program at a time
+        echo "cmocka: $(basename "$t") $((SECONDS - t0)) s (CPU $(cpu_delta "$c0" "$(tail -n 1 "$counts.times")") s)"
         p=$(count PASSED "$out") f=$(count FAILED "$out") s=$(count SKIPPED "$out")
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then # crashed or failed outside a test
             echo "$(basename "$t"): exited with status $rc"
