@@ -665,7 +665,6 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
 
 constexpr int BUILD_PAGES = 32; // pages per block of page_meta_build
 
-
 // bf16 number x (0..7, a constant after unrolling) of a 16-byte piece
 __device__ __forceinline__ uint16_t elem(const uint4 &v, int x)
 {
@@ -757,27 +756,22 @@ void plan_blocks(int resident, int64_t heads, int tiles, int *per_block, int *bl
     *blocks = (tiles + *per_block - 1) / *per_block;
 }
 
-// The blocks of `kernel` resident at once on the current device, asked once per device (`known`, the
-// caller's static, by device; past device 63 asked at every call). Asking also opts the kernel in to
-// its ring's shared memory on that device.
+// The blocks of `kernel` resident at once on the current device (per SM x SMs), asked once a device
+// (`known`, the caller's static; past device 63 at every call); asking opts in its ring's memory.
 template <typename K>
 int resident_blocks(K kernel, size_t dyn_smem, int (&known)[64], int *out)
 {
-    int dev = 0;
+    int dev = 0, per_sm = 0;
     CUDA_TRY(cudaGetDevice(&dev));
-    const bool cached = dev >= 0 && dev < 64;
-    if (cached && known[dev]) {
-        *out = known[dev];
-        return KVB_OK;
-    }
+    int *slot = dev >= 0 && dev < 64 ? &known[dev] : nullptr;
+    if (slot && *slot) return *out = *slot, KVB_OK;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_smem));
-    int per_sm = 0;
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, dyn_smem));
     if (per_sm < 1) return kvb_fail(KVB_EDEVICE, "page_scoring: a scoring kernel does not fit on an SM (%zu bytes of dynamic shared memory)", dyn_smem);
     const int sms = kvb_sm_count();
     if (!sms) return kvb_fail(KVB_EDEVICE, "page_scoring: the device's SM count could not be read");
     *out = per_sm * sms;
-    if (cached) known[dev] = *out;
+    if (slot) *slot = *out;
     return KVB_OK;
 }
 
