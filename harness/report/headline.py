@@ -46,6 +46,7 @@ ROWS = [
     ("dense decode, B=8, 32K", "decode_attn B=8 Hq=32 Hkv=8 D=128 L=32768 len=0 vary=0 dist=normal seed=1 impl=kernel", "peer:torch_sdpa_cudnn"),
     ("dense decode, B=8, 128K", "decode_attn B=8 Hq=32 Hkv=8 D=128 L=131072 len=0 vary=0 dist=normal seed=1 impl=kernel", "peer:torch_sdpa_cudnn"),
     ("dense decode, B=1, 128K", "decode_attn B=1 Hq=32 Hkv=8 D=128 L=131072 len=0 vary=0 dist=normal seed=1 impl=kernel", "peer:torch_sdpa_cudnn"),
+    ("dense decode, B=1, 32K", "decode_attn B=1 Hq=32 Hkv=8 D=128 L=32768 len=0 vary=0 dist=normal seed=1 impl=kernel", "peer:torch_sdpa_cudnn"),
     ("INT2 decode, B=8, 32K, gs=16", "int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=32768 R=64 dist=normal seed=1 impl=kernel", "impl=dense_bf16"),
     ("INT2 decode, B=8, 128K, gs=16", "int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=16 T=131072 R=64 dist=normal seed=1 impl=kernel", "impl=dense_bf16"),
     ("INT2 decode, B=8, 128K, gs=128", "int2_decode_attn B=8 Hq=32 Hkv=8 D=128 gs=128 T=131072 R=64 dist=normal seed=1 impl=kernel", "impl=dense_bf16"),
@@ -99,9 +100,6 @@ ROUND_CASES = [
     for method, role in (("dense", "sparse"), ("minikv", "sparse"), ("omnikv", "filter"), ("omnikv", "sparse"), ("rocketkv", "sparse"))
     for b, ctx in ((1, 32768), (1, 131072), (8, 32768), (8, 131072))
     if (b, ctx) != (1, 32768) or role == "filter"
-] + [
-    # dense decode attention at the block's B=1 32K shape, with its PyTorch peers
-    "decode_attn B=1 Hq=32 Hkv=8 D=128 L=32768 len=0 vary=0 dist=normal seed=1 impl=kernel",
 ]
 
 # op.h kvb_ceiling_kind, in enum order
