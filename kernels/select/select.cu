@@ -5,10 +5,10 @@
 // Napkin math (~4.5 TB/s read): rows=256 n=128K is 128 MiB of scores: one read ~30 us; the goal is
 // 3 reads + 10 us. One block per row reads its row from DRAM in the first pass; the next passes and
 // the compaction find it in L2 only while the rows in flight fit (256 rows x 512 KiB do not: up to 4
-// DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the launches (a
-// histogram per pass, a count, a write: 5 kernels) more than the bytes. Short rows (n <= 8K: page and
-// chunk selections, e.g. RocketKV's 64 rows x 4239 pages, 136 KB to 1 MB of scores) are read once into
-// shared memory by one block each and selected there in one launch instead of five.
+// DRAM reads). Few rows (the single-row shapes, 0.5-8 MiB) fit in L2: their cost is the launches (the
+// workspace's clear, a histogram per pass, the count and write: 5 kernels) more than the bytes. Short
+// rows (n <= 8K: page and chunk selections, e.g. RocketKV's 64 rows x 4239 pages, 136 KB to 1 MB of
+// scores) are read once into shared memory by one block each and selected there in one launch.
 #include <algorithm>
 #include <cstdint>
 
@@ -90,7 +90,13 @@ struct RowState {
     uint32_t prefix, mask;
     int need;   // after the 3 passes: how many keys equal to the threshold are taken
     int done;   // blocks of the row finished with the current pass
+    int ticket; // the write: chunks taken so far, in the order the blocks start
 };
+
+// A chunk's two counts for the write, published in one 64-bit word: keys > T in bits 0-21, keys == T in
+// bits 22-43 (each <= n <= 2^21), bit 63 set once published (the workspace's clear makes it 0).
+constexpr int COUNT_BITS = 22;
+constexpr unsigned long long COUNT_MASK = (1ull << COUNT_BITS) - 1, PUBLISHED = 1ull << 63;
 
 struct SplitArgs {
     const float *scores;
@@ -98,7 +104,7 @@ struct SplitArgs {
     int n, k, split, chunk;
     int *hist;       // [rows, NBINS], zero between passes
     RowState *state; // [rows]
-    int2 *counts;    // [rows, split]: (keys > T, keys == T) per block
+    unsigned long long *counts; // [rows, split]: a chunk's published counts (COUNT_BITS above)
 };
 
 __device__ __forceinline__ void chunk_of(const SplitArgs &a, int b, int *lo, int *hi)
@@ -154,55 +160,56 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
     }
 }
 
-// Per block: how many keys of its chunk are above the threshold, and how many equal it.
-__global__ void __launch_bounds__(THREADS) split_count_kernel(SplitArgs a)
+// The ordered write, a chunk a block: the block counts its chunk's keys above and equal to the threshold,
+// publishes the two counts, sums those of the chunks before its own (published by blocks of this
+// launch) and writes its chunk's selected indices from there. A block takes its chunk by a ticket, in
+// the order the blocks start, so it waits only on chunks taken by blocks already running (no deadlock
+// whatever the residency). One launch where a count kernel and a write kernel took two.
+__global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int tail_first, int tail_n, int32_t *idx,
+                                                              int64_t ldo)
 {
-    __shared__ typename Scan::TempStorage tmp;
-    chain_wait(); // launched chained (kvb_device.cuh)
+    __shared__ SelectSmem s;
+    __shared__ int s_chunk, s_gt, s_eq;
+    chain_wait(); // launched chained (kvb_device.cuh): the last pass is done and the row's state visible
     chain_release();
     const int row = blockIdx.y;
-    const uint32_t T = a.state[row].prefix;
+    RowState *st = a.state + row;
+    if (threadIdx.x == 0) s_chunk = atomicAdd(&st->ticket, 1);
+    __syncthreads();
+    const int b = s_chunk;
+    int32_t *out = idx + row * ldo;
+    if (b == 0) fill_tail(out, a.k, tail_first, tail_n);
+    const uint32_t T = st->prefix;
+    const int need_eq = st->need;
     const float *x = a.scores + row * a.ld;
     int lo, hi;
-    chunk_of(a, blockIdx.x, &lo, &hi);
+    chunk_of(a, b, &lo, &hi);
     int gt = 0, eq = 0;
     for (int i = lo + threadIdx.x; i < hi; i += THREADS) {
         const uint32_t key = order_key(__ldg(x + i));
         gt += key > T, eq += key == T;
     }
     int g_total, e_total, dummy;
-    Scan(tmp).ExclusiveSum(gt, dummy, g_total);
+    Scan(s.scan).ExclusiveSum(gt, dummy, g_total);
     __syncthreads();
-    Scan(tmp).ExclusiveSum(eq, dummy, e_total);
-    if (threadIdx.x == 0) a.counts[(int64_t)row * a.split + blockIdx.x] = make_int2(g_total, e_total);
-}
-
-__global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int tail_first, int tail_n, int32_t *idx,
-                                                              int64_t ldo)
-{
-    __shared__ SelectSmem s;
-    __shared__ int s_gt, s_eq;
-    chain_wait(); // launched chained (kvb_device.cuh)
-    chain_release();
-    const int row = blockIdx.y;
-    int32_t *out = idx + row * ldo;
-    if (blockIdx.x == 0) fill_tail(out, a.k, tail_first, tail_n);
-    int gt = 0, eq = 0; // of the blocks before this one
-    for (int b = threadIdx.x; b < blockIdx.x; b += THREADS) {
-        const int2 c = a.counts[(int64_t)row * a.split + b];
-        gt += c.x, eq += c.y;
+    Scan(s.scan).ExclusiveSum(eq, dummy, e_total);
+    unsigned long long *counts = a.counts + (int64_t)row * a.split;
+    if (threadIdx.x == 0)
+        atomicExch(counts + b, PUBLISHED | (unsigned long long)e_total << COUNT_BITS | (unsigned long long)g_total);
+    gt = 0, eq = 0; // of the chunks before this one
+    for (int c = threadIdx.x; c < b; c += THREADS) {
+        unsigned long long v;
+        while (!((v = *(volatile unsigned long long *)(counts + c)) & PUBLISHED)) {
+        }
+        gt += (int)(v & COUNT_MASK), eq += (int)(v >> COUNT_BITS & COUNT_MASK);
     }
-    int g_total, e_total, dummy;
+    __syncthreads(); // the scan storage is reused
     Scan(s.scan).ExclusiveSum(gt, dummy, g_total);
     __syncthreads();
     Scan(s.scan).ExclusiveSum(eq, dummy, e_total);
     if (threadIdx.x == 0) s_gt = g_total, s_eq = e_total;
     __syncthreads();
-    const int need_eq = a.state[row].need;
-    int lo, hi;
-    chunk_of(a, blockIdx.x, &lo, &hi);
-    compact(s, GlobalKeys{a.scores + row * a.ld}, lo, hi, a.state[row].prefix, need_eq,
-            s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
+    compact(s, GlobalKeys{x}, lo, hi, T, need_eq, s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
 }
 
 // Rows held in shared memory by one block each: short ones always; longer ones, up to SMEM_ROW_MAX,
@@ -235,7 +242,7 @@ size_t split_bytes(int rows, int split, size_t *off_state, size_t *off_counts)
 {
     *off_state = align256((size_t)rows * NBINS * sizeof(int));
     *off_counts = *off_state + align256((size_t)rows * sizeof(RowState));
-    return *off_counts + align256((size_t)rows * split * sizeof(int2));
+    return *off_counts + align256((size_t)rows * split * sizeof(unsigned long long));
 }
 
 // ---- max-pooling and the gather of kept rows ----
@@ -322,20 +329,19 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
     // split rows only when rows < 2 x SMs, so rows fits grid.y (65535) on any GPU with fewer SMs
     if (rows > 65535) return kvb_fail(KVB_EINVAL, "topk_rows: rows=%d out of range [1, 65535] for split rows", rows);
     size_t off_state, off_counts;
-    split_bytes(rows, split, &off_state, &off_counts);
-    // the histograms and row states zeroed (off_counts: whole ints, a multiple of 256 bytes)
-    const int64_t words = (int64_t)(off_counts / sizeof(int));
+    const size_t ws_bytes = split_bytes(rows, split, &off_state, &off_counts);
+    // the histograms, row states and published counts zeroed (whole ints, a multiple of 256 bytes)
+    const int64_t words = (int64_t)(ws_bytes / sizeof(int));
     const unsigned clear_blocks = (unsigned)std::min<int64_t>((words + 255) / 256, 1024);
     CUDA_TRY(launch_chained(split_clear_kernel, clear_blocks, 256, 0, stream, (int *)workspace, words));
     SplitArgs a;
     a.scores = scores, a.ld = ld, a.n = n, a.k = k, a.split = split, a.chunk = (n + split - 1) / split;
     a.hist = (int *)workspace;
     a.state = (RowState *)((char *)workspace + off_state);
-    a.counts = (int2 *)((char *)workspace + off_counts);
+    a.counts = (unsigned long long *)((char *)workspace + off_counts);
     const dim3 grid((unsigned)split, (unsigned)rows);
-    // the five kernels launched chained: each one's launch and block start-up overlap the one before
+    // the four kernels launched chained: each one's launch and block start-up overlap the one before
     for (int p = 0; p < 3; ++p) CUDA_TRY(launch_chained(split_pass_kernel, grid, THREADS, 0, stream, a, p));
-    CUDA_TRY(launch_chained(split_count_kernel, grid, THREADS, 0, stream, a));
     CUDA_TRY(launch_chained(split_write_kernel, grid, THREADS, 0, stream, a, tail_first, tail_n, idx, ldo));
     return KVB_OK;
 }
