@@ -67,6 +67,11 @@ struct DecodeParams {
     float *parts;
     const int32_t *list, *cnt; // sparse: lists [B, Hkv, n], entries used per sequence
     int n, P;
+    // > 0 where every sequence has the same length and positions a head (the host's copies, checked
+    // equal to the device's by contract): the step line is then arithmetic, with no read of len or cnt
+    // and no scan before the first loads
+    int64_t same_tokens;
+    int same_len;
 };
 
 // positions on a head's line: dense tokens, list entries, or list pages x P
@@ -185,34 +190,46 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
     const int B = p.B, Hkv = p.Hkv, G = p.G;
 
     // the step line: sequence b holds Hkv * ceil(len[b] / 16) steps
-    constexpr int IPT = DECODE_MAX_B / THREADS;
-    long long items[IPT];
-#pragma unroll
-    for (int i = 0; i < IPT; i++) {
-        const int b = tid * IPT + i;
-        items[i] = b < B ? (long long)((head_tokens<SRC>(p, b) + 15) / 16) * Hkv : 0;
-    }
     long long total;
-    Scan(scan_tmp).ExclusiveSum(items, items, total);
+    if (p.same_tokens > 0) {
+        total = (long long)B * Hkv * ((p.same_tokens + 15) / 16);
+    } else {
+        constexpr int IPT = DECODE_MAX_B / THREADS;
+        long long items[IPT];
 #pragma unroll
-    for (int i = 0; i < IPT; i++)
-        if (tid * IPT + i < B) pre[tid * IPT + i] = items[i];
-    __syncthreads();
+        for (int i = 0; i < IPT; i++) {
+            const int b = tid * IPT + i;
+            items[i] = b < B ? (long long)((head_tokens<SRC>(p, b) + 15) / 16) * Hkv : 0;
+        }
+        Scan(scan_tmp).ExclusiveSum(items, items, total);
+#pragma unroll
+        for (int i = 0; i < IPT; i++)
+            if (tid * IPT + i < B) pre[tid * IPT + i] = items[i];
+        __syncthreads();
+    }
 
     const int64_t N = total, grid = gridDim.x, k = blockIdx.x;
     int64_t u = part_begin(k, N, grid);
     const int64_t u1 = part_begin(k + 1, N, grid);
     while (u < u1) {
-        int lo = 0, hi = B - 1; // the sequence holding step u: the last b with pre[b] <= u
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (pre[mid] <= u) lo = mid;
-            else hi = mid - 1;
+        int b, lenb;
+        int64_t ntok, first_step; // first_step: the line's first step of sequence b
+        if (p.same_tokens > 0) {
+            ntok = p.same_tokens, lenb = p.same_len;
+            const int64_t seq_steps = (int64_t)Hkv * ((ntok + 15) / 16);
+            b = (int)(u / seq_steps), first_step = b * seq_steps;
+        } else {
+            int lo = 0, hi = B - 1; // the sequence holding step u: the last b with pre[b] <= u
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (pre[mid] <= u) lo = mid;
+                else hi = mid - 1;
+            }
+            b = lo, lenb = p.len[b], ntok = head_tokens<SRC>(p, b), first_step = pre[b];
         }
-        const int b = lo, lenb = p.len[b];
-        const int64_t ntok = head_tokens<SRC>(p, b), ns = (ntok + 15) / 16;
-        const int kvh = (int)((u - pre[b]) / ns);
-        const int64_t hoff = pre[b] + kvh * ns, head = (int64_t)b * Hkv + kvh;
+        const int64_t ns = (ntok + 15) / 16;
+        const int kvh = (int)((u - first_step) / ns);
+        const int64_t hoff = first_step + kvh * ns, head = (int64_t)b * Hkv + kvh;
         const int64_t s0 = u - hoff, s1 = min(u1, hoff + ns) - hoff;
 
         __syncthreads(); // the previous segment is done with ms (and the ring over it)
@@ -359,12 +376,12 @@ cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t st
     return launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
 }
 
-// Everything checked; `tokens[b]` = positions on each head line of sequence b. Sizes the grid (one
-// resident wave at most, at least `min_steps` 16-token steps per block; the sparse sources' rule above)
-// and launches.
-int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, kvb_bf16 *o,
-           const decode_layout *d, void *workspace, int steps, int src, const int32_t *list, const int32_t *cnt, int n,
-           int P, const int64_t *tokens, int min_steps, cudaStream_t stream)
+// Everything checked; `tokens[b]` = positions on each head line of sequence b, `len_host` the lengths.
+// Sizes the grid (one resident wave at most, at least `min_steps` 16-token steps per block; the sparse
+// sources' rule above) and launches.
+int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, const int32_t *len_host,
+           kvb_bf16 *o, const decode_layout *d, void *workspace, int steps, int src, const int32_t *list,
+           const int32_t *cnt, int n, int P, const int64_t *tokens, int min_steps, cudaStream_t stream)
 {
     int64_t N = 0;
     for (int b = 0; b < d->B; b++) N += (tokens[b] + 15) / 16 * d->Hkv;
@@ -382,8 +399,9 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     // block straddles two heads (part_begin(j * per_head) = j * steps of a head) and each head's merge
     // waits only on its own blocks (kernels/decode/NOTES.md, Tried: 64 steps a block, 32 a head at B=1
     // L=32K; sparse grids that split heads evenly were the faster ones)
-    bool equal = true;
+    bool equal = true, equal_len = true;
     for (int b = 1; equal && b < d->B; b++) equal = tokens[b] == tokens[0];
+    for (int b = 1; equal_len && b < d->B; b++) equal_len = len_host[b] == len_host[0];
     const int64_t heads = (int64_t)d->B * d->Hkv, head_steps = (tokens[0] + 15) / 16;
     if (equal && heads <= grid) {
         int64_t per_head = grid / heads;
@@ -409,6 +427,7 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
     p.list = list, p.cnt = cnt, p.n = n, p.P = P;
+    p.same_tokens = equal && equal_len ? tokens[0] : 0, p.same_len = len_host[0];
     cudaError_t e;
     if (src == SRC_DENSE) e = d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
     else if (src == SRC_IDX) e = d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
@@ -475,7 +494,7 @@ extern "C" int decode_attn_variant(const kvb_bf16 *q, const kvb_bf16 *K, const k
     if ((rc = decode_lengths_check(d, len_host, who))) return rc;
     int64_t tokens[DECODE_MAX_B];
     for (int b = 0; b < d->B; b++) tokens[b] = len_host[b];
-    return launch(q, K, V, len, o, d, workspace, steps, SRC_DENSE, NULL, NULL, 0, 1, tokens, MIN_STEPS_PER_BLOCK,
+    return launch(q, K, V, len, len_host, o, d, workspace, steps, SRC_DENSE, NULL, NULL, 0, 1, tokens, MIN_STEPS_PER_BLOCK,
                   stream);
 }
 
@@ -508,7 +527,7 @@ static int sparse_launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V
     }
     int64_t tokens[DECODE_MAX_B];
     for (int b = 0; b < s->kv.B; b++) tokens[b] = (int64_t)cnt_host[b] * (pages ? s->P : 1);
-    return launch(q, K, V, len, o, &s->kv, workspace, steps, pages ? SRC_PAGES : SRC_IDX, list, cnt, s->n, s->P, tokens,
+    return launch(q, K, V, len, len_host, o, &s->kv, workspace, steps, pages ? SRC_PAGES : SRC_IDX, list, cnt, s->n, s->P, tokens,
                   SPARSE_MIN_STEPS_PER_BLOCK, stream);
 }
 
