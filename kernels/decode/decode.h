@@ -24,7 +24,8 @@ size_t decode_attn_workspace_bytes(const decode_layout *d);
 
 /* o[b, h] = softmax(q[b, h] . K[b, h/G, :len[b]] / sqrt(D)) . V[b, h/G, :len[b]] (bf16 out, fp32
  * softmax and accumulation; bf16 tensor-core products). `len` is the device copy of the lengths and
- * `len_host` the same values on the host: they are checked (1 <= len[b] <= L) and size the grid. */
+ * `len_host` the same values on the host: they are checked (1 <= len[b] <= L),
+ * size the grid and, where all are equal, stand for len in the kernel (so they must match it). */
 int decode_attn(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_t *len, const int32_t *len_host,
                 kvb_bf16 *o, const decode_layout *d, void *workspace, cudaStream_t stream);
 
@@ -42,7 +43,7 @@ int kv_append(const kvb_bf16 *knew, const kvb_bf16 *vnew, const int32_t *t, cons
 /* ---- sparse decode attention (reference/decode.h: sparse_layout, the list semantics) ----
  * The dense kernel with another token source: idx [B, Hkv, n] token lists or pages [B, Hkv, n] page
  * lists, of which the first cnt[b] entries are used (device copy cnt, host copy cnt_host: they size
- * the grid). len / len_host as in decode_attn. idx_host / pages_host: the host copy of the lists,
+ * the grid and, where all are equal, stand for cnt in the kernel). len / len_host as in decode_attn. idx_host / pages_host: the host copy of the lists,
  * checked before launch (every used entry inside its sequence's cache); NULL when the lists were made
  * on the device by the suite's producers (topk_rows, hybrid_score, quest_score), which keep them in
  * range; an entry outside the cache is then read as no token, never outside the buffers. workspace:
