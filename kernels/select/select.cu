@@ -87,9 +87,6 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
 // ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
 
 struct RowState {
-    uint32_t prefix, mask;
-    int need;   // after the 3 passes: how many keys equal to the threshold are taken
-    int done;   // blocks of the row finished with the current pass
     int ticket; // the write: chunks taken so far, in the order the blocks start
 };
 
@@ -102,7 +99,7 @@ struct SplitArgs {
     const float *scores;
     int64_t ld;
     int n, k, split, chunk;
-    int *hist;       // [rows, NBINS], zero between passes
+    int *hist;       // [rows, 3, NBINS]: each pass's histogram of the row, zeroed by the clear
     RowState *state; // [rows]
     unsigned long long *counts; // [rows, split]: a chunk's published counts (COUNT_BITS above)
 };
@@ -122,42 +119,63 @@ __global__ void split_clear_kernel(int *w, int64_t n)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) w[i] = 0;
 }
 
-// One pass: each block adds its chunk's histogram to the row's; the last block to finish picks the
-// digit, records the row's state and clears the histogram for the next pass.
+// The digits of passes 0 .. passes-1, each found from that pass's whole-row histogram (written by the
+// kernel before, chained): every block of the next kernel finds them itself, where the last block of a
+// pass once did it alone and handed them on through the row's state. A thread holds find_digit's bins
+// (thread 0 the highest), all the passes' loads issued before the first scan.
+__device__ __forceinline__ void digits_before(SelectSmem &s, const int *hist_row, int passes, int k, uint32_t *prefix,
+                                              uint32_t *mask, int *need)
+{
+    int bins[3][NBINS / THREADS];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+        const int per = (1 << pass_bits(q)) / THREADS, hi = (1 << pass_bits(q)) - threadIdx.x * per;
+#pragma unroll
+        for (int j = 0; j < NBINS / THREADS; ++j)
+            bins[q][j] = q < passes && j < per ? __ldcg(hist_row + q * NBINS + hi - 1 - j) : 0;
+    }
+    *prefix = 0u, *mask = 0u, *need = k;
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+        if (q >= passes) break;
+        const int nbins = 1 << pass_bits(q), per = nbins / THREADS, hi = nbins - threadIdx.x * per;
+        int mine = 0;
+#pragma unroll
+        for (int j = 0; j < NBINS / THREADS; ++j) mine += bins[q][j];
+        int above;
+        Scan(s.scan).ExclusiveSum(mine, above);
+#pragma unroll
+        for (int j = 0; j < NBINS / THREADS; ++j) {
+            if (j < per && above < *need && above + bins[q][j] >= *need) s.digit = hi - 1 - j, s.need = *need - above;
+            above += bins[q][j];
+        }
+        __syncthreads();
+        *prefix |= (uint32_t)s.digit << pass_shift(q), *mask |= (uint32_t)(nbins - 1) << pass_shift(q), *need = s.need;
+        __syncthreads(); // s.digit, s.need and the scan storage are reused
+    }
+}
+
+// One pass: each block adds its chunk's histogram (of the keys under the digits of the passes before)
+// to the row's histogram of this pass.
 __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
 {
     __shared__ SelectSmem s;
-    __shared__ bool last;
-    chain_wait(); // launched chained (kvb_device.cuh): the pass before is done and its state visible
+    chain_wait(); // launched chained (kvb_device.cuh): the pass before is done and its histogram visible
     chain_release();
     const int row = blockIdx.y, nbins = 1 << pass_bits(p);
-    RowState *st = a.state + row;
-    const uint32_t prefix = p ? st->prefix : 0u, mask = p ? st->mask : 0u;
-    const int need = p ? st->need : a.k;
+    const int *hist_row = a.hist + (int64_t)row * 3 * NBINS;
+    uint32_t prefix, mask;
+    int need;
+    digits_before(s, hist_row, p, a.k, &prefix, &mask, &need);
     for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
     __syncthreads();
     int lo, hi;
     chunk_of(a, blockIdx.x, &lo, &hi);
     stream_histogram<2>(s.hist, GlobalKeys{a.scores + row * a.ld}, lo, hi, prefix, mask, pass_shift(p), nbins);
     __syncthreads();
-    int *g = a.hist + (int64_t)row * NBINS;
+    int *g = a.hist + ((int64_t)row * 3 + p) * NBINS;
     for (int i = threadIdx.x; i < nbins; i += THREADS)
         if (s.hist[i]) atomicAdd(&g[i], s.hist[i]);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&st->done, 1) == a.split - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = __ldcg(&g[i]), g[i] = 0;
-    __syncthreads();
-    find_digit(s, s.hist, nbins, need);
-    if (threadIdx.x == 0) {
-        st->prefix = prefix | (uint32_t)s.digit << pass_shift(p);
-        st->mask = mask | (uint32_t)(nbins - 1) << pass_shift(p);
-        st->need = s.need;
-        st->done = 0;
-    }
 }
 
 // The ordered write, a chunk a block: the block counts its chunk's keys above and equal to the threshold,
@@ -170,17 +188,17 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
 {
     __shared__ SelectSmem s;
     __shared__ int s_chunk, s_gt, s_eq;
-    chain_wait(); // launched chained (kvb_device.cuh): the last pass is done and the row's state visible
+    chain_wait(); // launched chained (kvb_device.cuh): the last pass is done and its histogram visible
     chain_release();
     const int row = blockIdx.y;
     RowState *st = a.state + row;
     if (threadIdx.x == 0) s_chunk = atomicAdd(&st->ticket, 1);
-    __syncthreads();
+    uint32_t T, mask;
+    int need_eq;
+    digits_before(s, a.hist + (int64_t)row * 3 * NBINS, 3, a.k, &T, &mask, &need_eq); // its barriers publish s_chunk
     const int b = s_chunk;
     int32_t *out = idx + row * ldo;
     if (b == 0) fill_tail(out, a.k, tail_first, tail_n);
-    const uint32_t T = st->prefix;
-    const int need_eq = st->need;
     const float *x = a.scores + row * a.ld;
     int lo, hi;
     chunk_of(a, b, &lo, &hi);
@@ -240,7 +258,7 @@ size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 size_t split_bytes(int rows, int split, size_t *off_state, size_t *off_counts)
 {
-    *off_state = align256((size_t)rows * NBINS * sizeof(int));
+    *off_state = align256((size_t)rows * 3 * NBINS * sizeof(int));
     *off_counts = *off_state + align256((size_t)rows * sizeof(RowState));
     return *off_counts + align256((size_t)rows * split * sizeof(unsigned long long));
 }
