@@ -292,6 +292,10 @@ __device__ __forceinline__ int64_t part_begin(int64_t k, int64_t N, int64_t grid
 // The block whose range holds step u: the largest k with k*N/grid <= u.
 __device__ __forceinline__ int64_t block_of(int64_t u, int64_t N, int64_t grid) { return ((u + 1) * grid - 1) / N; }
 
+// A partial's slot in floats: O [G][D], then m [G], then l [G], padded to a multiple of 4 floats so
+// that every slot's O is 16-byte aligned where the parts are (the merge reads it as float4).
+__host__ __device__ constexpr int64_t part_slot_floats(int G, int D) { return (int64_t)G * D + ((2 * G + 3) & ~3); }
+
 // The merge buffer of a block of NW warps: per warp and head the max, sum and O row.
 template <int D, int NW = WARPS>
 struct MergeSmem {
@@ -364,99 +368,55 @@ __device__ __forceinline__ void block_combine(const MergeSmem<D, NW> &ms, int G,
 }
 
 // The last of `n` contributors of a head merges their partials (slots first .. first+n-1 of
-// `parts`, each G*(D+2) floats: o [G][D], then m [G], then l [G]) into the output row block
-// out [G][D] (bf16). `w_s`: shared scratch of at least 64*MAXG floats, free at entry (the caller's
-// barriers). NT: the block's threads.
-// Per head h: M = the contributors' largest m, each contributor's weight w = 2^(m - M), L = sum w*l,
-// out = sum w*o / L. The per-head work (M, the weights, L) is done once, by one warp a head, from the
-// same loads that find M (up to 64 contributors), so each pair of output elements costs one 8-byte
-// load and two FMAs a contributor, two dependent rounds of loads in all. The merge runs once per head, cold: its
-// instruction fetch is a large part of a short launch, so its code is kept small.
+// `parts`, part_slot_floats(G, D) floats each: O [G][D], then m [G], then l [G]) into the output rows
+// out [G][D] (bf16). NT: the block's threads.
+// Per head h: M = the contributors' largest m, each contributor's weight w = 2^(m - M),
+// out = sum w*O / sum w*l. A thread takes 4 adjacent channels of one head and loads, for a chunk of
+// MERGE_CHUNK contributors at once, their m, l and O (one 16-byte load); the chunk's largest m rescales
+// the running sums, so a head's 32 partials take two rounds of L2 loads, with no shared memory, no
+// barrier and no second pass for the weights. The merge runs once per head, cold: its code is one
+// chunk's loop.
+constexpr int MERGE_CHUNK = 16;
 template <int D, int NT = THREADS>
 __device__ __forceinline__ void merge_partials(const float *parts, int64_t first, int n, int G,
-                                               __nv_bfloat16 *out, float *w_s, int tid)
+                                               __nv_bfloat16 *out, int tid)
 {
-    constexpr int NW = NT / 32, HPW = (MAXG + NW - 1) / NW; // heads a warp: h = warp, warp + NW, ...
-    const int stride = G * (D + 2), warp = tid / 32, lane = tid % 32;
+    constexpr int Q = D / 4; // 4-channel groups a head
+    const int64_t stride = part_slot_floats(G, D);
     const float *p0 = parts + first * stride;
-    float base[HPW], L[HPW];
+    for (int i = tid; i < G * Q; i += NT) {
+        const float *pm = p0 + G * D + i / Q; // m of contributor c at pm + c * stride, its l at + G
+        float M = -INFINITY, L = 0.f;
+        float4 O = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c0 = 0; c0 < n; c0 += MERGE_CHUNK) {
+            float m[MERGE_CHUNK], l[MERGE_CHUNK];
+            float4 o[MERGE_CHUNK];
 #pragma unroll
-    for (int j = 0; j < HPW; j++) { // M of each head, and the first chunk's weights from the same loads
-        const int h = warp + j * NW;
-        const float *pm = p0 + G * D + h; // m of contributor k at pm + k * stride, its l at + G
-        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, m = -INFINITY;
-        if (h < G) {
-            if (lane < n) m0 = __ldcg(pm + (int64_t)lane * stride), l0 = __ldcg(pm + (int64_t)lane * stride + G);
-            if (lane + 32 < n)
-                m1 = __ldcg(pm + (int64_t)(lane + 32) * stride), l1 = __ldcg(pm + (int64_t)(lane + 32) * stride + G);
-            for (int k = lane + 64; k < n; k += 32) m = fmaxf(m, __ldcg(pm + (int64_t)k * stride));
-        }
-        m = warp_max<16, 1>(fmaxf(m, fmaxf(m0, m1)));
-        base[j] = m == -INFINITY ? 0.f : m;
-        L[j] = 0.f;
-        if (h < G) {
-            if (lane < n) {
-                const float w = ex2(m0 - base[j]);
-                w_s[lane * G + h] = w, L[j] += w * l0;
+            for (int j = 0; j < MERGE_CHUNK; j++) {
+                const bool in = c0 + j < n;
+                const int64_t off = (int64_t)(c0 + j) * stride;
+                m[j] = in ? __ldcg(pm + off) : -INFINITY;
+                l[j] = in ? __ldcg(pm + off + G) : 0.f;
+                o[j] = in ? __ldcg(reinterpret_cast<const float4 *>(p0 + off) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            if (lane + 32 < n) {
-                const float w = ex2(m1 - base[j]);
-                w_s[(lane + 32) * G + h] = w, L[j] += w * l1;
+            float Mc = M;
+#pragma unroll
+            for (int j = 0; j < MERGE_CHUNK; j++) Mc = fmaxf(Mc, m[j]);
+            const float base = Mc == -INFINITY ? 0.f : Mc;
+            const float r = ex2(M - base); // the sums so far, to the new maximum (0 before the first chunk)
+            L *= r, O.x *= r, O.y *= r, O.z *= r, O.w *= r;
+#pragma unroll
+            for (int j = 0; j < MERGE_CHUNK; j++) {
+                const float w = ex2(m[j] - base);
+                L += w * l[j];
+                O.x += w * o[j].x, O.y += w * o[j].y, O.z += w * o[j].z, O.w += w * o[j].w;
             }
+            M = Mc;
         }
-    }
-    // Each thread takes pairs of output elements (8-byte loads: a slot's G*(D+2) floats keep every
-    // slot 8-byte aligned), pair i = tid, tid + NT, ..; D is even, so a pair lies in one head.
-    constexpr int PER = (MAXG * D / 2 + NT - 1) / NT; // pairs a thread at most (4 at 4 warps, 2 at 12)
-    const int pairs = G * D / 2, per = (pairs + NT - 1) / NT;
-    float2 O[PER];
-#pragma unroll
-    for (int e = 0; e < PER; e++) O[e] = make_float2(0.f, 0.f);
-    for (int c0 = 0; c0 < n; c0 += 64) { // chunks of 64 contributors, their weights in w_s
-        const int cn = min(64, n - c0);
-        if (c0 > 0) { // the next chunk's weights (more than 64 contributors)
-            __syncthreads();
-#pragma unroll
-            for (int j = 0; j < HPW; j++) {
-                const int h = warp + j * NW;
-                if (h >= G) break;
-                for (int k = lane; k < cn; k += 32) {
-                    const float *pm = p0 + (int64_t)(c0 + k) * stride + G * D + h;
-                    const float w = ex2(__ldcg(pm) - base[j]);
-                    w_s[k * G + h] = w, L[j] += w * __ldcg(pm + G);
-                }
-            }
-        }
-        __syncthreads();
-#pragma unroll 4
-        for (int k = 0; k < cn; k++) {
-            const float2 *p = reinterpret_cast<const float2 *>(p0 + (int64_t)(c0 + k) * stride);
-#pragma unroll
-            for (int e = 0; e < PER; e++) {
-                const int i = tid + e * NT;
-                if (e < per && i < pairs) {
-                    const float w = w_s[k * G + 2 * i / D];
-                    const float2 v = __ldcg(p + i);
-                    O[e].x += w * v.x, O[e].y += w * v.y;
-                }
-            }
-        }
-    }
-    __syncthreads(); // the last chunk's weights read: w_s takes each head's L
-#pragma unroll
-    for (int j = 0; j < HPW; j++) {
-        const int h = warp + j * NW;
-        const float l = warp_sum<16, 1>(L[j]);
-        if (h < G && lane == 0) w_s[h] = l;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < PER; e++) {
-        const int i = tid + e * NT;
-        if (e < per && i < pairs) {
-            const float l = w_s[2 * i / D];
-            reinterpret_cast<__nv_bfloat162 *>(out)[i] = __floats2bfloat162_rn(O[e].x / l, O[e].y / l);
-        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(O.x / L, O.y / L), hi = __floats2bfloat162_rn(O.z / L, O.w / L);
+        uint2 v;
+        v.x = *reinterpret_cast<const uint32_t *>(&lo), v.y = *reinterpret_cast<const uint32_t *>(&hi);
+        reinterpret_cast<uint2 *>(out)[i] = v; // rows of D (a multiple of 8): 8-byte aligned
     }
 }
 
@@ -465,20 +425,19 @@ __device__ __forceinline__ void merge_partials(const float *parts, int64_t first
 // the last contributor (an arrival counter per head, reset by it) merge.
 template <int D, int NW = WARPS>
 __device__ __forceinline__ void finish_head(const MergeSmem<D, NW> &ms, int G, int64_t head, int64_t first, int64_t last,
-                                            int64_t k, float *parts, int *counters, __nv_bfloat16 *out, float *w_s,
-                                            int *flag_s, int tid)
+                                            int64_t k, float *parts, int *counters, __nv_bfloat16 *out, int *flag_s,
+                                            int tid)
 {
     if (first == last) {
         block_combine<D, NW>(ms, G, nullptr, out, tid);
         return;
     }
-    const int stride = G * (D + 2);
-    block_combine<D, NW>(ms, G, parts + (head + k) * stride, nullptr, tid);
+    block_combine<D, NW>(ms, G, parts + (head + k) * part_slot_floats(G, D), nullptr, tid);
     __syncthreads();
     if (tid == 0) *flag_s = arrive_acq_rel_gpu(&counters[head]) == (int)(last - first);
     __syncthreads();
     if (*flag_s) {
-        merge_partials<D, 32 * NW>(parts, head + first, (int)(last - first + 1), G, out, w_s, tid);
+        merge_partials<D, 32 * NW>(parts, head + first, (int)(last - first + 1), G, out, tid);
         if (tid == 0) counters[head] = 0; // ready for the next launch
     }
 }

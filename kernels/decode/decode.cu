@@ -109,7 +109,7 @@ __host__ __device__ constexpr size_t front_bytes()
 template <int D, int S, int SRC>
 size_t smem_bytes(int B)
 {
-    return front_bytes<D, S, SRC>() + sizeof(float) * 64 * MAXG + sizeof(int64_t) * (size_t)(B + 1);
+    return front_bytes<D, S, SRC>() + sizeof(int64_t) * (size_t)(B + 1);
 }
 
 // The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
@@ -178,8 +178,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
 {
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
-    float *w_s = reinterpret_cast<float *>(smem + front_bytes<D, S, SRC>());
-    int64_t *pre = reinterpret_cast<int64_t *>(w_s + 64 * MAXG); // steps before sequence b, all heads
+    int64_t *pre = reinterpret_cast<int64_t *>(smem + front_bytes<D, S, SRC>()); // steps before sequence b, all heads
     __shared__ int flag_s;
     using Scan = cub::BlockScan<long long, THREADS>;
     __shared__ typename Scan::TempStorage scan_tmp;
@@ -329,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
         __syncthreads();
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + ns - 1, N, grid);
         finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters,
-                       p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s, &flag_s, tid);
+                       p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, &flag_s, tid);
         u = hoff + s1;
     }
 }
@@ -366,7 +365,7 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 {
     const size_t heads = (size_t)d->B * d->Hkv, G = (size_t)(d->Hq / d->Hkv);
     *parts_off = (heads * sizeof(int) + 255) & ~(size_t)255;
-    return *parts_off + (heads + (size_t)cap) * G * (size_t)(d->D + 2) * sizeof(float);
+    return *parts_off + (heads + (size_t)cap) * (size_t)part_slot_floats((int)G, d->D) * sizeof(float);
 }
 
 template <int D, int SRC>

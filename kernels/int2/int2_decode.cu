@@ -204,9 +204,9 @@ __host__ __device__ constexpr size_t ring_bytes()
 
 template <int D>
 __device__ __noinline__ void finish(const MergeSmem<D, NW> &ms, int G, int64_t head, int64_t first, int64_t last, int64_t k,
-                                    float *parts, int *counters, __nv_bfloat16 *out, float *w_s, int *flag_s, int tid)
+                                    float *parts, int *counters, __nv_bfloat16 *out, int *flag_s, int tid)
 {
-    finish_head<D, NW>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
+    finish_head<D, NW>(ms, G, head, first, last, k, parts, counters, out, flag_s, tid);
 }
 
 template <int D, int GS>
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             for (int k = 0; k < fill_n; k++) claim();
         }
         if (TRACE && tid == 0) tr[6] = clock64();
-        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
+        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s: scratch for q's fragments
         // PAIR (G <= 4): -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
         uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
         if (P.q_warp0) {
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             cluster_merge<D>(ms, parts_s, G, out, tid, wait_early, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
-            finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, w_s,
+            finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D,
                       &flag_s, tid);
         }
         if (TRACE && tid == 0) {

@@ -30,7 +30,7 @@ __host__ __device__ constexpr size_t attn_tiles_bytes()
 template <int D, int GS>
 constexpr size_t attn_smem_bytes()
 {
-    return attn_tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 64 * MAXG + 2 * MAXG);
+    return attn_tiles_bytes<D, GS>() + sizeof(float) * (MAXG * D + 2 * MAXG);
 }
 
 template <int D, int GS>
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(THREADS) int2_attn_kernel(AttnParams p)
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
     float *q_s = reinterpret_cast<float *>(smem + attn_tiles_bytes<D, GS>());
-    float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
+    float *f_s = q_s + MAXG * D, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(THREADS) int2_attn_kernel(AttnParams p)
         __syncthreads();
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
         finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D,
-                       w_s, &flag_s, tid);
+                       &flag_s, tid);
         u = hoff + s1;
     }
 }

@@ -445,9 +445,9 @@ __device__ __noinline__ State<D / 16> residual_steps(const float *q_s, int G, co
 
 template <int D>
 __device__ __noinline__ void finish(const MergeSmem<D> &ms, int G, int64_t head, int64_t first, int64_t last, int64_t k,
-                                    float *parts, int *counters, __nv_bfloat16 *out, float *w_s, int *flag_s, int tid)
+                                    float *parts, int *counters, __nv_bfloat16 *out, int *flag_s, int tid)
 {
-    finish_head<D>(ms, G, head, first, last, k, parts, counters, out, w_s, flag_s, tid);
+    finish_head<D>(ms, G, head, first, last, k, parts, counters, out, flag_s, tid);
 }
 
 // Tile buffers: STAGES of them (two tiles in flight while one computes, at 2 blocks per SM), the merge
@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 
         const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
         if (qa < qe) {
-            uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s is free until the merge
+            uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s: scratch for q's fragments
             if (warp == 0) q_frags_store<D>(qf_s, q_s, f_s, G, lane); // visible after the tile loop's first barrier
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
         deposit<D, GS>(ms, st, k, warp, lane);
         __syncthreads();
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
-        finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D, w_s,
+        finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + (b * p.Hq + (int64_t)kvh * G) * D,
                   &flag_s, tid);
         u = hoff + s1;
     }

@@ -181,7 +181,7 @@ inline size_t attn_workspace(const int2_layout *l, int cap, size_t *parts_off)
 {
     const size_t heads = (size_t)l->B * l->Hkv, G = (size_t)(l->Hq / l->Hkv);
     *parts_off = (heads * sizeof(int) + 255) & ~(size_t)255;
-    return *parts_off + (heads + (size_t)cap) * G * (size_t)(l->D + 2) * sizeof(float);
+    return *parts_off + (heads + (size_t)cap) * (size_t)kvb_attn::part_slot_floats((int)G, l->D) * sizeof(float);
 }
 
 // What every version checks past its cache arrays: the residual, q, o and the workspace.
