@@ -86,8 +86,16 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
 
 // ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
 
+// A row's selection after a pass: the digits found so far (prefix under mask) and how many keys equal to
+// them are still to take.
+struct Digits {
+    uint32_t prefix, mask;
+    int need;
+};
+
 struct RowState {
-    int ticket; // the write: chunks taken so far, in the order the blocks start
+    Digits after[2]; // after passes 0 and 1: written by the first block of the kernel after that pass
+    int ticket;      // the write: chunks taken so far, in the order the blocks start
 };
 
 // A chunk's two counts for the write, published in one 64-bit word: keys > T in bits 0-21, keys == T in
@@ -119,40 +127,37 @@ __global__ void split_clear_kernel(int *w, int64_t n)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) w[i] = 0;
 }
 
-// The digits of passes 0 .. passes-1, each found from that pass's whole-row histogram (written by the
-// kernel before, chained): every block of the next kernel finds them itself, where the last block of a
-// pass once did it alone and handed them on through the row's state. A thread holds find_digit's bins
-// (thread 0 the highest), all the passes' loads issued before the first scan.
-__device__ __forceinline__ void digits_before(SelectSmem &s, const int *hist_row, int passes, int k, uint32_t *prefix,
-                                              uint32_t *mask, int *need)
+// The selection after pass q: the digit of pass q, found from that pass's whole-row histogram (written
+// by the kernel before, chained) under the selection after pass q - 1 (`before`; the row's state, or
+// none at q = 0). Every block of the next kernel finds it itself, so that no last block of a pass has to
+// find it alone; only the newest digit is searched, the earlier ones come from the row's state, written
+// by the first block of the kernel before. A thread holds find_digit's bins (thread 0 the highest).
+__device__ __forceinline__ Digits digits_after(SelectSmem &s, const int *hist_q, int q, Digits before)
 {
-    int bins[3][NBINS / THREADS];
+    const int nbins = 1 << pass_bits(q), per = nbins / THREADS, hi = nbins - threadIdx.x * per;
+    int bins[NBINS / THREADS], mine = 0;
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
-        const int per = (1 << pass_bits(q)) / THREADS, hi = (1 << pass_bits(q)) - threadIdx.x * per;
+    for (int j = 0; j < NBINS / THREADS; ++j) bins[j] = j < per ? __ldcg(hist_q + hi - 1 - j) : 0;
 #pragma unroll
-        for (int j = 0; j < NBINS / THREADS; ++j)
-            bins[q][j] = q < passes && j < per ? __ldcg(hist_row + q * NBINS + hi - 1 - j) : 0;
+    for (int j = 0; j < NBINS / THREADS; ++j) mine += bins[j];
+    int above;
+    Scan(s.scan).ExclusiveSum(mine, above);
+#pragma unroll
+    for (int j = 0; j < NBINS / THREADS; ++j) {
+        if (j < per && above < before.need && above + bins[j] >= before.need) s.digit = hi - 1 - j, s.need = before.need - above;
+        above += bins[j];
     }
-    *prefix = 0u, *mask = 0u, *need = k;
-#pragma unroll
-    for (int q = 0; q < 3; ++q) {
-        if (q >= passes) break;
-        const int nbins = 1 << pass_bits(q), per = nbins / THREADS, hi = nbins - threadIdx.x * per;
-        int mine = 0;
-#pragma unroll
-        for (int j = 0; j < NBINS / THREADS; ++j) mine += bins[q][j];
-        int above;
-        Scan(s.scan).ExclusiveSum(mine, above);
-#pragma unroll
-        for (int j = 0; j < NBINS / THREADS; ++j) {
-            if (j < per && above < *need && above + bins[q][j] >= *need) s.digit = hi - 1 - j, s.need = *need - above;
-            above += bins[q][j];
-        }
-        __syncthreads();
-        *prefix |= (uint32_t)s.digit << pass_shift(q), *mask |= (uint32_t)(nbins - 1) << pass_shift(q), *need = s.need;
-        __syncthreads(); // s.digit, s.need and the scan storage are reused
-    }
+    __syncthreads();
+    const Digits d = {before.prefix | (uint32_t)s.digit << pass_shift(q), before.mask | (uint32_t)(nbins - 1) << pass_shift(q),
+                      s.need};
+    __syncthreads(); // s.digit, s.need and the scan storage are reused
+    return d;
+}
+
+// The row's state after pass q (q = 0, 1), as written by the first block of the kernel after it.
+__device__ __forceinline__ Digits state_after(const RowState *st, int q)
+{
+    return Digits{__ldcg(&st->after[q].prefix), __ldcg(&st->after[q].mask), __ldcg(&st->after[q].need)};
 }
 
 // One pass: each block adds its chunk's histogram (of the keys under the digits of the passes before)
@@ -164,9 +169,13 @@ __global__ void __launch_bounds__(THREADS) split_pass_kernel(SplitArgs a, int p)
     chain_release();
     const int row = blockIdx.y, nbins = 1 << pass_bits(p);
     const int *hist_row = a.hist + (int64_t)row * 3 * NBINS;
-    uint32_t prefix, mask;
-    int need;
-    digits_before(s, hist_row, p, a.k, &prefix, &mask, &need);
+    RowState *st = a.state + row;
+    Digits d = {0u, 0u, a.k};
+    if (p > 0) {
+        d = digits_after(s, hist_row + (p - 1) * NBINS, p - 1, p > 1 ? state_after(st, p - 2) : d);
+        if (blockIdx.x == 0 && threadIdx.x == 0) st->after[p - 1] = d; // for the kernels after this one
+    }
+    const uint32_t prefix = d.prefix, mask = d.mask;
     for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
     __syncthreads();
     int lo, hi;
@@ -193,9 +202,9 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
     const int row = blockIdx.y;
     RowState *st = a.state + row;
     if (threadIdx.x == 0) s_chunk = atomicAdd(&st->ticket, 1);
-    uint32_t T, mask;
-    int need_eq;
-    digits_before(s, a.hist + (int64_t)row * 3 * NBINS, 3, a.k, &T, &mask, &need_eq); // its barriers publish s_chunk
+    const Digits d = digits_after(s, a.hist + ((int64_t)row * 3 + 2) * NBINS, 2, state_after(st, 1)); // its barriers publish s_chunk
+    const uint32_t T = d.prefix;
+    const int need_eq = d.need;
     const int b = s_chunk;
     int32_t *out = idx + row * ldo;
     if (b == 0) fill_tail(out, a.k, tail_first, tail_n);
