@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cub/block/block_reduce.cuh>
+
 #include "kernels/common/kvb_cuda.h"
 #include "kernels/common/kvb_device.cuh"
 #include "kernels/common/kvb_grid.h"
@@ -197,6 +199,8 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
 {
     __shared__ SelectSmem s;
     __shared__ int s_chunk, s_gt, s_eq;
+    using Reduce = cub::BlockReduce<unsigned long long, THREADS>;
+    __shared__ typename Reduce::TempStorage red;
     chain_wait(); // launched chained (kvb_device.cuh): the last pass is done and its histogram visible
     chain_release();
     const int row = blockIdx.y;
@@ -216,25 +220,21 @@ __global__ void __launch_bounds__(THREADS) split_write_kernel(SplitArgs a, int t
         const uint32_t key = order_key(__ldg(x + i));
         gt += key > T, eq += key == T;
     }
-    int g_total, e_total, dummy;
-    Scan(s.scan).ExclusiveSum(gt, dummy, g_total);
-    __syncthreads();
-    Scan(s.scan).ExclusiveSum(eq, dummy, e_total);
+    // the chunk's two counts in one reduction (keys == T in the high half, keys > T in the low; each
+    // at most n <= 2^21), thread 0 publishes them
+    const unsigned long long mine = Reduce(red).Sum((unsigned long long)eq << 32 | (unsigned)gt);
     unsigned long long *counts = a.counts + (int64_t)row * a.split;
-    if (threadIdx.x == 0)
-        atomicExch(counts + b, PUBLISHED | (unsigned long long)e_total << COUNT_BITS | (unsigned long long)g_total);
-    gt = 0, eq = 0; // of the chunks before this one
+    if (threadIdx.x == 0) atomicExch(counts + b, PUBLISHED | (mine >> 32) << COUNT_BITS | (mine & 0xffffffffull));
+    unsigned long long before = 0; // the same two counts of the chunks before this one
     for (int c = threadIdx.x; c < b; c += THREADS) {
         unsigned long long v;
         while (!((v = *(volatile unsigned long long *)(counts + c)) & PUBLISHED)) {
         }
-        gt += (int)(v & COUNT_MASK), eq += (int)(v >> COUNT_BITS & COUNT_MASK);
+        before += (v >> COUNT_BITS & COUNT_MASK) << 32 | (v & COUNT_MASK);
     }
-    __syncthreads(); // the scan storage is reused
-    Scan(s.scan).ExclusiveSum(gt, dummy, g_total);
-    __syncthreads();
-    Scan(s.scan).ExclusiveSum(eq, dummy, e_total);
-    if (threadIdx.x == 0) s_gt = g_total, s_eq = e_total;
+    __syncthreads(); // the reduction's storage is reused
+    before = Reduce(red).Sum(before);
+    if (threadIdx.x == 0) s_gt = (int)(before & 0xffffffffull), s_eq = (int)(before >> 32);
     __syncthreads();
     compact(s, GlobalKeys{x}, lo, hi, T, need_eq, s_gt + (s_eq < need_eq ? s_eq : need_eq), s_eq, out);
 }
