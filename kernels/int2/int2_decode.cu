@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
     extern __shared__ __align__(128) unsigned char smem[];
     MergeSmem<D, NW> &ms = *reinterpret_cast<MergeSmem<D, NW> *>(smem); // aliases the rings once drained
     float *q_s = reinterpret_cast<float *>(smem + ring_bytes<D, GS>());
-    float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
+    float *qf_area = q_s + MAXG * D, *f_s = qf_area + 64 * MAXG, *u_s = f_s + MAXG;
     __nv_bfloat16 *qraw_s = reinterpret_cast<__nv_bfloat16 *>(u_s + MAXG); // q as loaded (P.q_warp0)
     __shared__ int flag_s;
     __shared__ int next_s;             // the segment's next unclaimed 64-token step
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
             for (int k = 0; k < fill_n; k++) claim();
         }
         if (TRACE && tid == 0) tr[6] = clock64();
-        uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s: scratch for q's fragments
+        uint2 *qf_s = reinterpret_cast<uint2 *>(qf_area); // the fragments of q (64 x MAXG floats of room)
         // PAIR (G <= 4): -q of the lo columns in q_s's rows 4..7 (unused: q_s holds G rows)
         uint2 *qm_s = reinterpret_cast<uint2 *>(q_s + 4 * D);
         if (P.q_warp0) {

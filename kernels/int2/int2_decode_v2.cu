@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
     extern __shared__ __align__(16) unsigned char smem[];
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem); // aliases the tile buffers once drained
     float *q_s = reinterpret_cast<float *>(smem + tiles_bytes<D, GS>());
-    float *w_s = q_s + MAXG * D, *f_s = w_s + 64 * MAXG, *u_s = f_s + MAXG;
+    float *qf_area = q_s + MAXG * D, *f_s = qf_area + 64 * MAXG, *u_s = f_s + MAXG;
     __shared__ int flag_s;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) attn_kernel(AttnParams p)
 
         const int qa = (int)(max(s0, p.nr) - p.nr), qe = (int)(s1 - p.nr);
         if (qa < qe) {
-            uint2 *qf_s = reinterpret_cast<uint2 *>(w_s); // w_s: scratch for q's fragments
+            uint2 *qf_s = reinterpret_cast<uint2 *>(qf_area); // the fragments of q (64 x MAXG floats of room)
             if (warp == 0) q_frags_store<D>(qf_s, q_s, f_s, G, lane); // visible after the tile loop's first barrier
             const float uf[2] = {2 * t < G ? p.scale * u_s[2 * t] : 0.f, 2 * t + 1 < G ? p.scale * u_s[2 * t + 1] : 0.f};
             const int ta0 = qa >> 2, ta1 = (qe - 1) >> 2;
