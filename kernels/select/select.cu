@@ -10,6 +10,7 @@
 // rows (n <= 8K: page and chunk selections, e.g. RocketKV's 64 rows x 4239 pages, 136 KB to 1 MB of
 // scores) are read once into shared memory by one block each and selected there in one launch.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include <cub/block/block_reduce.cuh>
@@ -38,6 +39,91 @@ __global__ void __launch_bounds__(THREADS) topk_row_kernel(const float *scores, 
     int32_t *out = idx + blockIdx.x * ldo;
     if (trivial_row(n, k, tail_first, tail_n, out)) return;
     select_row(s, GlobalKeys{scores + blockIdx.x * ld}, n, k, out);
+}
+
+// ---- many long rows: a threshold from a sample of the row, then one read of it ----
+
+// Rows of at least SAMPLED_MIN_N keys, where one block per row takes them (rows >= SMs), and whose
+// candidates fit CAND_MAX: SAMPLE keys evenly spaced give a threshold t_lo that about
+// k + 4 sqrt(k n / SAMPLE) keys of the row reach (4 standard deviations above k), one read of the row
+// gathers those keys with their indices into shared memory, and the selection runs there: about 1.25
+// reads of the row (the sample's sectors a quarter of it at most) where the radix passes read it 3-4
+// times. A sample that leaves fewer than k candidates, or more than CAND_MAX, falls back to the passes
+// over the row (the same selection, by the same tie rule).
+constexpr int SAMPLE = 4096;
+constexpr int SAMPLED_MIN_N = 16 * SAMPLE; // a sampled key per 16: its 32-byte sector a quarter of the row
+constexpr int CAND_MAX = 8192;             // keys and indices: 64 KB of shared memory
+constexpr size_t SAMPLED_SMEM = (size_t)CAND_MAX * (sizeof(uint32_t) + sizeof(int32_t));
+
+// The sample's rank whose key is t_lo: k S / n plus 4 standard deviations, at least 1 and at most S.
+__host__ __device__ inline int sample_rank(int n, int k)
+{
+    const double mean = (double)k * SAMPLE / n;
+    const int r = (int)ceil(mean + 4.0 * sqrt(mean)) + 1;
+    return r < SAMPLE ? r : SAMPLE;
+}
+
+// The plan's shapes: long rows, and candidates (rank r of the sample leaves about r n / S keys) well
+// inside CAND_MAX.
+bool sampled_rows(int n, int k)
+{
+    return n >= SAMPLED_MIN_N && k > 0 && k < n && (double)sample_rank(n, k) * n / SAMPLE + 4.0 * sqrt((double)k) <= 0.9 * CAND_MAX;
+}
+
+// Every key of the row at or above t_lo with its index, in index order, into key_out / pos_out (the
+// first `cap` of them); returns how many there are (more than cap: an overflow). Tiles of TILE keys,
+// ITEMS consecutive a thread, the next tile's loads issued before this one is counted.
+inline __device__ int collect_at_least(SelectSmem &s, GlobalKeys keys, int n, uint32_t t_lo, uint32_t *key_out,
+                                       int32_t *pos_out, int cap)
+{
+    int written = 0;
+    uint32_t key[ITEMS], next[ITEMS];
+    load_items(keys, threadIdx.x * ITEMS, n, key);
+    for (int base = 0; base < n; base += TILE) {
+        const int first = base + threadIdx.x * ITEMS;
+        if (base + TILE < n) load_items(keys, first + TILE, n, next);
+        int mine = 0;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) mine += first + j < n && key[j] >= t_lo;
+        int before, total;
+        Scan(s.scan).ExclusiveSum(mine, before, total);
+        __syncthreads(); // the scan storage is reused next tile
+        int pos = written + before;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j)
+            if (first + j < n && key[j] >= t_lo) {
+                if (pos < cap) key_out[pos] = key[j], pos_out[pos] = first + j;
+                ++pos;
+            }
+        written += total;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) key[j] = next[j];
+    }
+    return written;
+}
+
+__global__ void __launch_bounds__(THREADS) topk_row_sampled_kernel(const float *scores, int64_t ld, int n, int k,
+                                                                   int tail_first, int tail_n, int32_t *idx, int64_t ldo)
+{
+    __shared__ SelectSmem s;
+    extern __shared__ uint32_t cand_key[]; // CAND_MAX keys (first the sample's), then their CAND_MAX indices
+    int32_t *cand_pos = reinterpret_cast<int32_t *>(cand_key + CAND_MAX);
+    int32_t *out = idx + blockIdx.x * ldo;
+    if (trivial_row(n, k, tail_first, tail_n, out)) return;
+    const float *x = scores + blockIdx.x * ld;
+    for (int i = threadIdx.x; i < SAMPLE; i += THREADS) cand_key[i] = order_key(__ldg(x + (int64_t)i * n / SAMPLE));
+    __syncthreads();
+    int need;
+    uint32_t t_lo = radix_threshold(s, SmemKeys{cand_key}, SAMPLE, sample_rank(n, k), &need);
+    if (need == 0) t_lo += 1; // the passes ended early: the keys above T (radix_threshold)
+    // (radix_threshold ends on a barrier: the sample is read before the candidates overwrite it)
+    const int count = collect_at_least(s, GlobalKeys{x}, n, t_lo, cand_key, cand_pos, CAND_MAX);
+    if (count < k || count > CAND_MAX) { // the same in every thread
+        select_row(s, GlobalKeys{x}, n, k, out);
+        return;
+    }
+    __syncthreads();
+    select_row(s, SmemKeys{cand_key}, count, k, out, ListIndex{cand_pos});
 }
 
 // The keys of x[0, n) into shared memory: 16-byte loads, four a thread in flight, from the first
@@ -349,7 +435,13 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
     }
     const int split = workspace && k > 0 && k < n ? split_of(rows, n) : 1;
     if (split == 1) {
-        topk_row_kernel<<<rows, THREADS, 0, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
+        if (sampled_rows(n, k)) { // past the default 48 KB a block: opt in (per device, so at each such call)
+            CUDA_TRY(cudaFuncSetAttribute(topk_row_sampled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)SAMPLED_SMEM));
+            topk_row_sampled_kernel<<<rows, THREADS, SAMPLED_SMEM, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
+        } else {
+            topk_row_kernel<<<rows, THREADS, 0, stream>>>(scores, ld, n, k, tail_first, tail_n, idx, ldo);
+        }
         CUDA_TRY(cudaGetLastError());
         return KVB_OK;
     }

@@ -154,12 +154,22 @@ __device__ __forceinline__ void load_items(GlobalKeys keys, int first, int hi, u
     for (int j = 0; j < ITEMS; ++j) key[j] = first + j < hi ? keys(first + j) : 0u;
 }
 
+// What compact writes for the key at position i: i itself (a row), or the row index a list of
+// candidates holds for it (topk_row_sampled_kernel).
+struct RowIndex {
+    __device__ int operator()(int i) const { return i; }
+};
+struct ListIndex {
+    const int32_t *at;
+    __device__ int operator()(int i) const { return at[i]; }
+};
+
 // Ordered compaction of x[lo, hi): keys > T are taken; of the keys == T, those whose rank among the
 // equal keys of the whole row is below `need_eq`. `written` and `eq_seen` count what came before lo.
 // Each thread takes ITEMS consecutive elements, one scan per tile carries (gt, eq) counts.
-template <class Keys>
+template <class Keys, class Index = RowIndex>
 inline __device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_t T, int need_eq, int written, int eq_seen,
-                        int32_t *out)
+                               int32_t *out, Index index = {})
 {
     for (int base = lo; base < hi; base += TILE) {
         const int first = base + threadIdx.x * ITEMS;
@@ -183,8 +193,8 @@ inline __device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
             if (first + j >= hi) break;
-            if (key[j] > T) out[pos++] = first + j;
-            else if (key[j] == T && eq_rank++ < eq_left) out[pos++] = first + j;
+            if (key[j] > T) out[pos++] = index(first + j);
+            else if (key[j] == T && eq_rank++ < eq_left) out[pos++] = index(first + j);
         }
         written += gt_total + (eq_total < eq_left ? eq_total : eq_left);
         eq_seen += eq_total;
@@ -198,13 +208,14 @@ inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n
 
 // ---- many rows, or short ones: one block per row, the whole selection in one kernel ----
 
-// Up to three radix passes over the row's keys, then the ordered compaction. A pass whose digit's bin
-// is taken whole (its count is what is still needed) ends the passes: the selection is then every key
-// at or above the bin's lowest, T = that key - 1 with no equal keys wanted, the same set and order the
-// remaining passes would give, one or two passes fewer (over a row in global memory, reads of the row;
-// in shared memory, a pass's barriers and scan, which are what a short row's selection waits on).
+// Up to three radix passes over the row's keys: the threshold T of the k largest (returned) and how many
+// keys equal to it are taken (need_eq). A pass whose digit's bin is taken whole (its count is what is
+// still needed) ends the passes: the selection is then every key at or above the bin's lowest, T = that
+// key - 1 with no equal keys wanted, the same set and order the remaining passes would give, one or two
+// passes fewer (over a row in global memory, reads of the row; in shared memory, a pass's barriers and
+// scan, which are what a short row's selection waits on).
 template <class Keys>
-inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out)
+inline __device__ uint32_t radix_threshold(SelectSmem &s, Keys keys, int n, int k, int *need_eq)
 {
     uint32_t prefix = 0, mask = 0;
     int need = k;
@@ -226,7 +237,17 @@ inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_
             break;
         }
     }
-    compact(s, keys, 0, n, prefix, need, 0, 0, out);
+    *need_eq = need;
+    return prefix;
+}
+
+// The k largest of the row's n keys, in index order (index: what is written for position i).
+template <class Keys, class Index = RowIndex>
+inline __device__ void select_row(SelectSmem &s, Keys keys, int n, int k, int32_t *out, Index index = {})
+{
+    int need_eq;
+    const uint32_t T = radix_threshold(s, keys, n, k, &need_eq);
+    compact(s, keys, 0, n, T, need_eq, 0, 0, out, index);
 }
 
 // The rows' trivial selections (k = 0: nothing; k >= n: every index) and the tail; true when done.
