@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_sampled_kernel(const float *
     int32_t *out = idx + blockIdx.x * ldo;
     if (trivial_row(n, k, tail_first, tail_n, out)) return;
     const float *x = scores + blockIdx.x * ld;
+#pragma unroll
     for (int i = threadIdx.x; i < SAMPLE; i += THREADS) cand_key[i] = order_key(__ldg(x + (int64_t)i * n / SAMPLE));
     __syncthreads();
     int need;
