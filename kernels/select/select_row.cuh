@@ -62,9 +62,16 @@ struct SmemKeys {
     const uint32_t *k;
     __device__ uint32_t operator()(int i) const { return k[i]; }
 };
+// One count into a histogram in shared memory (every caller's is): a reduction predicated on the key's
+// higher bits matching the prefix, at the bin's shared-window address, so no branch and no convergence
+// barrier surround it (the compiled `if (...) atomicAdd` did both, and rebuilt the generic address, per key).
 __device__ __forceinline__ void count_key(int *hist, uint32_t key, uint32_t prefix, uint32_t mask, int shift, int nbins)
 {
-    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nbins - 1)], 1);
+    const uint32_t bin = (uint32_t)__cvta_generic_to_shared(hist) + (((key >> shift) & (uint32_t)(nbins - 1)) << 2);
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, %1;\n\t@p red.shared.add.u32 [%2], 1;\n\t}"
+                 :
+                 : "r"(key & mask), "r"(prefix), "r"(bin)
+                 : "memory");
 }
 
 // Histogram of the digit at `shift` of the keys [lo, hi) whose higher bits equal `prefix`. Plain
