@@ -197,11 +197,16 @@ inline __device__ void compact(SelectSmem &s, Keys keys, int lo, int hi, uint32_
         const int eq_left = need_eq - eq_seen > 0 ? need_eq - eq_seen : 0; // equal keys still wanted
         int pos = written + gt_before + (eq_before < eq_left ? eq_before : eq_left);
         int eq_rank = eq_before;
+        // each key's take as a predicate and one predicated store, no branch per key (the branches and
+        // their convergence barriers were the largest share of a shared-memory row's instructions)
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
-            if (first + j >= hi) break;
-            if (key[j] > T) out[pos++] = index(first + j);
-            else if (key[j] == T && eq_rank++ < eq_left) out[pos++] = index(first + j);
+            const bool in = first + j < hi;
+            const bool is_eq = in && key[j] == T;
+            const bool take = (in && key[j] > T) || (is_eq && eq_rank < eq_left);
+            eq_rank += is_eq;
+            if (take) out[pos] = index(first + j);
+            pos += take;
         }
         written += gt_total + (eq_total < eq_left ? eq_total : eq_left);
         eq_seen += eq_total;
