@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 
 #include "kernels/common/kvb_cuda.h"
@@ -171,6 +172,93 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
     chain_release(); // the row is read: the next kernel may be scheduled
     __syncthreads();
     select_row(s, SmemKeys{row_keys}, n, k, out);
+}
+
+// ---- few rows of 8K to 48K keys: a cluster of C blocks a row, each holding 1/C of it in shared memory ----
+
+// A cluster (C = 2, 4 or 8 blocks, one per rank) selects one row: rank r holds keys [r chunk, (r + 1) chunk)
+// in its shared memory; each pass every block histograms its part, and after a cluster barrier every block
+// sums the C histograms through distributed shared memory into its own copy and finds the same digit
+// (the same sums in the same order in every block), so nothing is broadcast; the compaction writes each
+// part from the counts of the parts before it. Where one block per row leaves most SMs idle (32 rows of
+// 32K keys on 32 of 132 SMs, bound on one block's instructions), C blocks take a row's work in one launch.
+constexpr int CLUSTER_MAX = 8;        // the portable cluster size
+constexpr int CLUSTER_MIN_PART = 2048; // keys a block holds at least
+
+struct OffsetIndex { // the row index of position i of a part that starts at `base`
+    int base;
+    __device__ int operator()(int i) const { return base + i; }
+};
+
+__global__ void __launch_bounds__(THREADS) topk_row_cluster_kernel(const float *scores, int64_t ld, int n, int k,
+                                                                   int chunk, int tail_first, int tail_n,
+                                                                   int32_t *idx, int64_t ldo)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    __shared__ SelectSmem s;
+    __shared__ int hsum[NBINS]; // the cluster's histogram of this pass (this block's copy)
+    __shared__ int part[2];     // this part's keys above and equal to the threshold
+    extern __shared__ uint32_t part_keys[]; // chunk keys
+    const int64_t row = blockIdx.x / C;
+    int32_t *out = idx + row * ldo;
+    chain_wait(); // launched chained (kvb_device.cuh): the scores' writer has ended
+    if (k == 0 || k >= n) { // the same in every block of the cluster: no cluster barrier is reached
+        if (rank == 0) trivial_row(n, k, tail_first, tail_n, out);
+        return;
+    }
+    if (rank == 0) fill_tail(out, k, tail_first, tail_n);
+    const int lo = rank * chunk, m = max(0, min(chunk, n - lo));
+    fill_row_keys(part_keys, scores + row * ld + lo, m);
+    chain_release(); // the row is read: the next kernel may be scheduled
+    __syncthreads();
+    const SmemKeys keys{part_keys};
+    uint32_t prefix = 0, mask = 0;
+    int need = k;
+#pragma unroll 1
+    for (int p = 0; p < 3; ++p) {
+        const int nbins = 1 << pass_bits(p);
+        for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
+        __syncthreads();
+        histogram(s.hist, keys, 0, m, prefix, mask, pass_shift(p), nbins);
+        cluster.sync(); // every part's histogram is complete and visible to the cluster
+        for (int d = threadIdx.x; d < nbins; d += THREADS) {
+            int total = 0;
+            for (int r = 0; r < C; ++r) total += cluster.map_shared_rank(s.hist, r)[d];
+            hsum[d] = total;
+        }
+        __syncthreads();
+        find_digit(s, hsum, nbins, need);
+        prefix |= (uint32_t)s.digit << pass_shift(p);
+        mask |= (uint32_t)(nbins - 1) << pass_shift(p);
+        need = s.need;
+        const bool whole_bin = hsum[s.digit] == need;
+        cluster.sync(); // no block clears its histogram while another still reads it
+        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread of the cluster (radix_threshold)
+            prefix -= 1, need = 0;
+            break;
+        }
+    }
+    const uint32_t T = prefix;
+    const int need_eq = need;
+    int gt = 0, eq = 0;
+    for (int i = threadIdx.x; i < m; i += THREADS) {
+        const uint32_t key = part_keys[i];
+        gt += key > T, eq += key == T;
+    }
+    int before, total; // gt and eq of a part (at most SMEM_ROW_MAX / 2 keys) fit 16 bits each
+    Scan(s.scan).ExclusiveSum(gt | (eq << 16), before, total);
+    if (threadIdx.x == 0) part[0] = total & 0xFFFF, part[1] = total >> 16;
+    cluster.sync(); // every part's counts are visible
+    int gt_before = 0, eq_before = 0;
+    for (int r = 0; r < rank; ++r) {
+        const int *q = cluster.map_shared_rank(part, r);
+        gt_before += q[0], eq_before += q[1];
+    }
+    compact(s, keys, 0, m, T, need_eq, gt_before + (eq_before < need_eq ? eq_before : need_eq), eq_before, out,
+            OffsetIndex{lo});
+    cluster.sync(); // no block exits while another may still read its counts
 }
 
 // ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
@@ -338,10 +426,25 @@ bool smem_rows(int rows, int n)
     return n <= SMEM_ROW_FEW || rows >= SMEM_ROWS_MIN;
 }
 
+// The cluster plan's blocks a row: rows of more than SMEM_ROW_N and at most SMEM_ROW_MAX keys where at
+// least two blocks a row fit the SMs: the most of 8, 4, 2 with rows x C <= SMs and parts of at least
+// CLUSTER_MIN_PART keys; 1 where none does.
+int cluster_of(int rows, int n)
+{
+    const int sms = kvb_sm_count();
+    if (n <= SMEM_ROW_N || n > SMEM_ROW_MAX) return 1;
+    for (int c = CLUSTER_MAX; c >= 2; c /= 2)
+        if ((int64_t)rows * c <= sms && n >= c * CLUSTER_MIN_PART) return c;
+    return 1;
+}
+// A part's keys: n / C rounded up to a multiple of 4 (a part starts 16-byte aligned where the row does).
+int cluster_chunk(int n, int c) { return (n + 4 * c - 1) / (4 * c) * 4; }
+
 // The plan: how many blocks share a row (1: one block per row).
 int split_of(int rows, int n)
 {
     const int sms = kvb_sm_count(); // 0 (unreadable): one block per row, a valid plan on any GPU
+    if (cluster_of(rows, n) > 1) return 1;
     // Split only when the rows alone leave SMs idle: at rows=256 n=128K two blocks per row measured
     // slower than one (kernels/select/NOTES.md, Tried): the extra passes cost more than they hide.
     if (rows >= sms || smem_rows(rows, n)) return 1;
@@ -409,6 +512,7 @@ extern "C" int select_check_rows(const char *who, int rows, int L)
 extern "C" size_t topk_workspace_bytes(int rows, int n)
 {
     if (rows < 1 || n < 1) return 0;
+    if (cluster_of(rows, n) > 1) return 256; // none is used; a workspace asks for the cluster plan (NULL: one block a row)
     const int split = split_of(rows, n);
     if (split == 1) return 0;
     size_t a, b;
@@ -426,6 +530,26 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         return kvb_fail(KVB_EINVAL, "topk_rows: k + tail_n = %lld out of range [0, ldo = %lld]", (long long)k + tail_n,
                         (long long)ldo);
     if (!scores || !idx) return kvb_fail(KVB_EINVAL, "topk_rows: scores or idx is NULL");
+    const int cluster = workspace ? cluster_of(rows, n) : 1;
+    if (cluster > 1) {
+        const int chunk = cluster_chunk(n, cluster);
+        const size_t bytes = (size_t)chunk * sizeof(uint32_t);
+        if (bytes > 48 * 1024) // past the default 48 KB a block: opt in (per device, so at each such call)
+            CUDA_TRY(cudaFuncSetAttribute(topk_row_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(rows * cluster));
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = bytes;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // launched chained (kvb_device.cuh)
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr, cfg.numAttrs = 2;
+        CUDA_TRY(cudaLaunchKernelEx(&cfg, topk_row_cluster_kernel, scores, ld, n, k, chunk, tail_first, tail_n, idx, ldo));
+        return KVB_OK;
+    }
     if (smem_rows(rows, n)) {
         const size_t bytes = (size_t)n * sizeof(uint32_t);
         if (n > SMEM_ROW_N) // past the default 48 KB a block: opt in (per device, so at each such call)
