@@ -185,6 +185,27 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
 constexpr int CLUSTER_MAX = 8;        // the portable cluster size
 constexpr int CLUSTER_MIN_PART = 2048; // keys a block holds at least
 
+// A pass's counts in a cluster: after a cluster barrier every block sums the C parts' histograms through
+// distributed shared memory into its own copy (`sum`), the same sums in the same order in every block.
+struct ClusterHist {
+    int *sum;
+    int C; // blocks in the cluster
+    __device__ const int *combine(SelectSmem &s, int nbins) const
+    {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync(); // every part's histogram is complete and visible to the cluster
+        for (int d = threadIdx.x; d < nbins; d += THREADS) {
+            int total = 0;
+            for (int r = 0; r < C; ++r) total += cluster.map_shared_rank(s.hist, r)[d];
+            sum[d] = total;
+        }
+        __syncthreads();
+        return sum;
+    }
+    // no block clears its histogram for the next pass while another still reads it
+    __device__ void done() const { cooperative_groups::this_cluster().sync(); }
+};
+
 struct OffsetIndex { // the row index of position i of a part that starts at `base`
     int base;
     __device__ int operator()(int i) const { return base + i; }
@@ -214,34 +235,8 @@ __global__ void __launch_bounds__(THREADS) topk_row_cluster_kernel(const float *
     chain_release(); // the row is read: the next kernel may be scheduled
     __syncthreads();
     const SmemKeys keys{part_keys};
-    uint32_t prefix = 0, mask = 0;
-    int need = k;
-#pragma unroll 1
-    for (int p = 0; p < 3; ++p) {
-        const int nbins = 1 << pass_bits(p);
-        for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
-        __syncthreads();
-        histogram(s.hist, keys, 0, m, prefix, mask, pass_shift(p), nbins);
-        cluster.sync(); // every part's histogram is complete and visible to the cluster
-        for (int d = threadIdx.x; d < nbins; d += THREADS) {
-            int total = 0;
-            for (int r = 0; r < C; ++r) total += cluster.map_shared_rank(s.hist, r)[d];
-            hsum[d] = total;
-        }
-        __syncthreads();
-        find_digit(s, hsum, nbins, need);
-        prefix |= (uint32_t)s.digit << pass_shift(p);
-        mask |= (uint32_t)(nbins - 1) << pass_shift(p);
-        need = s.need;
-        const bool whole_bin = hsum[s.digit] == need;
-        cluster.sync(); // no block clears its histogram while another still reads it
-        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread of the cluster (radix_threshold)
-            prefix -= 1, need = 0;
-            break;
-        }
-    }
-    const uint32_t T = prefix;
-    const int need_eq = need;
+    int need_eq;
+    const uint32_t T = radix_threshold(s, keys, m, k, &need_eq, ClusterHist{hsum, C});
     int gt = 0, eq = 0;
     for (int i = threadIdx.x; i < m; i += THREADS) {
         const uint32_t key = part_keys[i];

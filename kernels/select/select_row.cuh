@@ -226,8 +226,19 @@ inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n
 // key - 1 with no equal keys wanted, the same set and order the remaining passes would give, one or two
 // passes fewer (over a row in global memory, reads of the row; in shared memory, a pass's barriers and
 // scan, which are what a short row's selection waits on).
-template <class Keys>
-inline __device__ uint32_t radix_threshold(SelectSmem &s, Keys keys, int n, int k, int *need_eq)
+// Hist says whose counts a pass searches: BlockHist, the block's own (its keys are the whole row); a
+// cluster's blocks that each hold a part sum theirs (ClusterHist, select.cu).
+struct BlockHist {
+    __device__ const int *combine(SelectSmem &s, int) const
+    {
+        __syncthreads(); // the block's histogram is complete
+        return s.hist;
+    }
+    __device__ void done() const { __syncthreads(); }
+};
+
+template <class Keys, class Hist = BlockHist>
+inline __device__ uint32_t radix_threshold(SelectSmem &s, Keys keys, int n, int k, int *need_eq, Hist counts = {})
 {
     uint32_t prefix = 0, mask = 0;
     int need = k;
@@ -237,14 +248,14 @@ inline __device__ uint32_t radix_threshold(SelectSmem &s, Keys keys, int n, int 
         for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
         __syncthreads();
         histogram(s.hist, keys, 0, n, prefix, mask, pass_shift(p), nbins);
-        __syncthreads();
-        find_digit(s, s.hist, nbins, need);
+        const int *hist = counts.combine(s, nbins);
+        find_digit(s, hist, nbins, need);
         prefix |= (uint32_t)s.digit << pass_shift(p);
         mask |= (uint32_t)(nbins - 1) << pass_shift(p);
         need = s.need;
-        const bool whole_bin = s.hist[s.digit] == need;
-        __syncthreads(); // everyone has read digit, need and the bin before the next pass can write them
-        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread
+        const bool whole_bin = hist[s.digit] == need;
+        counts.done(); // everyone has read digit, need and the bin before the next pass can write them
+        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread (of the cluster too)
             prefix -= 1, need = 0;
             break;
         }
