@@ -30,7 +30,8 @@ extern "C" {
 #define TOPK_MAX_N 2097152 /* 2M */
 #define TOPK_MAX_K 8192 /* the topk op's range; selections may take more (k <= n) */
 
-/* Workspace for splitting rows over several blocks (0 when one block per row is the plan). */
+/* Workspace for the plans that share a row among several blocks: the split plan's histograms and counts,
+ * or a token 256 bytes for the cluster plan, which uses none (0 when one block per row is the plan). */
 size_t topk_workspace_bytes(int rows, int n);
 
 /* idx[r, 0:k] (row stride ldo) = the k largest of scores[r, 0:n] (row stride ld), ascending; then
