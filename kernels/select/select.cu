@@ -531,8 +531,10 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
     if (cluster > 1) {
         const int chunk = cluster_chunk(n, cluster);
         const size_t bytes = (size_t)chunk * sizeof(uint32_t);
-        // the kernel's static shared memory (s, hsum, part) counts toward the default 48 KB a block
-        const size_t static_bytes = sizeof(SelectSmem) + (NBINS + 2) * sizeof(int);
+        // the kernel's static shared memory (s, hsum, part, and the compiler's padding between them: ptxas
+        // reports 8 bytes more than their sizes) counts toward the default 48 KB a block; 128 bytes of margin,
+        // since opting in where it was not needed is harmless and missing it fails the launch
+        const size_t static_bytes = sizeof(SelectSmem) + (NBINS + 2) * sizeof(int) + 128;
         if (bytes + static_bytes > 48 * 1024) // past it: opt in (per device, so at each such call)
             CUDA_TRY(cudaFuncSetAttribute(topk_row_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
         cudaLaunchConfig_t cfg = {};
