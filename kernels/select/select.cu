@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_cluster_kernel(const float *
     extern __shared__ uint32_t part_keys[]; // chunk keys
     const int64_t row = blockIdx.x / C;
     int32_t *out = idx + row * ldo;
-    chain_wait(); // launched chained (kvb_device.cuh): the scores' writer has ended
+    chain_wait(); // a no-op as launched (not chained); kept so a chained launch stays correct
     if (k == 0 || k >= n) { // the same in every block of the cluster: no cluster barrier is reached
         if (rank == 0) trivial_row(n, k, tail_first, tail_n, out);
         return;
@@ -542,12 +542,12 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         cfg.blockDim = dim3(THREADS);
         cfg.dynamicSmemBytes = bytes;
         cfg.stream = stream;
-        cudaLaunchAttribute attr[2];
+        // Not launched chained: after hybrid_score's normalize pass the chained cluster launch measured 8 us
+        // slower than a plain one (hybrid_score B=8 128K -4.2% unchained; kernels/select/NOTES.md, Tried).
+        cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = (unsigned)cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // launched chained (kvb_device.cuh)
-        attr[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr, cfg.numAttrs = 2;
+        cfg.attrs = attr, cfg.numAttrs = 1;
         CUDA_TRY(cudaLaunchKernelEx(&cfg, topk_row_cluster_kernel, scores, ld, n, k, chunk, tail_first, tail_n, idx, ldo));
         return KVB_OK;
     }
