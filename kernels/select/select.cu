@@ -175,41 +175,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_smem_kernel(const float *sco
 }
 
 // ---- few rows of 8K to 48K keys: a cluster of C blocks a row, each holding 1/C of it in shared memory ----
-
-// A cluster (C = 2, 4 or 8 blocks, one per rank) selects one row: rank r holds keys [r chunk, (r + 1) chunk)
-// in its shared memory; each pass every block histograms its part, and after a cluster barrier every block
-// sums the C histograms through distributed shared memory into its own copy and finds the same digit
-// (the same sums in the same order in every block), so nothing is broadcast; the compaction writes each
-// part from the counts of the parts before it. Where one block per row leaves most SMs idle (32 rows of
-// 32K keys on 32 of 132 SMs, bound on one block's instructions), C blocks take a row's work in one launch.
-constexpr int CLUSTER_MAX = 8;        // the portable cluster size
-constexpr int CLUSTER_MIN_PART = 2048; // keys a block holds at least
-
-// A pass's counts in a cluster: after a cluster barrier every block sums the C parts' histograms through
-// distributed shared memory into its own copy (`sum`), the same sums in the same order in every block.
-struct ClusterHist {
-    int *sum;
-    int C; // blocks in the cluster
-    __device__ const int *combine(SelectSmem &s, int nbins) const
-    {
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        cluster.sync(); // every part's histogram is complete and visible to the cluster
-        for (int d = threadIdx.x; d < nbins; d += THREADS) {
-            int total = 0;
-            for (int r = 0; r < C; ++r) total += cluster.map_shared_rank(s.hist, r)[d];
-            sum[d] = total;
-        }
-        __syncthreads();
-        return sum;
-    }
-    // no block clears its histogram for the next pass while another still reads it
-    __device__ void done() const { cooperative_groups::this_cluster().sync(); }
-};
-
-struct OffsetIndex { // the row index of position i of a part that starts at `base`
-    int base;
-    __device__ int operator()(int i) const { return base + i; }
-};
+// (the cluster's passes and compaction: cluster_select_part, select_row.cuh)
 
 __global__ void __launch_bounds__(THREADS) topk_row_cluster_kernel(const float *scores, int64_t ld, int n, int k,
                                                                    int chunk, int tail_first, int tail_n,
@@ -234,26 +200,7 @@ __global__ void __launch_bounds__(THREADS) topk_row_cluster_kernel(const float *
     fill_row_keys(part_keys, scores + row * ld + lo, m);
     chain_release(); // the row is read: the next kernel may be scheduled
     __syncthreads();
-    const SmemKeys keys{part_keys};
-    int need_eq;
-    const uint32_t T = radix_threshold(s, keys, m, k, &need_eq, ClusterHist{hsum, C});
-    int gt = 0, eq = 0;
-    for (int i = threadIdx.x; i < m; i += THREADS) {
-        const uint32_t key = part_keys[i];
-        gt += key > T, eq += key == T;
-    }
-    int before, total; // gt and eq of a part (at most SMEM_ROW_MAX / 2 keys) fit 16 bits each
-    Scan(s.scan).ExclusiveSum(gt | (eq << 16), before, total);
-    if (threadIdx.x == 0) part[0] = total & 0xFFFF, part[1] = total >> 16;
-    cluster.sync(); // every part's counts are visible
-    int gt_before = 0, eq_before = 0;
-    for (int r = 0; r < rank; ++r) {
-        const int *q = cluster.map_shared_rank(part, r);
-        gt_before += q[0], eq_before += q[1];
-    }
-    compact(s, keys, 0, m, T, need_eq, gt_before + (eq_before < need_eq ? eq_before : need_eq), eq_before, out,
-            OffsetIndex{lo});
-    cluster.sync(); // no block exits while another may still read its counts
+    cluster_select_part(s, hsum, part, part_keys, m, lo, k, out, C, rank);
 }
 
 // ---- few rows: each row split over `split` blocks (blockIdx.x), rows on blockIdx.y ----
@@ -434,8 +381,6 @@ int cluster_of(int rows, int n)
         if ((int64_t)rows * c <= sms && n >= c * CLUSTER_MIN_PART) return c;
     return 1;
 }
-// A part's keys: n / C rounded up to a multiple of 4 (a part starts 16-byte aligned where the row does).
-int cluster_chunk(int n, int c) { return (n + 4 * c - 1) / (4 * c) * 4; }
 
 // The plan: how many blocks share a row (1: one block per row).
 int split_of(int rows, int n)
@@ -515,6 +460,8 @@ extern "C" size_t topk_workspace_bytes(int rows, int n)
     size_t a, b;
     return split_bytes(rows, split, &a, &b);
 }
+
+extern "C" int topk_cluster_blocks(int rows, int n) { return rows < 1 || n < 1 ? 1 : cluster_of(rows, n); }
 
 extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k, int tail_first, int tail_n,
                          int32_t *idx, int64_t ldo, void *workspace, cudaStream_t stream)

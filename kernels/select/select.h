@@ -34,6 +34,11 @@ extern "C" {
  * or a token 256 bytes for the cluster plan, which uses none (0 when one block per row is the plan). */
 size_t topk_workspace_bytes(int rows, int n);
 
+/* The blocks a row that topk_rows' cluster plan gives `rows` rows of n keys when a workspace is passed
+ * (1 where that plan does not take them): a kernel that produces such rows can select them itself as
+ * clusters of that size (kernels/page_scoring's normalization with its page top-k). */
+int topk_cluster_blocks(int rows, int n);
+
 /* idx[r, 0:k] (row stride ldo) = the k largest of scores[r, 0:n] (row stride ld), ascending; then
  * idx[r, k + i] = tail_first + i for i < tail_n (a window kept whole, as heavy hitters keep the recent
  * tokens). rows >= 1; 0 <= k <= n (k = n: every index); n <= TOPK_MAX_N;

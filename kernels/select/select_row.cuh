@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/common/kvb_device.cuh"
@@ -227,7 +228,7 @@ inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n
 // passes fewer (over a row in global memory, reads of the row; in shared memory, a pass's barriers and
 // scan, which are what a short row's selection waits on).
 // Hist says whose counts a pass searches: BlockHist, the block's own (its keys are the whole row); a
-// cluster's blocks that each hold a part sum theirs (ClusterHist, select.cu).
+// cluster's blocks that each hold a part sum theirs (ClusterHist, below).
 struct BlockHist {
     __device__ const int *combine(SelectSmem &s, int) const
     {
@@ -280,6 +281,77 @@ inline __device__ bool trivial_row(int n, int k, int tail_first, int tail_n, int
     if (k >= n)
         for (int i = threadIdx.x; i < n; i += THREADS) out[i] = i;
     return k >= n || k == 0;
+}
+
+// ---- few rows of 8K to 48K keys: a cluster of C blocks a row, each holding 1/C of it in shared memory ----
+
+// A cluster (C = 2, 4 or 8 blocks, one per rank) selects one row: rank r holds keys [r chunk, (r + 1) chunk)
+// in its shared memory; each pass every block histograms its part, and after a cluster barrier every block
+// sums the C histograms through distributed shared memory into its own copy and finds the same digit
+// (the same sums in the same order in every block), so nothing is broadcast; the compaction writes each
+// part from the counts of the parts before it. Where one block per row leaves most SMs idle (32 rows of
+// 32K keys on 32 of 132 SMs, bound on one block's instructions), C blocks take a row's work in one launch.
+constexpr int CLUSTER_MAX = 8;        // the portable cluster size
+constexpr int CLUSTER_MIN_PART = 2048; // keys a block holds at least
+
+// A part's keys: n / C rounded up to a multiple of 4 (a part starts 16-byte aligned where the row does).
+__host__ __device__ constexpr int cluster_chunk(int n, int c) { return (n + 4 * c - 1) / (4 * c) * 4; }
+
+// A pass's counts in a cluster: after a cluster barrier every block sums the C parts' histograms through
+// distributed shared memory into its own copy (`sum`), the same sums in the same order in every block.
+struct ClusterHist {
+    int *sum;
+    int C; // blocks in the cluster
+    __device__ const int *combine(SelectSmem &s, int nbins) const
+    {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync(); // every part's histogram is complete and visible to the cluster
+        for (int d = threadIdx.x; d < nbins; d += THREADS) {
+            int total = 0;
+            for (int r = 0; r < C; ++r) total += cluster.map_shared_rank(s.hist, r)[d];
+            sum[d] = total;
+        }
+        __syncthreads();
+        return sum;
+    }
+    // no block clears its histogram for the next pass while another still reads it
+    __device__ void done() const { cooperative_groups::this_cluster().sync(); }
+};
+
+struct OffsetIndex { // the row index of position i of a part that starts at `base`
+    int base;
+    __device__ int operator()(int i) const { return base + i; }
+};
+
+// The cluster's selection once every block holds its part (m keys of the row from index lo) in shared
+// memory: the radix passes over the summed histograms, each part's counts above and at the threshold,
+// and each part's compaction from the counts of the parts before it. s, hsum and part: the block's own
+// shared memory; C and rank: the cluster's size and this block's rank. Every block of the cluster calls it
+// (its barriers are the cluster's).
+inline __device__ void cluster_select_part(SelectSmem &s, int *hsum, int *part, const uint32_t *part_keys, int m, int lo,
+                                           int k, int32_t *out, int C, int rank)
+{
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const SmemKeys keys{part_keys};
+    int need_eq;
+    const uint32_t T = radix_threshold(s, keys, m, k, &need_eq, ClusterHist{hsum, C});
+    int gt = 0, eq = 0;
+    for (int i = threadIdx.x; i < m; i += THREADS) {
+        const uint32_t key = part_keys[i];
+        gt += key > T, eq += key == T;
+    }
+    int before, total; // gt and eq of a part (at most SMEM_ROW_MAX / 2 keys) fit 16 bits each
+    Scan(s.scan).ExclusiveSum(gt | (eq << 16), before, total);
+    if (threadIdx.x == 0) part[0] = total & 0xFFFF, part[1] = total >> 16;
+    cluster.sync(); // every part's counts are visible
+    int gt_before = 0, eq_before = 0;
+    for (int r = 0; r < rank; ++r) {
+        const int *q = cluster.map_shared_rank(part, r);
+        gt_before += q[0], eq_before += q[1];
+    }
+    compact(s, keys, 0, m, T, need_eq, gt_before + (eq_before < need_eq ? eq_before : need_eq), eq_before, out,
+            OffsetIndex{lo});
+    cluster.sync(); // no block exits while another may still read its counts
 }
 
 } // namespace kvb_select
