@@ -49,6 +49,8 @@
 #include <climits>
 #include <cstdint>
 
+#include <cooperative_groups.h>
+
 #include "kernels/common/kvb_cuda.h"
 #include "kernels/common/kvb_device.cuh"
 #include "kernels/common/kvb_grid.h"
@@ -572,6 +574,53 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     ks::select_row(sel, ks::SmemKeys{row_keys}, a.n_pages, n_sel, out);
 }
 
+// Pass 2 with the page top-k as a cluster of C blocks a (b, KV head), where the selection would take
+// the row as a cluster (topk_cluster_blocks: 8K-48K pages on few rows, e.g. 64 rows of 43691 at B=8
+// 128K): block r computes u of pages [r chunk, (r + 1) chunk), writes it, keeps its order keys in
+// shared memory, and the cluster selects from the parts (cluster_select_part). One launch and one read
+// of z where pass 2 and topk_rows took two launches, u written and read back.
+template <int G>
+__global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_cluster_kernel(HybridArgs a, int64_t head0,
+                                                                                             int chunk, int n_sel, int32_t *pages)
+{
+    namespace ks = kvb_select;
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int C = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    __shared__ ks::SelectSmem sel;
+    __shared__ int hsum[ks::NBINS]; // the cluster's histogram of a pass (this block's copy)
+    __shared__ int part[2];         // this part's keys above and equal to the threshold
+    __shared__ float lse[G];
+    extern __shared__ uint32_t part_keys[]; // chunk order keys of u
+    const int64_t bh = head0 + blockIdx.x / C;
+    head_lse<G>(a, bh, lse);
+    __syncthreads();
+    const float *z = a.z + bh * G * a.cap;
+    float *u = a.u + bh * a.n_pages;
+    const int lo = rank * chunk, m = max(0, min(chunk, a.n_pages - lo));
+    // four consecutive pages a thread (lo is a multiple of 4); the part's last partial quad page by page
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : m / 4;
+    for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
+        const int j = lo + 4 * i;
+        const float4 v = page_mass4<G>(z, a.cap, lse, j);
+        u[j] = v.x, u[j + 1] = v.y, u[j + 2] = v.z, u[j + 3] = v.w;
+        part_keys[4 * i] = ks::order_key(v.x), part_keys[4 * i + 1] = ks::order_key(v.y);
+        part_keys[4 * i + 2] = ks::order_key(v.z), part_keys[4 * i + 3] = ks::order_key(v.w);
+    }
+    for (int i = 4 * quads + threadIdx.x; i < m; i += ks::THREADS) {
+        const float v = page_mass<G>(z, a.cap, lse, lo + i);
+        u[lo + i] = v;
+        part_keys[i] = ks::order_key(v);
+    }
+    chain_release(); // after the part's reads: the next kernel's blocks wait only through the selection
+    int32_t *out = pages + bh * n_sel;
+    if (n_sel == 0 || n_sel >= a.n_pages) { // the same in every block of the cluster: no cluster barrier
+        if (rank == 0) ks::trivial_row(a.n_pages, n_sel, 0, 0, out);
+        return;
+    }
+    __syncthreads();
+    ks::cluster_select_part(sel, hsum, part, part_keys, m, lo, n_sel, out, C, rank);
+}
+
 // ---- Quest ----
 
 struct QuestArgs {
@@ -715,8 +764,33 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
 // more blocks (Quest: twice, hybrid: four times).
 bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
-// n_sel pages into `pages` as well when `pages` is not NULL and the rows fit the selection's shared
-// memory (then *selected = true); otherwise u only, and the caller selects.
+// Pass 2 with the page top-k as clusters of C blocks a head (hybrid_normalize_select_cluster_kernel), each
+// block holding chunk order keys in shared memory (past the default 48 KB: opted in). Launched plain, not
+// chained: the top-k's cluster launch chained after pass 2 cost 8 us (kernels/select/NOTES.md, Tried).
+template <int G>
+int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned heads, int C, int n_sel, int32_t *pages,
+                                    cudaStream_t stream)
+{
+    const int chunk = kvb_select::cluster_chunk(a.n_pages, C);
+    const size_t bytes = sizeof(uint32_t) * (size_t)chunk;
+    CUDA_TRY(cudaFuncSetAttribute(hybrid_normalize_select_cluster_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)bytes));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(heads * (unsigned)C);
+    cfg.blockDim = dim3(kvb_select::THREADS);
+    cfg.dynamicSmemBytes = bytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    CUDA_TRY(cudaLaunchKernelEx(&cfg, hybrid_normalize_select_cluster_kernel<G>, a, h0, chunk, n_sel, pages));
+    return KVB_OK;
+}
+
+// n_sel pages into `pages` as well when `pages` is not NULL and the selection would hold the rows in
+// shared memory, by one block a row or as clusters (then *selected = true); otherwise u only, and the
+// caller selects.
 template <int G>
 int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *selected, cudaStream_t stream)
 {
@@ -731,12 +805,14 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : Wide::TILE);
     plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
     const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
-    *selected = pages && a.n_pages <= kvb_select::SMEM_ROW_N;
+    const int cluster = pages && a.n_pages > kvb_select::SMEM_ROW_N ? topk_cluster_blocks((int)heads, a.n_pages) : 1;
+    *selected = pages && (a.n_pages <= kvb_select::SMEM_ROW_N || cluster > 1);
     const size_t row_bytes = sizeof(uint32_t) * (size_t)a.n_pages;
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
         if (narrow) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 16>, grid, THREADS, Narrow::RING, stream, a, h0));
         else CUDA_TRY(launch_chained(hybrid_score_kernel<G, 64>, grid, THREADS, Wide::RING, stream, a, h0));
+        if (cluster > 1) return launch_normalize_select_cluster<G>(a, h0, n, cluster, n_sel, pages, stream);
         if (*selected)
             CUDA_TRY(launch_chained(hybrid_normalize_select_kernel<G>, n, kvb_select::THREADS, row_bytes, stream, a, h0, n_sel,
                                     pages));
