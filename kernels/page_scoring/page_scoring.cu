@@ -34,10 +34,11 @@
 //     358 MB -> ~80 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
 //     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
 //     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
-//     Page top-k of 64 rows x 43691 (topk_rows, clusters of 2 blocks a row): one launch, 26 us alone
-//     (ncu, H200). Rows of at most 8192 pages (RocketKV's step: 4239 after SnapKV++) are normalized
-//     and selected in one launch from shared memory (hybrid_normalize_select_kernel): at B = 1 pass 2
-//     alone was ~8 us of a 52 us step, mostly its launch and dependency.
+//     Pass 2 with the page top-k of 64 rows x 43691 as clusters of 2 blocks a head
+//     (hybrid_normalize_select_cluster_kernel): one launch, 39 us alone (ncu, H200), where pass 2 (18 us)
+//     and topk_rows (26 us) took two. Rows of at most 8192 pages (RocketKV's step: 4239 after SnapKV++)
+//     are normalized and selected in one launch by one block (hybrid_normalize_select_kernel): at B = 1
+//     pass 2 alone was ~8 us of a 52 us step, mostly its launch and dependency.
 //   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
 //     270 MB -> 60 us.
 //   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
