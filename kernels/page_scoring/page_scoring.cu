@@ -776,16 +776,8 @@ int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned he
     const size_t bytes = sizeof(uint32_t) * (size_t)chunk;
     CUDA_TRY(cudaFuncSetAttribute(hybrid_normalize_select_cluster_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)bytes));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(heads * (unsigned)C);
-    cfg.blockDim = dim3(kvb_select::THREADS);
-    cfg.dynamicSmemBytes = bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    CUDA_TRY(cudaLaunchKernelEx(&cfg, hybrid_normalize_select_cluster_kernel<G>, a, h0, chunk, n_sel, pages));
+    CUDA_TRY(launch_cluster(hybrid_normalize_select_cluster_kernel<G>, heads * (unsigned)C, C, kvb_select::THREADS, bytes,
+                            stream, a, h0, chunk, n_sel, pages));
     return KVB_OK;
 }
 

@@ -27,6 +27,7 @@ namespace {
 using namespace kvb_select; // THREADS, NBINS, the passes and select_row (select_row.cuh)
 using kvb_dev::chain_release;
 using kvb_dev::chain_wait;
+using kvb_dev::launch_cluster;
 using kvb_dev::launch_chained;
 
 constexpr int MIN_SPLIT = SMEM_ROW_N / 2; // elements per block of a split row, at least: a row short enough
@@ -484,18 +485,10 @@ extern "C" int topk_rows(const float *scores, int rows, int64_t ld, int n, int k
         const size_t static_bytes = sizeof(SelectSmem) + (NBINS + 2) * sizeof(int) + 128;
         if (bytes + static_bytes > 48 * 1024) // past it: opt in (per device, so at each such call)
             CUDA_TRY(cudaFuncSetAttribute(topk_row_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(rows * cluster));
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = bytes;
-        cfg.stream = stream;
-        // Not launched chained: after hybrid_score's normalize pass the chained cluster launch measured 8 us
-        // slower than a plain one (hybrid_score B=8 128K -4.2% unchained; kernels/select/NOTES.md, Tried).
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr, cfg.numAttrs = 1;
-        CUDA_TRY(cudaLaunchKernelEx(&cfg, topk_row_cluster_kernel, scores, ld, n, k, chunk, tail_first, tail_n, idx, ldo));
+        // not launched chained: after hybrid_score's normalize pass the chained cluster launch measured 8 us
+        // slower than a plain one (hybrid_score B=8 128K -4.2% unchained; kernels/select/NOTES.md, Tried)
+        CUDA_TRY(launch_cluster(topk_row_cluster_kernel, (unsigned)(rows * cluster), cluster, THREADS, bytes, stream,
+                                scores, ld, n, k, chunk, tail_first, tail_n, idx, ldo));
         return KVB_OK;
     }
     if (smem_rows(rows, n)) {
