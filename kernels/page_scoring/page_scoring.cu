@@ -766,8 +766,8 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
 bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
 // Pass 2 with the page top-k as clusters of C blocks a head (hybrid_normalize_select_cluster_kernel), each
-// block holding chunk order keys in shared memory (past the default 48 KB: opted in). Launched plain, not
-// chained: the top-k's cluster launch chained after pass 2 cost 8 us (kernels/select/NOTES.md, Tried).
+// block holding chunk order keys in shared memory (past the default 48 KB: opted in); a plain launch
+// (launch_cluster says why).
 template <int G>
 int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned heads, int C, int n_sel, int32_t *pages,
                                     cudaStream_t stream)
