@@ -535,6 +535,29 @@ __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a,
     for (int j = begin + 4 * quads + threadIdx.x; j < end; j += THREADS) u[j] = page_mass<G>(z, a.cap, lse, j);
 }
 
+// u of pages [lo, lo + m) of one head, written to u and kept as order keys in keys[0, m) for the
+// selection: four consecutive pages a thread (page_mass4; lo is a multiple of 4), the last partial quad
+// page by page, and all of it so where the workspace is not 16-byte aligned
+template <int G>
+__device__ __forceinline__ void masses_and_keys(const HybridArgs &a, const float *z, const float *lse, float *u,
+                                                uint32_t *keys, int lo, int m)
+{
+    namespace ks = kvb_select;
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : m / 4;
+    for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
+        const int j = lo + 4 * i;
+        const float4 v = page_mass4<G>(z, a.cap, lse, j);
+        u[j] = v.x, u[j + 1] = v.y, u[j + 2] = v.z, u[j + 3] = v.w; // u's rows (n_pages) need not be aligned
+        keys[4 * i] = ks::order_key(v.x), keys[4 * i + 1] = ks::order_key(v.y);
+        keys[4 * i + 2] = ks::order_key(v.z), keys[4 * i + 3] = ks::order_key(v.w);
+    }
+    for (int i = 4 * quads + threadIdx.x; i < m; i += ks::THREADS) {
+        const float v = page_mass<G>(z, a.cap, lse, lo + i);
+        u[lo + i] = v;
+        keys[i] = ks::order_key(v);
+    }
+}
+
 // Pass 2 with the page top-k where the selection holds a row in shared memory (n_pages <=
 // kvb_select::SMEM_ROW_N, e.g. RocketKV's step): one block of kvb_select::THREADS per (b, KV head)
 // computes u, writes it, keeps its order keys in shared memory and selects the pages from there. One
@@ -553,21 +576,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     __syncthreads();
     // four consecutive pages a thread, as in pass 2 alone: a row of RocketKV's 4239 pages is 2-3 rounds
     // of G loads in flight, where page by page it was 8-9 rounds of one
-    const float *z = a.z + bh * G * a.cap;
-    float *u = a.u + bh * a.n_pages;
-    const int quads = ((uintptr_t)a.z & 15) ? 0 : a.n_pages / 4;
-    for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
-        const int j = 4 * i;
-        const float4 m = page_mass4<G>(z, a.cap, lse, j);
-        u[j] = m.x, u[j + 1] = m.y, u[j + 2] = m.z, u[j + 3] = m.w;
-        row_keys[j] = ks::order_key(m.x), row_keys[j + 1] = ks::order_key(m.y);
-        row_keys[j + 2] = ks::order_key(m.z), row_keys[j + 3] = ks::order_key(m.w);
-    }
-    for (int j = 4 * quads + threadIdx.x; j < a.n_pages; j += ks::THREADS) {
-        const float m = page_mass<G>(z, a.cap, lse, j);
-        u[j] = m;
-        row_keys[j] = ks::order_key(m);
-    }
+    masses_and_keys<G>(a, a.z + bh * G * a.cap, lse, a.u + bh * a.n_pages, row_keys, 0, a.n_pages);
     __syncthreads();
     chain_release(); // after the row's reads: the attention's blocks wait only through the selection
     int32_t *out = pages + bh * n_sel;
@@ -595,23 +604,8 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_c
     const int64_t bh = head0 + blockIdx.x / C;
     head_lse<G>(a, bh, lse);
     __syncthreads();
-    const float *z = a.z + bh * G * a.cap;
-    float *u = a.u + bh * a.n_pages;
-    const int lo = rank * chunk, m = max(0, min(chunk, a.n_pages - lo));
-    // four consecutive pages a thread (lo is a multiple of 4); the part's last partial quad page by page
-    const int quads = ((uintptr_t)a.z & 15) ? 0 : m / 4;
-    for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
-        const int j = lo + 4 * i;
-        const float4 v = page_mass4<G>(z, a.cap, lse, j);
-        u[j] = v.x, u[j + 1] = v.y, u[j + 2] = v.z, u[j + 3] = v.w;
-        part_keys[4 * i] = ks::order_key(v.x), part_keys[4 * i + 1] = ks::order_key(v.y);
-        part_keys[4 * i + 2] = ks::order_key(v.z), part_keys[4 * i + 3] = ks::order_key(v.w);
-    }
-    for (int i = 4 * quads + threadIdx.x; i < m; i += ks::THREADS) {
-        const float v = page_mass<G>(z, a.cap, lse, lo + i);
-        u[lo + i] = v;
-        part_keys[i] = ks::order_key(v);
-    }
+    const int lo = rank * chunk, m = max(0, min(chunk, a.n_pages - lo)); // chunk is a multiple of 4
+    masses_and_keys<G>(a, a.z + bh * G * a.cap, lse, a.u + bh * a.n_pages, part_keys, lo, m);
     chain_release(); // after the part's reads: the next kernel's blocks wait only through the selection
     int32_t *out = pages + bh * n_sel;
     if (n_sel == 0 || n_sel >= a.n_pages) { // the same in every block of the cluster: no cluster barrier
