@@ -52,19 +52,24 @@ struct bgr_geom {
     static constexpr int kTPieces = ROPE == ROPE_LLAMA ? D / 8 : D / 16; // table: D cos+sin, or glm's D/2
     static constexpr int kURow = 32 * KS + 16;           // bytes; 16 B of padding: rows 4 banks apart
     static constexpr int kTRow = 16 * kTPieces + 16;
-    static constexpr int kThreadsPerToken = kThreads / kTile;
+    // A load round: kLoadLanes threads a token, so that a warp's 16-byte copies cover 128 contiguous bytes
+    // of each row (whole L2 lines of the table rows; the L2's request rate is the kernel's busiest unit)
+    static constexpr int kLoadLanes = 8;
+    static constexpr int kRoundTokens = kThreads / kLoadLanes;
+    static constexpr int kRounds = kTile / kRoundTokens;
     static constexpr int kStage = kTile * (kURow + kTRow) + kTile * 4; // + a validity word per token
     static constexpr int kIds = kMaxTokensPerCta + 2;     // a CTA's chunk ids: its tokens span at most this many chunks
     static constexpr int kSmem = kStages * kStage + 4 * kIds;
     static constexpr int kMinBlocks = KS <= 10 ? 3 : 2; // 3 CTAs per SM up to r = 160 (<= 170 registers)
-    static_assert(kThreads % kTile == 0, "whole tokens per thread group");
+    static_assert(kThreads % kLoadLanes == 0 && kTile % kRoundTokens == 0, "whole tokens per load round");
 };
 
-// Where a thread's token of the next tile lies: chunk jr of the CTA's ids (ids_s[jr]) at token offset off
-// in it. The tiles are loaded in order, so it moves kTile tokens a tile without a division.
+// Where a thread's token of the next load round lies: chunk jr of the CTA's ids (ids_s[jr]) at token
+// offset off in it. The rounds are loaded in order, so it moves kRoundTokens tokens a round without a
+// division.
 struct ChunkCursor {
-    int jr, off;  // this thread's token of the tile about to be loaded
-    int step_j, step_off; // kTile = step_j * c + step_off
+    int jr, off;  // this thread's token of the round about to be loaded
+    int step_j, step_off; // kRoundTokens = step_j * c + step_off
     __device__ __forceinline__ void advance(int c)
     {
         jr += step_j, off += step_off;
@@ -73,48 +78,52 @@ struct ChunkCursor {
 };
 
 // Gather the U rows and table rows of the next tile's n_rows tokens (slot order of (b, h)) into one
-// stage, and move the cursor on to the tile after it; rows past n_rows or with a bad chunk id are
-// zero-filled and marked invalid. ids_s: the CTA's chunk ids in shared memory (no global load before
-// the copies).
+// stage, in kRounds rounds of kRoundTokens tokens, and move the cursor on to the tile after it; rows past
+// n_rows or with a bad chunk id are zero-filled and marked invalid. ids_s: the CTA's chunk ids in shared
+// memory (no global load before the copies).
 template <int D, int KS, int ROPE>
 __device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, const int *ids_s, ChunkCursor &cur,
                                           int64_t b, int n_rows)
 {
     using G = bgr_geom<D, KS, ROPE>;
-    const int i = threadIdx.x / G::kThreadsPerToken, sub = threadIdx.x % G::kThreadsPerToken;
-    int64_t pos = -1;
-    if (i < n_rows) {
-        const int id = ids_s[cur.jr];
-        if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + cur.off;
-        else if (sub == 0 && a.bad) atomicOr(a.bad, 2);
-    }
-    cur.advance(a.c);
-    const bool valid = pos >= 0;
-    const uint8_t *urow = reinterpret_cast<const uint8_t *>(a.U + (valid ? (b * a.S + pos) * a.r : 0));
-    const uint8_t *trow = reinterpret_cast<const uint8_t *>(a.cos_sin + (valid ? pos * D : 0));
-    uint8_t *us = stage + i * G::kURow, *ts = stage + kTile * G::kURow + i * G::kTRow;
-    if (sub == 0) reinterpret_cast<int *>(stage + kTile * (G::kURow + G::kTRow))[i] = valid;
-    if (a.r % 8 == 0) { // rows are 16-byte aligned: whole pieces, zeros past r
+    const int sub = threadIdx.x % G::kLoadLanes;
 #pragma unroll
-        for (int q = sub; q < G::kUPieces; q += G::kThreadsPerToken) {
-            const bool read = valid && 8 * q < a.r; // a zero-filled piece still names a valid address: U itself
-            cp_async16(us + 16 * q, read ? urow + 16 * q : reinterpret_cast<const uint8_t *>(a.U), read);
+    for (int round = 0; round < G::kRounds; round++) {
+        const int i = threadIdx.x / G::kLoadLanes + round * G::kRoundTokens;
+        int64_t pos = -1;
+        if (i < n_rows) {
+            const int id = ids_s[cur.jr];
+            if (id >= 0 && id < a.n_chunks) pos = (int64_t)id * a.c + cur.off;
+            else if (sub == 0 && a.bad) atomicOr(a.bad, 2);
         }
-    } else { // odd ranks (r = 1, 37, ...): element loads, zeros past r
-        const uint16_t *u16 = reinterpret_cast<const uint16_t *>(urow);
-        for (int q = sub; q < G::kUPieces; q += G::kThreadsPerToken) {
-            uint32_t w[4];
+        cur.advance(a.c);
+        const bool valid = pos >= 0;
+        const uint8_t *urow = reinterpret_cast<const uint8_t *>(a.U + (valid ? (b * a.S + pos) * a.r : 0));
+        const uint8_t *trow = reinterpret_cast<const uint8_t *>(a.cos_sin + (valid ? pos * D : 0));
+        uint8_t *us = stage + i * G::kURow, *ts = stage + kTile * G::kURow + i * G::kTRow;
+        if (sub == 0) reinterpret_cast<int *>(stage + kTile * (G::kURow + G::kTRow))[i] = valid;
+        if (a.r % 8 == 0) { // rows are 16-byte aligned: whole pieces, zeros past r
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int k = 8 * q + 2 * e;
-                const uint32_t lo = valid && k < a.r ? __ldg(u16 + k) : 0, hi = valid && k + 1 < a.r ? __ldg(u16 + k + 1) : 0;
-                w[e] = lo | hi << 16;
+            for (int q = sub; q < G::kUPieces; q += G::kLoadLanes) {
+                const bool read = valid && 8 * q < a.r; // a zero-filled piece still names a valid address: U itself
+                cp_async16(us + 16 * q, read ? urow + 16 * q : reinterpret_cast<const uint8_t *>(a.U), read);
             }
-            *reinterpret_cast<uint4 *>(us + 16 * q) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-    }
+        } else { // odd ranks (r = 1, 37, ...): element loads, zeros past r
+            const uint16_t *u16 = reinterpret_cast<const uint16_t *>(urow);
+            for (int q = sub; q < G::kUPieces; q += G::kLoadLanes) {
+                uint32_t w[4];
 #pragma unroll
-    for (int q = sub; q < G::kTPieces; q += G::kThreadsPerToken) cp_async16(ts + 16 * q, trow + (valid ? 16 * q : 0), valid);
+                for (int e = 0; e < 4; e++) {
+                    const int k = 8 * q + 2 * e;
+                    const uint32_t lo = valid && k < a.r ? __ldg(u16 + k) : 0, hi = valid && k + 1 < a.r ? __ldg(u16 + k + 1) : 0;
+                    w[e] = lo | hi << 16;
+                }
+                *reinterpret_cast<uint4 *>(us + 16 * q) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+#pragma unroll
+        for (int q = sub; q < G::kTPieces; q += G::kLoadLanes) cp_async16(ts + 16 * q, trow + (valid ? 16 * q : 0), valid);
+    }
 }
 
 template <int D, int KS, int ROPE>
@@ -142,10 +151,10 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
     for (int q = threadIdx.x; q < n_ids; q += G::kThreads) ids_s[q] = a.ids[bh * a.M + j0 + q];
     __syncthreads();
 
-    ChunkCursor cur; // the one division of the CTA: this thread's token of tile 0
+    ChunkCursor cur; // the one division of the CTA: this thread's token of tile 0's first round
     {
-        const int s = s0 + threadIdx.x / G::kThreadsPerToken, j = s / a.c;
-        cur.jr = j - j0, cur.off = s - j * a.c, cur.step_j = kTile / a.c, cur.step_off = kTile % a.c;
+        const int s = s0 + threadIdx.x / G::kLoadLanes, j = s / a.c;
+        cur.jr = j - j0, cur.off = s - j * a.c, cur.step_j = G::kRoundTokens / a.c, cur.step_off = G::kRoundTokens % a.c;
     }
 #pragma unroll
     for (int st = 0; st < kStages - 1; st++) {
