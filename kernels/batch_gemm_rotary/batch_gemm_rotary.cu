@@ -7,8 +7,9 @@
 //     each own 32 of the D output dims for every token: n-tiles {2w, 2w+1} and their rotate-half partners
 //     {2w+D/16, 2w+1+D/16}, so both halves of every RoPE pair land in the same thread's accumulators
 //     (glm's interleaved pairs are adjacent in one accumulator pair anyway);
-//   - SV of the (b, h) is loaded once per CTA straight into mma B fragments (4-byte loads transposed by
-//     movmatrix), r padded with zeros to 16*KS, and stays in registers: 8*KS per thread;
+//   - SV of the (b, h) is copied once per CTA by whole lines into shared memory (where the ring's later
+//     stages will be), r padded with zeros to 16*KS, read into mma B fragments by ldmatrix.trans, and
+//     stays in registers: 8*KS per thread;
 //   - U rows of 32 tokens (two m16 tiles) and their RoPE table rows are gathered by cp.async into a
 //     3-stage shared-memory ring (rows padded by 16 bytes: conflict-free ldmatrix and table reads), the
 //     chunk ids of the CTA's tokens read into shared memory once at its start;
@@ -59,7 +60,10 @@ struct bgr_geom {
     static constexpr int kRounds = kTile / kRoundTokens;
     static constexpr int kStage = kTile * (kURow + kTRow) + kTile * 4; // + a validity word per token
     static constexpr int kIds = kMaxTokensPerCta + 2;     // a CTA's chunk ids: its tokens span at most this many chunks
-    static constexpr int kSmem = kStages * kStage + 4 * kIds;
+    static constexpr int kRingOff = (4 * kIds + 15) / 16 * 16; // the ids first, then the ring
+    static constexpr int kSVRow = 2 * D + 16;            // bytes; 16 B of padding: conflict-free ldmatrix
+    static constexpr int kSVBytes = 16 * KS * kSVRow;     // SV at the CTA's start, over the ring's stages 1..
+    static constexpr int kSmem = kRingOff + (kStages * kStage > kStage + kSVBytes ? kStages * kStage : kStage + kSVBytes);
     static constexpr int kMinBlocks = KS <= 10 ? 3 : 2; // 3 CTAs per SM up to r = 160 (<= 170 registers)
     static_assert(kThreads % kLoadLanes == 0 && kTile % kRoundTokens == 0, "whole tokens per load round");
 };
@@ -126,6 +130,21 @@ __device__ __forceinline__ void load_tile(const bgr_args &a, uint8_t *stage, con
     }
 }
 
+// SV of (b, h) bh (r rows of D) into shared memory rows of kSVRow bytes, zeros for rows r..16*KS-1: whole
+// 16-byte pieces in order, so that a warp's copies cover whole lines
+template <int D, int KS, int ROPE>
+__device__ __forceinline__ void load_sv(const bgr_args &a, uint8_t *sv_s, int64_t bh)
+{
+    using G = bgr_geom<D, KS, ROPE>;
+    constexpr int kPieces = D / 8; // a row's 16-byte pieces
+    const uint8_t *sv = reinterpret_cast<const uint8_t *>(a.SV + bh * a.r * D);
+    for (int p = threadIdx.x; p < 16 * KS * kPieces; p += G::kThreads) {
+        const int k = p / kPieces, q = p % kPieces;
+        const bool read = k < a.r;
+        cp_async16(sv_s + k * G::kSVRow + 16 * q, read ? sv + 16 * p : reinterpret_cast<const uint8_t *>(a.SV), read);
+    }
+}
+
 template <int D, int KS, int ROPE>
 __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, KS, ROPE>::kMinBlocks)
     bgr_kernel(bgr_args a, int64_t bh0)
@@ -146,7 +165,8 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
 
     // The chunk ids of the CTA's tokens, once, into shared memory: each tile's copies then start without
     // waiting on a global load
-    int *ids_s = reinterpret_cast<int *>(smem + kStages * G::kStage);
+    int *ids_s = reinterpret_cast<int *>(smem);
+    uint8_t *ring = smem + G::kRingOff;
     const int j0 = s0 / a.c, n_ids = (s0 + n_tok - 1) / a.c - j0 + 1;
     for (int q = threadIdx.x; q < n_ids; q += G::kThreads) ids_s[q] = a.ids[bh * a.M + j0 + q];
     __syncthreads();
@@ -156,30 +176,40 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
         const int s = s0 + threadIdx.x / G::kLoadLanes, j = s / a.c;
         cur.jr = j - j0, cur.off = s - j * a.c, cur.step_j = G::kRoundTokens / a.c, cur.step_off = G::kRoundTokens % a.c;
     }
-#pragma unroll
-    for (int st = 0; st < kStages - 1; st++) {
-        if (st < n_tiles) load_tile<D, KS, ROPE>(a, smem + st * G::kStage, ids_s, cur, b, min(kTile, n_tok - st * kTile));
-        cp_async_commit();
-    }
+    // Tile 0 into stage 0 and SV into the stages after it, one group; the later tiles' copies start once
+    // every warp holds its SV fragments
+    if (n_tiles > 0) load_tile<D, KS, ROPE>(a, ring, ids_s, cur, b, min(kTile, n_tok));
+    load_sv<D, KS, ROPE>(a, ring + G::kStage, bh);
+    cp_async_commit();
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int tile_of[4] = {2 * warp, 2 * warp + 1, 2 * warp + H, 2 * warp + 1 + H};
 
-    // SV -> B fragments: b0 = SV[16kk + 2t .. 2t+1, n], b1 = the same 8 rows further, n = 8 tile + g.
-    // Each thread loads SV[k0 + g, n0 + 2t .. 2t+1] (4 bytes) and movmatrix transposes the 8x8 block.
+    // SV -> B fragments: b0 = SV[16kk + 2t .. 2t+1, n], b1 = the same 8 rows further, n = 8 tile + g:
+    // ldmatrix.trans of the 8x8 blocks (rows 16kk + 8 half .., columns 8 tile ..). Lanes 8i..8i+7 give the
+    // rows of block i: n-tile jj0 + i / 2, half i % 2.
     uint32_t bfrag[KS][4][2];
+    cp_async_wait<0>();
+    __syncthreads();
     {
-        const kvb_bf16 *sv = a.SV + bh * a.r * D;
+        const uint32_t sv_base = smem_u32(ring + G::kStage);
+        const int i = lane / 8, row = lane % 8;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++)
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++)
+            for (int jj0 = 0; jj0 < 4; jj0 += 2) {
+                uint32_t f[4];
+                const int k = 16 * kk + 8 * (i % 2) + row, n0 = 8 * (2 * warp + (jj0 ? H : 0) + i / 2); // tile_of[jj0 + i / 2]
+                ldsm_x4_trans(f, sv_base + k * G::kSVRow + 2 * n0);
+                bfrag[kk][jj0][0] = f[0], bfrag[kk][jj0][1] = f[1];
+                bfrag[kk][jj0 + 1][0] = f[2], bfrag[kk][jj0 + 1][1] = f[3];
+            }
+    }
+    __syncthreads(); // SV read by every warp: stages 1.. may be refilled
 #pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int k = 16 * kk + 8 * half + g;
-                    const uint32_t v = k < a.r ? __ldg(reinterpret_cast<const uint32_t *>(sv + (int64_t)k * D + 8 * tile_of[jj] + 2 * t)) : 0;
-                    bfrag[kk][jj][half] = movmatrix_t(v);
-                }
+    for (int st = 1; st < kStages - 1; st++) {
+        if (st < n_tiles) load_tile<D, KS, ROPE>(a, ring + st * G::kStage, ids_s, cur, b, min(kTile, n_tok - st * kTile));
+        cp_async_commit();
     }
 
     // ldmatrix x4 row addresses: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
@@ -191,10 +221,10 @@ __global__ void __launch_bounds__(bgr_geom<D, KS, ROPE>::kThreads, bgr_geom<D, K
         __syncthreads(); // tile's stage landed; every warp is done with the stage refilled below
         const int next = tile + kStages - 1;
         if (next < n_tiles)
-            load_tile<D, KS, ROPE>(a, smem + (next % kStages) * G::kStage, ids_s, cur, b, min(kTile, n_tok - next * kTile));
+            load_tile<D, KS, ROPE>(a, ring + (next % kStages) * G::kStage, ids_s, cur, b, min(kTile, n_tok - next * kTile));
         cp_async_commit();
 
-        const uint8_t *stage = smem + (tile % kStages) * G::kStage;
+        const uint8_t *stage = ring + (tile % kStages) * G::kStage;
         float acc[2][4][4];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
