@@ -51,7 +51,10 @@ struct bgr_geom {
     static constexpr int kThreads = D;                   // D/32 warps, 32 dims each
     static constexpr int kUPieces = 2 * KS;              // 16-byte pieces of a U row padded to 16*KS
     static constexpr int kTPieces = ROPE == ROPE_LLAMA ? D / 8 : D / 16; // table: D cos+sin, or glm's D/2
-    static constexpr int kURow = 32 * KS + 16;           // bytes; 16 B of padding: rows 4 banks apart
+    // Rows padded by 16 bytes: conflict-free ldmatrix and table reads. A 16-byte copy into an odd row (16
+    // bytes off a 32-byte boundary) fetches its sectors twice; the 32-byte-aligned layouts, swizzled or not,
+    // and bulk copies measured slower (NOTES, Tried)
+    static constexpr int kURow = 32 * KS + 16;           // bytes
     static constexpr int kTRow = 16 * kTPieces + 16;
     // A load round: kLoadLanes threads a token, so that a warp's 16-byte copies cover 128 contiguous bytes
     // of each row (whole L2 lines of the table rows; the L2's request rate is the kernel's busiest unit)
