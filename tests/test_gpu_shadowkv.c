@@ -1,14 +1,18 @@
 /* test_gpu_shadowkv.c: ShadowKV's prefill on the GPU (kernels/shadowkv.h) against the reference, one
  * test per check-tier case of cases/shadowkv.cases (factorization bound, landmarks and outliers), each
- * validated twice on one workspace (skipped without a device); and the API's refusals, which come
- * before any handle or launch and need no device. */
+ * validated twice on one workspace (skipped without a device); the small eigensolver of its
+ * Rayleigh-Ritz step on matrices with known eigenpairs (small_eig.h, on a device); and the APIs'
+ * refusals, which come before any handle or launch and need no device. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "harness/core/op.h"
 #include "tests/testlib.h"
 #if KVB_HAVE_CUDA
+#include "harness/core/gpu.h"
 #include "kernels/shadowkv/shadowkv.h"
+#include "kernels/shadowkv/small_eig.h"
 #endif
 
 #if KVB_HAVE_CUDA
@@ -26,6 +30,85 @@ static void test_lowrank_plan_refuses(void **state)
     assert_error_mentions("Hkv*D=16384 out of range [1, 8192]");
     assert_int_equal(shadowkv_lowrank(&p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0), KVB_EINVAL);
     assert_error_mentions("the plan was not made");
+}
+
+static void test_small_eig_refuses(void **state)
+{
+    (void)state;
+    float *f = (float *)(uintptr_t)0x1000;
+    assert_int_equal(small_eig_top(f, 0, 1, f, f, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("k=0 out of range [1, 256]");
+    assert_int_equal(small_eig_top(f, 257, 1, f, f, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("k=257 out of range [1, 256]");
+    assert_int_equal(small_eig_top(f, 8, 9, f, f, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("r=9 out of range [1, k=8]");
+    assert_int_equal(small_eig_top(NULL, 8, 2, f, f, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("NULL");
+}
+
+/* T (k x k, column-major) -> the r largest eigenpairs, their check copied back */
+static void small_eig_run(const float *T, int k, int r, float *W, float *Z, float *check)
+{
+    float *dT = kvb_dmalloc(sizeof(float) * (size_t)k * k), *dW = kvb_dmalloc(sizeof(float) * (size_t)r);
+    float *dZ = kvb_dmalloc(sizeof(float) * (size_t)k * r), *dc = kvb_dmalloc(sizeof(float) * SMALL_EIG_CHECK_N);
+    void *ws = kvb_dmalloc(small_eig_workspace_bytes(k, r));
+    cudaStream_t s = kvb_stream_create();
+    kvb_h2d(dT, T, sizeof(float) * (size_t)k * k, s);
+    assert_int_equal(small_eig_top(dT, k, r, dW, dZ, dc, ws, s), KVB_OK);
+    kvb_d2h(W, dW, sizeof(float) * (size_t)r, s), kvb_d2h(Z, dZ, sizeof(float) * (size_t)k * r, s);
+    kvb_d2h(check, dc, sizeof(float) * SMALL_EIG_CHECK_N, s);
+    kvb_sync(s);
+    kvb_stream_destroy(s);
+    kvb_dfree(dT), kvb_dfree(dW), kvb_dfree(dZ), kvb_dfree(dc), kvb_dfree(ws);
+}
+
+/* The path tridiagonal Laplacian rotated by a Householder reflection (a dense T with the known,
+ * distinct eigenvalues 2 - 2 cos(pi m / (k + 1))): the check passes and the eigenvalues are exact to
+ * fp32; the identity (every eigenvalue 1, which inverse iteration cannot separate): the check fails,
+ * as the caller's syevd fallback needs it to. */
+static void test_small_eig_known(void **state)
+{
+    (void)state;
+    if (!kvb_gpu_available()) skip();
+    const int ks[] = {1, 2, 3, 33, 240, 256};
+    for (int t = 0; t < (int)(sizeof ks / sizeof ks[0]); t++) {
+        const int k = ks[t], r = k > 160 ? 160 : k;
+        float *T = calloc((size_t)k * k, sizeof *T), *W = malloc(sizeof *W * r), *Z = malloc(sizeof *Z * (size_t)k * r);
+        double *L = calloc((size_t)k * k, sizeof *L), *u = malloc(sizeof *u * k), un = 0;
+        for (int i = 0; i < k; i++) {
+            L[(size_t)i * k + i] = 2;
+            if (i + 1 < k) L[(size_t)i * k + i + 1] = L[(size_t)(i + 1) * k + i] = -1;
+            u[i] = 1.0 + 0.37 * i, un += u[i] * u[i];
+        }
+        /* T = H L H, H = I - beta u u^T, beta = 2 / u^T u: L - beta (u (Lu)^T + (Lu) u^T) + beta^2 (u^T L u) u u^T */
+        const double beta = 2 / un;
+        double *Lu = calloc((size_t)k, sizeof *Lu), uLu = 0;
+        for (int i = 0; i < k; i++) {
+            for (int l = 0; l < k; l++) Lu[i] += L[(size_t)l * k + i] * u[l];
+            uLu += u[i] * Lu[i];
+        }
+        for (int i = 0; i < k; i++)
+            for (int l = 0; l < k; l++)
+                T[(size_t)l * k + i] = (float)(L[(size_t)l * k + i] - beta * (u[i] * Lu[l] + Lu[i] * u[l]) +
+                                               beta * beta * uLu * u[i] * u[l]);
+        free(Lu);
+        float check[SMALL_EIG_CHECK_N];
+        small_eig_run(T, k, r, W, Z, check);
+        if (!small_eig_accept(check))
+            fail_msg("k=%d: check orth %g resid %g norm %g", k, check[0], check[1], check[2]);
+        for (int j = 0; j < r; j++) {
+            const int m = k - r + j + 1; /* ascending: the (k - r + j)-th smallest */
+            const double want = 2 - 2 * cos(M_PI * m / (k + 1));
+            if (fabs(W[j] - want) > 1e-5 * 4) fail_msg("k=%d: W[%d] = %.8g, want %.8g", k, j, W[j], want);
+        }
+        free(T), free(W), free(Z), free(L), free(u);
+    }
+    const int k = 48, r = 16;
+    float *I = calloc((size_t)k * k, sizeof *I), W[16], *Z = malloc(sizeof *Z * (size_t)k * r), check[SMALL_EIG_CHECK_N];
+    for (int i = 0; i < k; i++) I[(size_t)i * k + i] = 1;
+    small_eig_run(I, k, r, W, Z, check);
+    assert_false(small_eig_accept(check));
+    free(I), free(Z);
 }
 
 static void test_landmarks_refuse(void **state)
@@ -52,7 +135,8 @@ int main(void)
 {
     static const char *const families[] = {"shadowkv", NULL};
 #if KVB_HAVE_CUDA
-    const struct CMUnitTest fixed[] = {cmocka_unit_test(test_lowrank_plan_refuses), cmocka_unit_test(test_landmarks_refuse)};
+    const struct CMUnitTest fixed[] = {cmocka_unit_test(test_lowrank_plan_refuses), cmocka_unit_test(test_landmarks_refuse),
+                                       cmocka_unit_test(test_small_eig_refuses), cmocka_unit_test(test_small_eig_known)};
     return kvb_test_run_gpu_cases("gpu shadowkv", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu shadowkv", NULL, 0, families, 2);

@@ -95,7 +95,8 @@ typedef struct lowrank_priv {
     double *s;           /* LAPACKE's singular values, descending */
     double optimal, norm; /* the optimal rank-r error, ||Kpre||_F */
     double ratio32, ratio16;
-    int qr_fallback;     /* impl=kernel's last run took the Householder QR (a rank-deficient subspace) */
+    int fallbacks;       /* impl=kernel's last run: SHADOWKV_FALLBACK_QR (Householder QR: a rank-deficient
+                            subspace), SHADOWKV_FALLBACK_EIG (syevd: the small eigensolver's check failed) */
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_stages stages; /* the last stage-timed launch's phases (bench) */
 #endif
@@ -224,6 +225,20 @@ static int setup_lowrank(kvb_run *r)
     return lowrank_setup(r, p);
 }
 
+/* The note's words for impl=kernel's fallbacks (shadowkv_lowrank's *fallbacks; none without CUDA) */
+static const char *lowrank_fallback_note(int fallbacks)
+{
+#if KVB_HAVE_CUDA
+    static const char *const words[4] = {"", "; Cholesky QR rank-deficient: Householder QR ran",
+                                         "; eig check failed: syevd ran",
+                                         "; Householder QR ran; eig check failed: syevd ran"};
+    return words[fallbacks & (SHADOWKV_FALLBACK_QR | SHADOWKV_FALLBACK_EIG)];
+#else
+    (void)fallbacks;
+    return "";
+#endif
+}
+
 /* Every slice: the device's fp32 factors against the bound, and the bf16 ones reported. */
 static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
 {
@@ -248,7 +263,7 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
              "||Kpre||_F %.6g%s%s",
              p->ratio32, p->ratio16, p->optimal, p->norm,
              p->reused ? "; singular values of the previous case's identical input" : "",
-             p->qr_fallback ? "; the Cholesky QR met a rank-deficient subspace: Householder QR ran" : "");
+             lowrank_fallback_note(p->fallbacks));
     if (e32 > bound)
         return kvb_fail(KVB_EINVAL,
                         "shadowkv_lowrank: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F %.6g "
@@ -265,7 +280,7 @@ static void *dev(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d
 static int lowrank_launch(kvb_run *r, lowrank_priv *p)
 {
     return shadowkv_lowrank(&p->plan, dev(r, "Kpre"), dev(r, "U"), dev(r, "SV"), dev(r, "U_bf16"), dev(r, "SV_bf16"),
-                            dev(r, "info"), dev(r, "workspace"), &p->qr_fallback, r->stage_timing ? &p->stages : NULL,
+                            dev(r, "info"), dev(r, "workspace"), &p->fallbacks, r->stage_timing ? &p->stages : NULL,
                             r->stream);
 }
 

@@ -272,8 +272,8 @@ __device__ __forceinline__ float warp_max(float x)
     return x;
 }
 
-template <int FIRST, int LAST>
-__device__ __forceinline__ float warp_sum(float x)
+template <int FIRST, int LAST, typename T>
+__device__ __forceinline__ T warp_sum(T x)
 {
     static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
     if constexpr (FIRST <= LAST) {

@@ -14,6 +14,7 @@
 #include "kernels/common/kvb_grid.h"
 #include "kernels/select/select.h"
 #include "kernels/shadowkv/shadowkv.h"
+#include "kernels/shadowkv/small_eig.h"
 
 #define CUSOLVER_TRY(call)                                                                         \
     do {                                                                                           \
@@ -34,16 +35,17 @@ constexpr int CHOLQR_CALLS = CHOLQR_PASSES_EARLY * (SHADOWKV_RR_ITERS - 1) + CHO
 
 // Workspace: G [N, N] (its eigenvectors after the solver), W [N], the solver's work, Vs [N, r]; randomized
 // also Q and Y [N, k] (the subspace and G times it), T [k, k] (the projected matrix, then its
-// eigenvectors), tau [k] (the fallback QR's reflectors), and the QR's fp64 scratch: Yd [N, k] (Y in
+// eigenvectors), tau [k] (the fallback QR's reflectors), the small eigensolver's Z [k, r], its check
+// and its own workspace (small_eig.h), and the QR's fp64 scratch: Yd [N, k] (Y in
 // fp64), C [k, k] (its Gram matrix, then the Cholesky factor R), potrf's work, chol_info [2 * iterations]
 // (each potrf's status); gesvdr At [N, S]
 // (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
 // gesvdr's own device workspace.
 struct lowrank_ws {
-    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr, *hi, *lo, *X;
+    float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr, *hi, *lo, *X, *Zs, *eig_check;
     double *Yd, *C, *chol_work;
     int *chol_info;
-    void *svd_work;
+    void *svd_work, *small_eig;
 };
 
 static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t *bytes)
@@ -60,6 +62,9 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     w.G = take(N * N), w.W = take(N), w.work = take((size_t)p->eig_lwork), w.Vs = take(N * (size_t)p->r);
     w.Q = take(N * k), w.Y = take(N * k), w.T = take(k * k), w.tau = take(k);
     const bool rr = p->eig == SHADOWKV_EIG_RANDOMIZED;
+    const bool small = rr && p->k <= SMALL_EIG_MAX_K; // the Rayleigh-Ritz step by small_eig_top
+    w.Zs = take(small ? k * (size_t)p->r : 0), w.eig_check = take(small ? SMALL_EIG_CHECK_N : 0);
+    w.small_eig = take_bytes(small ? small_eig_workspace_bytes(p->k, p->r) : 0);
     w.Yd = (double *)take_bytes(rr ? N * k * sizeof(double) : 0);
     const size_t sn = rr ? (size_t)p->S * N : 0; // the Gram matrix's tf32 split (randomized path)
     w.hi = take(sn), w.lo = take(sn), w.X = take(rr ? N * N : 0);
@@ -322,10 +327,10 @@ struct PhaseEvents {
 };
 
 extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                                kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback,
+                                kvb_bf16 *SV16, int *info, void *workspace, int *fallbacks,
                                 shadowkv_lowrank_stages *stages, cudaStream_t stream)
 {
-    if (qr_fallback) *qr_fallback = 0;
+    if (fallbacks) *fallbacks = 0;
     if (!p->cublas || !p->cusolver) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the plan was not made");
     if (!Kpre || !U || !SV || !U16 || !SV16 || !info || !workspace)
         return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: a NULL pointer (Kpre, U, SV, U16, SV16, info, workspace)");
@@ -396,16 +401,34 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         CUDA_TRY(cudaStreamSynchronize(stream));
         int failed = 0;
         for (int i = 0; i < CHOLQR_CALLS; i++) failed |= status[i] != 0;
-        if (qr_fallback) *qr_fallback = failed;
+        if (fallbacks && failed) *fallbacks |= SHADOWKV_FALLBACK_QR;
         if (failed && (rc = subspace_householder(p, w, info, stream))) return rc;
         CUDA_TRY(ev.mark(2, stream));
         float *Q = w.Q, *Y = w.Y;
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, N, &one, w.G, N, Q, N, &zero, Y, N));
         CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, k, k, N, &one, Q, N, Y, N, &zero, w.T, k));
-        CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
-                                      p->eig_lwork, info));
-        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, k, &one, Q, N, w.T, k, &zero, Y, N));
-        m = k, V = Y;
+        // T's r largest eigenpairs by the one-block reduction (small_eig.h), checked against T on the
+        // device; where the check fails (eigenvalues among the wanted that agree to ~1e-12 of ||T||) or k
+        // is above its limit, every eigenpair by cuSOLVER's syevd
+        bool solved = false;
+        if (k <= SMALL_EIG_MAX_K) {
+            if ((rc = small_eig_top(w.T, k, r, w.W, w.Zs, w.eig_check, w.small_eig, stream))) return rc;
+            float check[SMALL_EIG_CHECK_N];
+            CUDA_TRY(cudaMemcpyAsync(check, w.eig_check, sizeof check, cudaMemcpyDeviceToHost, stream));
+            CUDA_TRY(cudaStreamSynchronize(stream));
+            if (small_eig_accept(check)) {
+                CUDA_TRY(cudaMemsetAsync(info, 0, sizeof(int), stream));
+                CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, r, k, &one, Q, N, w.Zs, k, &zero, Y, N));
+                m = r, V = Y, solved = true;
+            } else if (fallbacks)
+                *fallbacks |= SHADOWKV_FALLBACK_EIG;
+        }
+        if (!solved) {
+            CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, k, w.T, k, w.W, w.work,
+                                          p->eig_lwork, info));
+            CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_N, CUBLAS_OP_N, N, k, k, &one, Q, N, w.T, k, &zero, Y, N));
+            m = k, V = Y;
+        }
     } else if (p->eig == SHADOWKV_EIG_TOP_R) {
         CUSOLVER_TRY(cusolverDnSsyevdx(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, N, w.G,
                                        N, 0.f, 0.f, N - r + 1, N, &m, w.W, w.work, p->eig_lwork, info));

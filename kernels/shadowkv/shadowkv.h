@@ -6,7 +6,9 @@
  *                                         error); the exact paths: cublasSsyrk in fp32, no TF32
  *   G  ~ V diag(lambda) V^T               the r largest eigenpairs: subspace iteration on G (k = max(r +
  *                                         32, 3r/2) columns, 3 products, each QR'd) and the exact eigenpairs of
- *                                         Q^T G Q; or cuSOLVER syevdx of the r largest (the exact path),
+ *                                         Q^T G Q (small_eig.h: one block's tridiagonal reduction, bisection
+ *                                         and inverse iteration, checked; syevd where the check fails or
+ *                                         k > 256); or cuSOLVER syevdx of the r largest (the exact path),
  *                                         or syevd of all of them, kept to compare
  *   s_j = sqrt(lambda_j), v_j             j < r, descending
  *   U  = Kpre [v_0/s_0 .. v_{r-1}/s_{r-1}]          [S, r]  (one GEMM; a column with s_j = 0 is 0)
@@ -54,6 +56,8 @@ typedef enum {
 } shadowkv_eig;
 #define SHADOWKV_RR_OVERSAMPLE 32 /* extra columns at least; r/2 at least from r = 64 up */
 #define SHADOWKV_RR_ITERS 3
+#define SHADOWKV_FALLBACK_QR 1  /* shadowkv_lowrank's *fallbacks bits */
+#define SHADOWKV_FALLBACK_EIG 2
 
 /* Host plan of one factorization shape: handles bound to `stream`, the eigensolver's workspace size. */
 typedef struct shadowkv_lowrank_plan {
@@ -87,12 +91,13 @@ typedef struct shadowkv_lowrank_stages {
 
 /* Enqueue the factorization of Kpre [S, Hkv*D] fp32 (finite: the caller checks, as the reference does)
  * into U [S, r], SV [Hkv, r, D] (fp32) and their bf16 copies U16, SV16; *info (device int) receives the
- * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. *qr_fallback (may
- * be NULL) receives 1 where the randomized path's Cholesky QR met a rank-deficient product and the
- * iteration ran again with Householder QR, else 0. *stages (may be NULL) receives the phases' device
+ * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. *fallbacks (may
+ * be NULL) receives the randomized path's fallbacks (0: none): SHADOWKV_FALLBACK_QR where its Cholesky
+ * QR met a rank-deficient product and the iteration ran again with Householder QR;
+ * SHADOWKV_FALLBACK_EIG where the small eigensolver's check failed and syevd solved the projected matrix. *stages (may be NULL) receives the phases' device
  * times; the call then also waits for its last phase. */
 int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
-                     kvb_bf16 *SV16, int *info, void *workspace, int *qr_fallback, shadowkv_lowrank_stages *stages,
+                     kvb_bf16 *SV16, int *info, void *workspace, int *fallbacks, shadowkv_lowrank_stages *stages,
                      cudaStream_t stream);
 
 /* Workspace of shadowkv_landmarks: the chunk means (bf16), the selection keys, the top-k's own. */
