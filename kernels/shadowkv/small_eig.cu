@@ -408,10 +408,11 @@ __global__ void __launch_bounds__(BACK_WARPS * 32, 1)
     extern __shared__ float4 smem4[];
     float *R = (float *)smem4, *tau = R + packed_floats(k);
     const int steps = k - 2;
-    for (int i = threadIdx.x; i < k * (k + 1) / 2; i += blockDim.x) R[i] = refl[i];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int l = warp; l < steps; l += BACK_WARPS) // the stored entries only: column l's rows l + 2..k-1
+        for (int i = l + 2 + lane; i < k; i += 32) R[packed_col(l, k) + i - l] = refl[packed_col(l, k) + i - l];
     for (int i = threadIdx.x; i < steps; i += blockDim.x) tau[i] = tau_in[i];
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * BACK_WARPS + warp;
     if (j >= r) return;
     double z[ROWS];
