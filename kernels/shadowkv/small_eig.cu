@@ -40,17 +40,6 @@ size_t tridiag_smem_bytes(int k)
     return sizeof(float) * ((size_t)nt * TILE + 2 * (size_t)nt * TB + 4 * KMAX);
 }
 
-__device__ __forceinline__ double warp_min_d(double x)
-{
-    for (int o = 16; o >= 1; o >>= 1) x = fmin(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-__device__ __forceinline__ double warp_max_d(double x)
-{
-    for (int o = 16; o >= 1; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
 // Element (i, l) of the tiled matrix (the diagonal tiles hold both triangles; below them, i >= l)
 __device__ __forceinline__ float *tile_at(float *tiles, int i, int l)
 {
@@ -302,7 +291,7 @@ __global__ void __launch_bounds__(EIG_WARPS * 32)
         const double rad = (i > 0 ? fabs(e[i - 1]) : 0.0) + fabs(e[i]);
         lo = fmin(lo, d[i] - rad), hi = fmax(hi, d[i] + rad), emax2 = fmax(emax2, e2[i]);
     }
-    lo = warp_min_d(lo), hi = warp_max_d(hi), emax2 = warp_max_d(emax2);
+    lo = warp_min<16, 1>(lo), hi = warp_max<16, 1>(hi), emax2 = warp_max<16, 1>(emax2);
     const double tnorm = fmax(fabs(lo), fabs(hi));
     const double pivmin = DBL_MIN * fmax(1.0, emax2);
     // the Sturm counts on S / tnorm (scaled copies in this warp's rows of the LU arrays, free until the
@@ -376,7 +365,7 @@ __global__ void __launch_bounds__(EIG_WARPS * 32)
         __syncwarp();
         double mx = 0.0; // scaled by the largest entry first: a solve near a pivot floor can reach 1e300
         for (int i = lane; i < k; i += 32) mx = fmax(mx, fabs(z[i]));
-        mx = warp_max_d(mx);
+        mx = warp_max<16, 1>(mx);
         const double inv_mx = mx > 0.0 ? 1.0 / mx : 1.0;
         double ss = 0.0;
         for (int i = lane; i < k; i += 32) {
