@@ -443,8 +443,23 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
     lowrank_factors_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(
         V, lambda, m, N, p->D, r, w.Vs, SV, (__nv_bfloat16 *)SV16);
     CUDA_TRY(cudaGetLastError());
-    // U^T (column-major r x S, i.e. U row-major [S, r]) = Vs^T A
-    CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, r, S, N, &one, w.Vs, N, Kpre, N, &zero, U, r));
+    // U^T (column-major r x S, i.e. U row-major [S, r]) = Vs^T A. The randomized path has A's tf32 split
+    // from the Gram matrix: 3xTF32 as there (Vs = hi + lo into Q and Y, free once V is read; A's lo Vs_lo
+    // term, 2^-22 relative, dropped); the exact paths in fp32
+    if (p->eig == SHADOWKV_EIG_RANDOMIZED) {
+        const int64_t nv = (int64_t)N * r;
+        tf32_split_kernel<<<(unsigned)((nv + 255) / 256), 256, 0, stream>>>(w.Vs, nv, w.Q, w.Y);
+        CUDA_TRY(cudaGetLastError());
+        CUBLAS_TRY(cublasSetMathMode(cb, CUBLAS_DEFAULT_MATH));
+        cublasStatus_t g[3];
+        const float *va[3] = {w.Q, w.Q, w.Y}, *aa[3] = {w.hi, w.lo, w.hi};
+        for (int t = 0; t < 3; t++)
+            g[t] = cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, r, S, N, &one, va[t], CUDA_R_32F, N, aa[t], CUDA_R_32F, N,
+                                t ? &one : &zero, U, CUDA_R_32F, r, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+        CUBLAS_TRY(cublasSetMathMode(cb, CUBLAS_PEDANTIC_MATH));
+        for (int t = 0; t < 3; t++) CUBLAS_TRY(g[t]);
+    } else
+        CUBLAS_TRY(cublasSgemm(cb, CUBLAS_OP_T, CUBLAS_OP_N, r, S, N, &one, w.Vs, N, Kpre, N, &zero, U, r));
     const int64_t nu = (int64_t)S * r;
     const int64_t blocks = (nu + threads - 1) / threads;
     to_bf16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(U, nu, (__nv_bfloat16 *)U16);
