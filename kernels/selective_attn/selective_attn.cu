@@ -63,13 +63,33 @@ struct FwdArgs {
     const bf16 *Q, *K, *V;
     bf16 *O;
     float *lse;            // written directly when splits == 1
-    float *part_m, *part_l; // [splits][BH][n_qtiles * FWD_BR] when splits > 1 (m in log2 units)
+    float *part_m, *part_l; // [splits][BH][rows] when splits > 1 (m in log2 units; rows: FwdPlan)
     int G, L;
     int q_first, n_qtiles; // rows q_first .. are computed, in n_qtiles tiles
     int lse_len, lse_row0;
     int splits, split_keys; // keys [s * split_keys, (s + 1) * split_keys) go to split s
+    int pack_rows;          // PACKED: rows q_first .. q_first + pack_rows - 1 of each of the G query heads
     float scale, scale_log2;
 };
+
+// PACKED tile: the G query heads of one KV head share its keys, so with few rows a head (need_out=0,
+// G * pack_rows <= FWD_BR) one CTA holds them all: tile row r is row q_first + r % pack_rows of query
+// head r / pack_rows (zero past G heads). Each key tile then feeds G heads' rows, not one head's and
+// the rows below w0 that a 128-row tile of one head would compute and drop.
+template <int D, int NTHREADS>
+__device__ __forceinline__ void load_q_packed(uint32_t s_tile, const bf16 *Q, int64_t bh0, int G, int rows, int q_first,
+                                              int L, int tid)
+{
+    constexpr int CPR = D / 8, CHUNKS = FWD_BR * CPR;
+    static_assert(CHUNKS % NTHREADS == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+    for (int i = 0; i < CHUNKS / NTHREADS; ++i) {
+        const int c = tid + i * NTHREADS, r = c / CPR, ch = c % CPR, h = r / rows;
+        const bool ok = h < G;
+        const int64_t row = ok ? (bh0 + h) * L + q_first + r % rows : 0;
+        cp_async16(s_tile + swz<D * 2>(r, ch), Q + row * D + ch * 8, ok);
+    }
+}
 
 constexpr int FWD_STAGES = 3; // K (and V) tiles in flight
 
@@ -78,9 +98,10 @@ template <int D, bool NEED_OUT> constexpr int fwd_smem_bytes()
     return FWD_BR * D * 2 + FWD_STAGES * FWD_BC * D * 2 * (NEED_OUT ? 2 : 1);
 }
 
-template <int D, bool CAUSAL, bool NEED_OUT>
+template <int D, bool CAUSAL, bool NEED_OUT, bool PACKED>
 __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 {
+    static_assert(!(PACKED && NEED_OUT), "a packed tile computes LSE only");
     constexpr int STAGES = FWD_STAGES;
     constexpr int KSTEPS = D / 16, NT = FWD_BC / 8, DT = D / 8, ROWB = D * 2;
     constexpr uint32_t KV_TILE = FWD_BC * ROWB;
@@ -89,17 +110,22 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int L = a.L;
-    const int64_t bh = blockIdx.x, bkv = bh / a.G;
-    const int q0 = a.q_first + (a.n_qtiles - 1 - (int)blockIdx.y) * FWD_BR; // the longest rows first
+    // PACKED: blockIdx.x is the KV head and the tile's rows are G heads' (load_q_packed); else
+    // blockIdx.x is the query head and blockIdx.y its 128-row tile
+    const int64_t bh = blockIdx.x, bkv = PACKED ? bh : bh / a.G;
+    const int q0 = a.q_first + (PACKED ? 0 : (a.n_qtiles - 1 - (int)blockIdx.y) * FWD_BR); // the longest rows first
     const int split = blockIdx.z;
     const bf16 *Qg = a.Q + bh * L * D, *Kg = a.K + bkv * L * D, *Vg = a.V + bkv * L * D;
     const int kbeg = split * a.split_keys;
     int kend = min(L, kbeg + a.split_keys);
-    if (CAUSAL) kend = min(kend, q0 + FWD_BR);
+    if (CAUSAL) kend = min(kend, q0 + (PACKED ? a.pack_rows : FWD_BR));
     const int n_tiles = kend > kbeg ? (kend - kbeg + FWD_BC - 1) / FWD_BC : 0;
 
     if (n_tiles > 0) { // group s holds tile s (group 0 also Q)
-        load_rows<FWD_BR, D, FWD_THREADS>(q_s, Qg, q0, L, tid);
+        if (PACKED)
+            load_q_packed<D, FWD_THREADS>(q_s, a.Q, bkv * a.G, a.G, a.pack_rows, q0, L, tid);
+        else
+            load_rows<FWD_BR, D, FWD_THREADS>(q_s, Qg, q0, L, tid);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_tiles) {
@@ -110,7 +136,11 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
         }
     }
 
-    const int row_w = q0 + warp * 16; // this warp's first row
+    // the positions of this thread's rows g and g + 8, and the lowest of the warp's rows (packed: q0)
+    const int row_w = q0 + (PACKED ? 0 : warp * 16);
+    int pos[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) pos[r] = PACKED ? q0 + (warp * 16 + g + 8 * r) % a.pack_rows : row_w + g + 8 * r;
     uint32_t qf[KSTEPS][4];
     float o[DT][4];
 #pragma unroll
@@ -156,8 +186,8 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
             for (int n = 0; n < NT; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int j = k0 + n * 8 + 2 * t + (e & 1), i = row_w + g + (e >> 1) * 8;
-                    if (j >= L || (CAUSAL && j > i)) s[n][e] = -INFINITY;
+                    const int j = k0 + n * 8 + 2 * t + (e & 1);
+                    if (j >= L || (CAUSAL && j > pos[e >> 1])) s[n][e] = -INFINITY;
                 }
         }
 
@@ -219,12 +249,15 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
     if (t == 0) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int i = row_w + g + 8 * r;
+            const int i = pos[r], h = PACKED ? (warp * 16 + g + 8 * r) / a.pack_rows : 0;
+            if (PACKED && h >= a.G) continue; // a row past the G heads: zero, not stored
+            const int64_t bhr = PACKED ? bkv * a.G + h : bh; // the row's query head
             if (a.splits == 1) {
-                if (i < L && i >= a.lse_row0) a.lse[bh * a.lse_len + (i - a.lse_row0)] = m_r[r] * a.scale + logf(l_r[r]);
+                if (i < L && i >= a.lse_row0) a.lse[bhr * a.lse_len + (i - a.lse_row0)] = m_r[r] * a.scale + logf(l_r[r]);
             } else {
-                const int64_t R = (int64_t)a.n_qtiles * FWD_BR;
-                const int64_t at = ((int64_t)split * gridDim.x + bh) * R + (i - a.q_first);
+                const int64_t R = PACKED ? a.pack_rows : (int64_t)a.n_qtiles * FWD_BR;
+                const int64_t BH = (int64_t)gridDim.x * (PACKED ? a.G : 1);
+                const int64_t at = ((int64_t)split * BH + bhr) * R + (i - a.q_first);
                 a.part_m[at] = m_r[r] == -INFINITY ? -INFINITY : m_r[r] * a.scale_log2;
                 a.part_l[at] = l_r[r];
             }
@@ -455,15 +488,20 @@ constexpr int SPLIT_TARGET_CTAS = 264; // 2 per SM of an H100/H200: a fixed numb
 
 struct FwdPlan {
     int q_first, n_qtiles, splits, split_keys;
+    int pack_rows; // > 0: the packed tile (load_q_packed), rows q_first .. L - 1 of G heads a CTA
+    int rows;      // rows a query head has in the split partials, from q_first
 };
 
 FwdPlan plan_fwd(const sattn_params *p)
 {
     FwdPlan f;
-    f.q_first = p->need_out ? 0 : (p->w0 / FWD_BR) * FWD_BR;
+    const int G = sattn_groups(p);
+    f.pack_rows = !p->need_out && (int64_t)G * (p->L - p->w0) <= FWD_BR ? p->L - p->w0 : 0;
+    f.q_first = p->need_out ? 0 : f.pack_rows ? p->w0 : (p->w0 / FWD_BR) * FWD_BR;
     f.n_qtiles = (p->L - f.q_first + FWD_BR - 1) / FWD_BR;
+    f.rows = f.pack_rows ? f.pack_rows : f.n_qtiles * FWD_BR;
     const int key_tiles = (p->L + FWD_BC - 1) / FWD_BC;
-    const int64_t ctas = (int64_t)p->B * p->Hq * f.n_qtiles;
+    const int64_t ctas = f.pack_rows ? (int64_t)p->B * p->Hkv : (int64_t)p->B * p->Hq * f.n_qtiles;
     int splits = 1;
     if (!p->need_out && ctas < SPLIT_TARGET_CTAS) splits = (int)((SPLIT_TARGET_CTAS + ctas - 1) / ctas);
     if (splits > key_tiles) splits = key_tiles;
@@ -476,17 +514,18 @@ FwdPlan plan_fwd(const sattn_params *p)
 size_t part_bytes(const sattn_params *p, const FwdPlan &f)
 {
     if (f.splits == 1) return 0;
-    return 2 * sizeof(float) * (size_t)f.splits * p->B * p->Hq * (size_t)f.n_qtiles * FWD_BR;
+    return 2 * sizeof(float) * (size_t)f.splits * p->B * p->Hq * (size_t)f.rows;
 }
 
 
-template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
+template <int D, bool CAUSAL, bool NEED_OUT, bool PACKED = false>
+int launch_fwd_t(const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     constexpr int smem = fwd_smem_bytes<D, NEED_OUT>();
     static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
-    int rc = kvb_smem_optin((const void *)fwd_kernel<D, CAUSAL, NEED_OUT>, smem, &optin);
+    int rc = kvb_smem_optin((const void *)fwd_kernel<D, CAUSAL, NEED_OUT, PACKED>, smem, &optin);
     if (rc) return rc;
-    fwd_kernel<D, CAUSAL, NEED_OUT><<<grid, FWD_THREADS, smem, s>>>(a);
+    fwd_kernel<D, CAUSAL, NEED_OUT, PACKED><<<grid, FWD_THREADS, smem, s>>>(a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -494,6 +533,10 @@ template <int D, bool CAUSAL, bool NEED_OUT> int launch_fwd_t(const FwdArgs &a, 
 int launch_fwd(const sattn_params *p, const FwdArgs &a, dim3 grid, cudaStream_t s)
 {
     const bool c = p->causal, n = p->need_out;
+    if (a.pack_rows) {
+        if (p->D == 64) return c ? launch_fwd_t<64, true, false, true>(a, grid, s) : launch_fwd_t<64, false, false, true>(a, grid, s);
+        return c ? launch_fwd_t<128, true, false, true>(a, grid, s) : launch_fwd_t<128, false, false, true>(a, grid, s);
+    }
     if (p->D == 64) {
         if (c) return n ? launch_fwd_t<64, true, true>(a, grid, s) : launch_fwd_t<64, true, false>(a, grid, s);
         return n ? launch_fwd_t<64, false, true>(a, grid, s) : launch_fwd_t<64, false, false>(a, grid, s);
@@ -526,12 +569,15 @@ int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, 
     a.q_first = f.q_first, a.n_qtiles = f.n_qtiles;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.splits = f.splits, a.split_keys = f.split_keys;
+    a.pack_rows = f.pack_rows;
     a.scale = 1.f / sqrtf((float)p->D);
     a.scale_log2 = a.scale * LOG2E;
     const int64_t BH = (int64_t)p->B * p->Hq;
-    int rc = launch_fwd(p, a, dim3((unsigned)BH, (unsigned)f.n_qtiles, (unsigned)f.splits), s);
+    const dim3 grid = f.pack_rows ? dim3((unsigned)((int64_t)p->B * p->Hkv), 1u, (unsigned)f.splits)
+                                  : dim3((unsigned)BH, (unsigned)f.n_qtiles, (unsigned)f.splits);
+    int rc = launch_fwd(p, a, grid, s);
     if (rc || f.splits == 1) return rc;
-    const int R = f.n_qtiles * FWD_BR;
+    const int R = f.rows;
     const int64_t n = BH * R;
     merge_lse_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a.part_m, a.part_l, f.splits, BH, R, f.q_first, p->L, LSE,
                                                                  a.lse_len, a.lse_row0);
