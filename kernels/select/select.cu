@@ -408,23 +408,34 @@ size_t split_bytes(int rows, int split, size_t *off_state, size_t *off_counts)
 // ---- max-pooling and the gather of kept rows ----
 
 constexpr int POOL_OUT = 1024, POOL_THREADS = 256; // max-pooling: outputs per block, threads
+constexpr int POOL_MAX_SMEM = 2 * (POOL_OUT + MAXPOOL_MAX_KS - 1) * (int)sizeof(float);
 
+// The max of a window of ks = 2 half + 1 values is the max of two windows of w = 2^floor(log2 ks)
+// values that cover it (they overlap): M_w[i] = max x[i .. i + w - 1] is built by doubling
+// (M_2w[i] = max(M_w[i], M_w[i + w])), log2 w passes over the tile, then y[o] = max(M_w[o],
+// M_w[o + ks - w]). About 3 log2(ks) shared-memory accesses an output where the window's own loop
+// took ks.
 __global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, int L, int half, float *y, int64_t r0)
 {
-    extern __shared__ float tile[]; // POOL_OUT + 2 * half values, -inf outside [0, L)
-    const int64_t r = r0 + blockIdx.y; // rows in chunks of grid.y (kvb_grid.h)
-    const int j0 = blockIdx.x * POOL_OUT, span = POOL_OUT + 2 * half;
+    extern __shared__ float pool_smem[]; // two buffers of POOL_OUT + 2 * half values, -inf outside [0, L)
+    const int64_t r = r0 + blockIdx.y;    // rows in chunks of grid.y (kvb_grid.h)
+    const int ks = 2 * half + 1, j0 = blockIdx.x * POOL_OUT, span = POOL_OUT + 2 * half;
     const float *xr = x + r * L;
+    float *m = pool_smem, *next = pool_smem + span;
     for (int i = threadIdx.x; i < span; i += POOL_THREADS) {
         const int j = j0 - half + i;
-        tile[i] = j >= 0 && j < L ? xr[j] : -INFINITY;
+        m[i] = j >= 0 && j < L ? xr[j] : -INFINITY;
     }
     __syncthreads();
-    for (int o = threadIdx.x; o < POOL_OUT && j0 + o < L; o += POOL_THREADS) {
-        float m = tile[o];
-        for (int w = 1; w <= 2 * half; ++w) m = fmaxf(m, tile[o + w]);
-        y[r * L + j0 + o] = m;
+    int w = 1; // m holds M_w, valid at i <= span - w
+    for (; 2 * w <= ks; w *= 2) {
+        for (int i = threadIdx.x; i <= span - 2 * w; i += POOL_THREADS) next[i] = fmaxf(m[i], m[i + w]);
+        __syncthreads();
+        float *t = m;
+        m = next, next = t;
     }
+    for (int o = threadIdx.x; o < POOL_OUT && j0 + o < L; o += POOL_THREADS) // o + ks - w <= span - w
+        y[r * L + j0 + o] = fmaxf(m[o], m[o + ks - w]);
 }
 
 // one warp per kept row, 16-byte copies
@@ -539,8 +550,10 @@ extern "C" int maxpool_rows(const float *x, int rows, int L, int ks, float *y, c
         return kvb_fail(KVB_EINVAL, "maxpool_rows: ks=%d is not an odd pooling kernel in [1, %d]", ks, MAXPOOL_MAX_KS);
     if (!x || !y) return kvb_fail(KVB_EINVAL, "maxpool_rows: NULL pointer");
     const int half = ks / 2;
-    const size_t smem = sizeof(float) * (size_t)(POOL_OUT + 2 * half);
+    const size_t smem = 2 * sizeof(float) * (size_t)(POOL_OUT + 2 * half);
     const unsigned tiles = (unsigned)((L + POOL_OUT - 1) / POOL_OUT); // L < 2^31: < 2^21
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    if ((rc = kvb_smem_optin((const void *)maxpool_kernel, POOL_MAX_SMEM, &optin))) return rc;
     return kvb_grid_chunks(rows, [&](int64_t r0, unsigned n) -> int {
         maxpool_kernel<<<dim3(tiles, n), POOL_THREADS, smem, stream>>>(x, L, half, y, r0);
         CUDA_TRY(cudaGetLastError());
