@@ -16,9 +16,11 @@
  * Design of the mma.sync passes (mma.sync m16n8k16 bf16 -> fp32, ldmatrix):
  *   1. forward, query-block-major: one CTA per 128 query rows of one head, online softmax over
  *      64-key tiles (cp.async, 3 stages), O and LSE written once. With need_out=0 only the rows
- *      w0..L-1 are computed and V is not read; when those rows are too few to fill the device, the
- *      keys are split over several CTAs whose partial (max, sum) a second small kernel merges in a
- *      fixed order (workspace O(B * Hq * rows)).
+ *      w0..L-1 are computed and V is not read; when the G query heads of a KV head have at most 128
+ *      such rows together, one CTA's tile holds them all (the packed tile: a KV head's keys are
+ *      read once for its G heads); when the CTAs are too few to fill the device, the keys are split
+ *      over several CTAs whose partial (max, sum) a second small kernel merges in a fixed order
+ *      (workspace O(B * Hq * rows)).
  *   2. column sums, key-block-major: one CTA per 128 keys of one KV head keeps those keys in
  *      registers, loops over the G query heads of the KV head and their query tiles from w0 on,
  *      recomputes q.k and adds exp(s - LSE[i]) per key in registers. Each colsum element (and each
