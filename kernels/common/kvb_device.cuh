@@ -258,46 +258,41 @@ cudaError_t launch_cluster(void (*kernel)(Params...), unsigned grid, int cluster
 // <4, 16>: the 8 row groups g (a column); <16, 1>: the whole warp. The step order fixes the rounding of
 // a sum, so each call site keeps the order it was validated with.
 
-template <int FIRST, int LAST, typename T>
-__device__ __forceinline__ T warp_max(T x)
+template <int FIRST, int LAST, typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T x, Op op)
 {
     static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
     if constexpr (FIRST <= LAST) {
 #pragma unroll
-        for (int o = FIRST; o <= LAST; o <<= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
+        for (int o = FIRST; o <= LAST; o <<= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
     } else {
 #pragma unroll
-        for (int o = FIRST; o >= LAST; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
+        for (int o = FIRST; o >= LAST; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
     }
     return x;
 }
 
-template <int FIRST, int LAST, typename T>
-__device__ __forceinline__ T warp_min(T x)
-{
-    static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
-    if constexpr (FIRST <= LAST) {
-#pragma unroll
-        for (int o = FIRST; o <= LAST; o <<= 1) x = fmin(x, __shfl_xor_sync(0xffffffffu, x, o));
-    } else {
-#pragma unroll
-        for (int o = FIRST; o >= LAST; o >>= 1) x = fmin(x, __shfl_xor_sync(0xffffffffu, x, o));
-    }
-    return x;
-}
+struct ReduceMax {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return fmax(a, b); }
+};
+struct ReduceMin {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return fmin(a, b); }
+};
+struct ReduceSum {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
 
-template <int FIRST, int LAST, typename T>
-__device__ __forceinline__ T warp_sum(T x)
+template <int FIRST, int LAST, typename T> __device__ __forceinline__ T warp_max(T x)
 {
-    static_assert(FIRST > 0 && LAST > 0 && FIRST < 32 && LAST < 32, "xor offsets in [1, 16]");
-    if constexpr (FIRST <= LAST) {
-#pragma unroll
-        for (int o = FIRST; o <= LAST; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    } else {
-#pragma unroll
-        for (int o = FIRST; o >= LAST; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    }
-    return x;
+    return warp_reduce<FIRST, LAST>(x, ReduceMax());
+}
+template <int FIRST, int LAST, typename T> __device__ __forceinline__ T warp_min(T x)
+{
+    return warp_reduce<FIRST, LAST>(x, ReduceMin());
+}
+template <int FIRST, int LAST, typename T> __device__ __forceinline__ T warp_sum(T x)
+{
+    return warp_reduce<FIRST, LAST>(x, ReduceSum());
 }
 
 // Two values reduced in lockstep (step by step, alternating): the instruction order of two interleaved
