@@ -114,6 +114,7 @@ struct ColArgs {
     const float *lse;
     float *colsum, *colsum_kv;
     int L, G, w0, lse_len, lse_row0;
+    int pack_rows; // > 0: the packed query tile (col_pack_rows), head h's rows w0.. at its rows h * pack_rows..
     float scale_log2;
     Order ord; // heads = B Hkv, tiles = key blocks
 };
@@ -408,8 +409,12 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
     int bkv, kt;
     block_tile(a.ord, bkv, kt);
     const int k0 = kt * COL_ROWS;
-    const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
-    const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
+    // Packed: one step whose query tile holds the G heads' rows w0 .. L - 1 (pack_rows each, TMA
+    // boxes of that many rows at 1024-byte offsets, so the 128-byte swizzle matches the full tile's);
+    // else G heads x their 128-query tiles from qbeg
+    const int PR = a.pack_rows, n_cols = PR ? G * PR : TILE; // the tile's query columns that hold a row
+    const int qbeg = PR ? w0 : (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
+    const int nq = PR ? 1 : (L - qbeg + TILE - 1) / TILE, total = PR ? 1 : G * nq; // (head, query tile) steps
 
     if (tid == 0) {
         mbar_init(k_full, 1);
@@ -442,13 +447,14 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
         // synchronous load there took longer than the step's MMAs and exps).
         auto fetch_lse = [&](const Pos &f) {
             if (f.it < total) {
-                const int q0 = qbeg + f.qi * TILE, bh = bkv * G + f.h;
+                const int q0 = qbeg + f.qi * TILE;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const int q = q0 + 4 * lane + j;
-                    const bool ok = q >= w0 && q < L;
-                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + 4 * lane + j,
-                                      ok ? a.lse + (int64_t)bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
+                    const int col = 4 * lane + j, hc = PR ? col / PR : f.h; // packed: the column's head
+                    const int q = PR ? w0 + col - hc * PR : q0 + col;
+                    const bool ok = q >= w0 && q < L && col < n_cols;
+                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + col,
+                                      ok ? a.lse + (int64_t)(bkv * G + hc) * a.lse_len + (q - a.lse_row0) : a.lse, ok);
                 }
             }
             cp_async_commit(); // one group per step, empty past the end
@@ -463,16 +469,20 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
             const float4 raw = *reinterpret_cast<const float4 *>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane);
             float l4[4] = {raw.x, raw.y, raw.z, raw.w}; // log2-scaled, +inf where a row does not contribute
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int q = q0 + 4 * lane + j;
-                l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
+            for (int j = 0; j < 4; ++j) { // cp.async zero-filled the rows it skipped: +inf marks them here
+                const int col = 4 * lane + j, q = PR ? w0 + col % PR : q0 + col;
+                l4[j] = q >= w0 && q < L && col < n_cols ? l4[j] * LOG2E : INFINITY;
             }
             if (it >= STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
             if (lane == 0) {
-                mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
-                for (int c = 0; c < NCH; ++c)
-                    tma_load_3d(base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c), &tm_q, c * CHUNK, q0, bh,
-                                &q_full[st]);
+                mbar_expect_tx(&q_full[st], tile_bytes<D>(n_cols));
+                for (int c = 0; c < NCH; ++c) {
+                    const uint32_t dst = base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c);
+                    if (PR) // tm_q's boxes are PR rows: head h's rows at tile rows h * PR ..
+                        for (int h = 0; h < G; ++h) tma_load_3d(dst + h * PR * 128, &tm_q, c * CHUNK, w0, bkv * G + h, &q_full[st]);
+                    else
+                        tma_load_3d(dst, &tm_q, c * CHUNK, q0, bh, &q_full[st]);
+                }
             }
             *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
             mbar_arrive(&q_full[st]);
@@ -518,10 +528,33 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
         float p[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
-        if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
+        if (PR && (mask || n_cols < TILE)) { // packed: a column's position is w0 + its row in its head; columns
+#pragma unroll                                // past the G heads' rows hold no query (their S is not read)
+            for (int i = 0; i < 64; ++i) {
+                const int col = 8 * (i >> 2) + 2 * t + (i & 1);
+                if (col >= n_cols || (CAUSAL && w0 + col % PR < wk0 + g + 8 * ((i >> 1) & 1))) p[i] = 0.f;
+            }
+        } else if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
 #pragma unroll
             for (int i = 0; i < 64; ++i)
                 if (q0 + 8 * (i >> 2) + 2 * t + (i & 1) < wk0 + g + 8 * ((i >> 1) & 1)) p[i] = 0.f;
+        }
+        if (PR) { // each head's columns n * 8 .. of its PR / 8 column tiles, summed per key in a fixed order
+            const int tiles_h = PR / 8;
+            for (int hh = 0; hh < G; ++hh) {
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int n = 0; n < 16; ++n)
+                    if (n >= hh * tiles_h && n < (hh + 1) * tiles_h) s0 += p[4 * n] + p[4 * n + 1], s1 += p[4 * n + 2] + p[4 * n + 3];
+                const float v[2] = {warp_sum<1, 2>(s0), warp_sum<1, 2>(s1)};
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int key = wk0 + g + 8 * r;
+                    if (t == 0 && key < L) a.colsum[((int64_t)bkv * G + hh) * L + key] = v[r];
+                    kvacc[r] += v[r];
+                }
+            }
+            return;
         }
         fold_tiles<8>(p); // column tile n + 8 onto n, then + 4, + 2, + 1 (element e keeps its row)
         fold_tiles<4>(p);
@@ -694,9 +727,15 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     if (!selective_attn_wgmma_supported())
         return kvb_fail(KVB_EDEVICE, "selective_attn_colsum_wgmma: needs a compute capability 9.0 device (sm_90a code)");
     const int64_t BH = (int64_t)p->B * p->Hq, n_kv = (int64_t)p->B * p->Hkv;
+    // The packed tile (as the mma.sync forward's, selective_attn.cu): need_out=0 and the G heads' rows from
+    // w0 fit one 128-query tile, each head's a multiple of 8 rows (its TMA box at a 1024-byte offset)
+    const int G = sattn_groups(p), rows = p->L - p->w0;
+    const int pack = !p->need_out && (int64_t)G * rows <= TILE && rows % 8 == 0 ? rows : 0;
     CUtensorMap m[2];
-    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, COL_ROWS))) return rc;
+    if ((rc = make_map(&m[0], Q, p->D, p->L, BH, pack ? pack : TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, COL_ROWS)))
+        return rc;
     ColArgs a;
+    a.pack_rows = pack;
     a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
     a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
