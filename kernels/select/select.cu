@@ -438,19 +438,29 @@ __global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, i
         y[r * L + j0 + o] = fmaxf(m[o], m[o + ks - w]);
 }
 
-// one warp per kept row, 16-byte copies
-__global__ void gather_kernel(const uint4 *X, int64_t rows_out, int group, int L, int cpr, const int32_t *keep,
-                              int n_keep, uint4 *Y)
+// GATHER_UNROLL 16-byte chunks a thread, GATHER_THREADS apart: consecutive threads take consecutive
+// chunks of the output (a kept row's chunks, then the next row's), so every lane copies and each
+// thread has GATHER_UNROLL loads in flight before its stores (one warp a row kept half the lanes idle
+// at D = 128 and one 256-byte row in flight a warp)
+constexpr int GATHER_THREADS = 256, GATHER_UNROLL = 4;
+__global__ void __launch_bounds__(GATHER_THREADS) gather_kernel(const uint4 *X, int64_t rows_out, int group, int L, int cpr,
+                                                                const int32_t *keep, int n_keep, uint4 *Y)
 {
-    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= rows_out * n_keep) return;
-    const int64_t r = w / n_keep;
-    const int32_t t = keep[w];
-    if (t < 0 || t >= L) return;
-    const uint4 *src = X + ((r / group) * L + t) * cpr;
-    uint4 *dst = Y + w * cpr;
-    for (int c = lane; c < cpr; c += 32) dst[c] = src[c];
+    const int64_t total = rows_out * n_keep * cpr;
+    const int64_t first = (int64_t)blockIdx.x * GATHER_THREADS * GATHER_UNROLL + threadIdx.x;
+    uint4 v[GATHER_UNROLL];
+    bool ok[GATHER_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GATHER_UNROLL; ++u) {
+        const int64_t o = first + u * GATHER_THREADS, w = o / cpr; // output chunk, its kept row
+        ok[u] = o < total;
+        const int32_t t = ok[u] ? keep[w] : -1;
+        ok[u] = t >= 0 && t < L; // an index outside [0, L) leaves its row unwritten (select.h)
+        if (ok[u]) v[u] = X[((w / n_keep) / group * L + t) * cpr + (o - w * cpr)];
+    }
+#pragma unroll
+    for (int u = 0; u < GATHER_UNROLL; ++u)
+        if (ok[u]) Y[first + u * GATHER_THREADS] = v[u];
 }
 
 } // namespace
@@ -570,9 +580,16 @@ extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D,
     if (D < 8 || D % 8) return kvb_fail(KVB_EINVAL, "gather_rows: D=%d is not a positive multiple of 8 (16-byte rows)", D);
     if (n_keep < 1 || n_keep > L) return kvb_fail(KVB_EINVAL, "gather_rows: n_keep=%d out of range [1, L = %d]", n_keep, L);
     if (!X || !keep || !Y) return kvb_fail(KVB_EINVAL, "gather_rows: NULL pointer");
-    unsigned blocks = 0; // one warp per kept row, 8 per block
-    if ((rc = kvb_grid_x("gather_rows", "rows*n_keep", (int64_t)rows * n_keep, 256 / 32, &blocks))) return rc;
-    gather_kernel<<<blocks, 256, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep, n_keep, (uint4 *)Y);
+    // GATHER_THREADS * GATHER_UNROLL output chunks a block; the count is judged in double first, where
+    // the product of three ints could pass int64
+    const int64_t per_block = GATHER_THREADS * GATHER_UNROLL;
+    const double chunks = (double)rows * n_keep * (D / 8);
+    if (chunks > (double)KVB_GRID_X_MAX * per_block)
+        return kvb_fail(KVB_EINVAL, "gather_rows: rows*n_keep*D/8 = %.0f out of range [1, %lld] (grid.x: at most 2^31 - 1 blocks of %lld)",
+                        chunks, (long long)(KVB_GRID_X_MAX * per_block), (long long)per_block);
+    unsigned blocks = 0;
+    if ((rc = kvb_grid_x("gather_rows", "rows*n_keep*D/8", (int64_t)rows * n_keep * (D / 8), per_block, &blocks))) return rc;
+    gather_kernel<<<blocks, GATHER_THREADS, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep, n_keep, (uint4 *)Y);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
