@@ -62,11 +62,11 @@ static void test_api_rejects_before_launch(void **state)
     assert_error_mentions("maxpool_rows: ks=64 is not an odd pooling kernel in [1, 8191]");
     assert_int_equal(topk_rows(f, 4, 1000, 1000, 1001, 0, 0, i, 1001, NULL, 0), KVB_EINVAL);
     assert_error_mentions("topk_rows: k=1001 out of range [0, n = 1000]");
-    assert_int_equal(heavy_hitters_keep(f, 4, 1000, 1001, 0, i, 0), KVB_EINVAL);
+    assert_int_equal(heavy_hitters_keep(f, 4, 1000, 1001, 0, i, NULL, 0), KVB_EINVAL);
     assert_error_mentions("heavy_hitters_keep: n_hh=1001 out of range [0, L = 1000]");
-    assert_int_equal(heavy_hitters_keep(f, 4, 0, 0, 0, i, 0), KVB_EINVAL);
+    assert_int_equal(heavy_hitters_keep(f, 4, 0, 0, 0, i, NULL, 0), KVB_EINVAL);
     assert_error_mentions("L=0 out of range");
-    assert_int_equal(snapkv_keep(f, 4, 1000, 32, 31, i, 0), KVB_EINVAL);
+    assert_int_equal(snapkv_keep(f, 4, 1000, 32, 31, i, NULL, 0), KVB_EINVAL);
     assert_error_mentions("snapkv_keep: n_keep=31 out of range [W = 32, L = 1000]");
     assert_int_equal(gather_rows(b, 8, 3, 1000, 128, i, 10, b, 0), KVB_EINVAL);
     assert_error_mentions("gather_rows: group=3 does not divide rows=8");

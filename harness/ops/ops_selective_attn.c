@@ -203,6 +203,7 @@ typedef struct sattn_priv {
     int impl;
     uint8_t *kv_mask, *bh_mask; /* sampled reference: 1 = computed; NULL = all */
     size_t ws_bytes;
+    size_t topk_ws; /* heavy_hitters, snapkv: the top-k's workspace (its split plans) */
     int rows, group, n_hh, n_rw, n_keep, W, ks; /* heavy_hitters, snapkv */
 #if KVB_HAVE_CUDA
     cublasHandle_t cublas;
@@ -560,6 +561,10 @@ static int setup_hh(kvb_run *r)
     kvb_fill_bf16_normal(k->h, k->n, r->seed, kvb_stream_of("K"), 0, 0, 1);
     kvb_fill_bf16_normal(v->h, v->n, r->seed, kvb_stream_of("V"), 0, 0, 1);
     /* identical scores on both sides: the kept set (tie rule included) must match exactly */
+#if KVB_HAVE_CUDA
+    pv->topk_ws = heavy_hitters_keep_workspace_bytes(pv->rows, L, pv->n_hh, pv->n_rw);
+#endif
+    add_scratch(r, "topk_workspace", pv->topk_ws);
     kvb_tensor *keep = add3(r, "keep", KVB_I32, B, Hs, pv->n_keep, KVB_OUT);
     kvb_tensor *kc = add4(r, "Kc", KVB_BF16, B, Hs, pv->n_keep, D, KVB_OUT);
     kvb_tensor *vc = add4(r, "Vc", KVB_BF16, B, Hs, pv->n_keep, D, KVB_OUT);
@@ -574,7 +579,8 @@ static int launch_hh(kvb_run *r)
 {
     sattn_priv *pv = r->priv;
     const int L = kvb_case_int(r->c, "L"), D = kvb_case_int(r->c, "D");
-    int rc = heavy_hitters_keep(dev(r, "scores"), pv->rows, L, pv->n_hh, pv->n_rw, dev(r, "keep"), r->stream);
+    int rc = heavy_hitters_keep(dev(r, "scores"), pv->rows, L, pv->n_hh, pv->n_rw, dev(r, "keep"),
+                                pv->topk_ws ? dev(r, "topk_workspace") : NULL, r->stream);
     if (rc || (rc = gather_rows(dev(r, "K"), pv->rows, pv->group, L, D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"), r->stream)))
         return rc;
     return gather_rows(dev(r, "V"), pv->rows, pv->group, L, D, dev(r, "keep"), pv->n_keep, dev(r, "Vc"), r->stream);
@@ -594,6 +600,7 @@ static void cost_hh(const kvb_run *r, kvb_cost *c)
      * wrong ceiling, not a great kernel). */
     c->bytes_dev = pv->rows * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
     c->ceiling = KVB_CEIL_READ;
+    c->workspace_bytes = (double)pv->topk_ws;
 }
 
 /* ---- snapkv ---- */
@@ -619,7 +626,11 @@ static int setup_snap(kvb_run *r)
 #if KVB_HAVE_CUDA
     pv->ws_bytes = selective_attn_workspace_bytes(p);
 #endif
+#if KVB_HAVE_CUDA
+    pv->topk_ws = snapkv_keep_workspace_bytes(pv->rows, L, W, n_keep);
+#endif
     add_scratch(r, "workspace", pv->ws_bytes);
+    add_scratch(r, "topk_workspace", pv->topk_ws);
     kvb_tensor *csk = add3(r, "colsum_kv", KVB_FP32, B, Hkv, L, KVB_OUT);
     kvb_tensor *pooled = add3(r, "pooled", KVB_FP32, B, Hkv, L, KVB_OUT);
     kvb_tensor *keep = add3(r, "keep", KVB_I32, B, Hkv, n_keep, KVB_OUT);
@@ -675,7 +686,9 @@ static int launch_snap(kvb_run *r)
     int rc = selective_attn(dev(r, "Q"), dev(r, "K"), dev(r, "V"), p, NULL, dev(r, "LSE_window"), dev(r, "colsum_heads"),
                             dev(r, "colsum_kv"), dev(r, "workspace"), pv->ws_bytes, r->stream);
     if (rc || (rc = maxpool_rows(dev(r, "colsum_kv"), pv->rows, p->L, pv->ks, dev(r, "pooled"), r->stream))) return rc;
-    if ((rc = snapkv_keep(dev(r, "pooled"), pv->rows, p->L, pv->W, pv->n_keep, dev(r, "keep"), r->stream))) return rc;
+    if ((rc = snapkv_keep(dev(r, "pooled"), pv->rows, p->L, pv->W, pv->n_keep, dev(r, "keep"),
+                          pv->topk_ws ? dev(r, "topk_workspace") : NULL, r->stream)))
+        return rc;
     if ((rc = gather_rows(dev(r, "K"), pv->rows, 1, p->L, p->D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"), r->stream))) return rc;
     return gather_rows(dev(r, "V"), pv->rows, 1, p->L, p->D, dev(r, "keep"), pv->n_keep, dev(r, "Vc"), r->stream);
 }
@@ -693,7 +706,7 @@ static void cost_snap(const kvb_run *r, kvb_cost *c)
     c->flops = BH * 4 * D * sattn_pairs(p, p->w0);
     c->bytes_dev = n_kv * L * D * 2 + BH * pv->W * D * 2 + 3 * n_kv * L * 4 + kept * 4 + 2 * 2 * kept * D * 2;
     c->ceiling = KVB_CEIL_READ; /* read-mostly: K streamed once dominates; stated like decode_attn */
-    c->workspace_bytes = BH * pv->W * 4 + BH * L * 4 + (double)pv->ws_bytes;
+    c->workspace_bytes = BH * pv->W * 4 + BH * L * 4 + (double)pv->ws_bytes + (double)pv->topk_ws;
 }
 
 /* ---- host memory (kvb_op.host_bytes) ---- */

@@ -19,11 +19,16 @@
 extern "C" {
 #endif
 
-/* keep [rows, n_keep] (hh_budget) from scores [rows, L]. */
-int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep, cudaStream_t stream);
+/* keep [rows, n_keep] (hh_budget) from scores [rows, L]. workspace: heavy_hitters_keep_workspace_bytes
+ * of device memory for the top-k's plans that share a row among blocks, or NULL for one block a row. */
+size_t heavy_hitters_keep_workspace_bytes(int rows, int L, int n_hh, int n_rw);
+int heavy_hitters_keep(const float *scores, int rows, int L, int n_hh, int n_rw, int32_t *keep, void *workspace,
+                       cudaStream_t stream);
 
-/* keep [rows, n_keep] (snapkv_budget) from pooled [rows, L]. */
-int snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep, cudaStream_t stream);
+/* keep [rows, n_keep] (snapkv_budget) from pooled [rows, L]; workspace as above. */
+size_t snapkv_keep_workspace_bytes(int rows, int L, int W, int n_keep);
+int snapkv_keep(const float *pooled, int rows, int L, int W, int n_keep, int32_t *keep, void *workspace,
+                cudaStream_t stream);
 
 #ifdef __cplusplus
 }
