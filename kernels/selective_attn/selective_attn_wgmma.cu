@@ -28,7 +28,9 @@
 //               colsum_kv element is written once, by the CTA owning its key: no atomics, no
 //               dependence on launch order. The consumer warpgroups take turns issuing their MMAs
 //               (ping-pong, turn_wait), so that one's exps run under another's MMAs.
-//   Both grids run in L2-sized sections of KV heads (Order, make_order).
+//   packed      need_out=0 with the G heads' window rows in one 128-query tile: the tile is loaded once
+//               and each CTA streams a run of its KV head's key blocks (colsum_packed_kernel).
+//   The forward's and the column sums' grids run in L2-sized sections of KV heads (Order, make_order).
 #include <cstdint>
 
 #include <cuda.h>
@@ -114,9 +116,10 @@ struct ColArgs {
     const float *lse;
     float *colsum, *colsum_kv;
     int L, G, w0, lse_len, lse_row0;
-    int pack_rows; // > 0: the packed query tile (col_pack_rows), head h's rows w0.. at its rows h * pack_rows..
     float scale_log2;
     Order ord; // heads = B Hkv, tiles = key blocks
+    // the packed kernel only: rows of each head in the packed tile, key blocks of a KV head, of a CTA
+    int pack_rows, kblocks, kblocks_per_cta;
 };
 
 // Tile index 0 is the longest (the forward's last query tile, the column sums' first key block).
@@ -409,12 +412,8 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
     int bkv, kt;
     block_tile(a.ord, bkv, kt);
     const int k0 = kt * COL_ROWS;
-    // Packed: one step whose query tile holds the G heads' rows w0 .. L - 1 (pack_rows each, TMA
-    // boxes of that many rows at 1024-byte offsets, so the 128-byte swizzle matches the full tile's);
-    // else G heads x their 128-query tiles from qbeg
-    const int PR = a.pack_rows, n_cols = PR ? G * PR : TILE; // the tile's query columns that hold a row
-    const int qbeg = PR ? w0 : (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
-    const int nq = PR ? 1 : (L - qbeg + TILE - 1) / TILE, total = PR ? 1 : G * nq; // (head, query tile) steps
+    const int qbeg = (max(w0, CAUSAL ? k0 : 0) / TILE) * TILE;
+    const int nq = (L - qbeg + TILE - 1) / TILE, total = G * nq; // (head, query tile) steps
 
     if (tid == 0) {
         mbar_init(k_full, 1);
@@ -447,14 +446,13 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
         // synchronous load there took longer than the step's MMAs and exps).
         auto fetch_lse = [&](const Pos &f) {
             if (f.it < total) {
-                const int q0 = qbeg + f.qi * TILE;
+                const int q0 = qbeg + f.qi * TILE, bh = bkv * G + f.h;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const int col = 4 * lane + j, hc = PR ? col / PR : f.h; // packed: the column's head
-                    const int q = PR ? w0 + col - hc * PR : q0 + col;
-                    const bool ok = q >= w0 && q < L && col < n_cols;
-                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + col,
-                                      ok ? a.lse + (int64_t)(bkv * G + hc) * a.lse_len + (q - a.lse_row0) : a.lse, ok);
+                    const int q = q0 + 4 * lane + j;
+                    const bool ok = q >= w0 && q < L;
+                    cp_async_zfill<4>(lse_raw + (f.it % LSE_SLOTS) * TILE + 4 * lane + j,
+                                      ok ? a.lse + (int64_t)bh * a.lse_len + (q - a.lse_row0) : a.lse, ok);
                 }
             }
             cp_async_commit(); // one group per step, empty past the end
@@ -469,20 +467,16 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
             const float4 raw = *reinterpret_cast<const float4 *>(lse_raw + (it % LSE_SLOTS) * TILE + 4 * lane);
             float l4[4] = {raw.x, raw.y, raw.z, raw.w}; // log2-scaled, +inf where a row does not contribute
 #pragma unroll
-            for (int j = 0; j < 4; ++j) { // cp.async zero-filled the rows it skipped: +inf marks them here
-                const int col = 4 * lane + j, q = PR ? w0 + col % PR : q0 + col;
-                l4[j] = q >= w0 && q < L && col < n_cols ? l4[j] * LOG2E : INFINITY;
+            for (int j = 0; j < 4; ++j) {
+                const int q = q0 + 4 * lane + j;
+                l4[j] = q >= w0 && q < L ? l4[j] * LOG2E : INFINITY;
             }
             if (it >= STAGES) mbar_wait(&q_empty[st], ps.phase ^ 1); // the consumers' release of the stage's last use
             if (lane == 0) {
-                mbar_expect_tx(&q_full[st], tile_bytes<D>(n_cols));
-                for (int c = 0; c < NCH; ++c) {
-                    const uint32_t dst = base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c);
-                    if (PR) // tm_q's boxes are PR rows: head h's rows at tile rows h * PR ..
-                        for (int h = 0; h < G; ++h) tma_load_3d(dst + h * PR * 128, &tm_q, c * CHUNK, w0, bkv * G + h, &q_full[st]);
-                    else
-                        tma_load_3d(dst, &tm_q, c * CHUNK, q0, bh, &q_full[st]);
-                }
+                mbar_expect_tx(&q_full[st], tile_bytes<D>(TILE));
+                for (int c = 0; c < NCH; ++c)
+                    tma_load_3d(base + S::Q + st * tile_bytes<D>(TILE) + chunk_off(TILE, c), &tm_q, c * CHUNK, q0, bh,
+                                &q_full[st]);
             }
             *reinterpret_cast<float4 *>(lse_s + st * TILE + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
             mbar_arrive(&q_full[st]);
@@ -528,33 +522,10 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
         float p[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(sc[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
-        if (PR && (mask || n_cols < TILE)) { // packed: a column's position is w0 + its row in its head; columns
-#pragma unroll                                // past the G heads' rows hold no query (their S is not read)
-            for (int i = 0; i < 64; ++i) {
-                const int col = 8 * (i >> 2) + 2 * t + (i & 1);
-                if (col >= n_cols || (CAUSAL && w0 + col % PR < wk0 + g + 8 * ((i >> 1) & 1))) p[i] = 0.f;
-            }
-        } else if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
+        if (mask) { // (a separate pass: the unmasked steps, nearly all of them, carry no compare per element)
 #pragma unroll
             for (int i = 0; i < 64; ++i)
                 if (q0 + 8 * (i >> 2) + 2 * t + (i & 1) < wk0 + g + 8 * ((i >> 1) & 1)) p[i] = 0.f;
-        }
-        if (PR) { // each head's columns n * 8 .. of its PR / 8 column tiles, summed per key in a fixed order
-            const int tiles_h = PR / 8;
-            for (int hh = 0; hh < G; ++hh) {
-                float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-                for (int n = 0; n < 16; ++n)
-                    if (n >= hh * tiles_h && n < (hh + 1) * tiles_h) s0 += p[4 * n] + p[4 * n + 1], s1 += p[4 * n + 2] + p[4 * n + 3];
-                const float v[2] = {warp_sum<1, 2>(s0), warp_sum<1, 2>(s1)};
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int key = wk0 + g + 8 * r;
-                    if (t == 0 && key < L) a.colsum[((int64_t)bkv * G + hh) * L + key] = v[r];
-                    kvacc[r] += v[r];
-                }
-            }
-            return;
         }
         fold_tiles<8>(p); // column tile n + 8 onto n, then + 4, + 2, + 1 (element e keeps its row)
         fold_tiles<4>(p);
@@ -592,6 +563,138 @@ __global__ void __launch_bounds__(COL_THREADS, 1)
             const int key = wk0 + g + 8 * r;
             if (key < L) a.colsum_kv[(int64_t)bkv * L + key] = kvacc[r];
         }
+    }
+#endif
+}
+
+// ---- pass 2, packed window: column sums of few rows ------------------------------------------------
+// With need_out=0 and the G heads' window rows fitting one 128-query tile (pack_rows = L - w0 rows a
+// head, a multiple of 8: SnapKV++'s 32 rows at G = 4), a KV head's whole query side is one tile, the
+// same for every key block. The roles of the pass above turn: the tile (head h's rows at tile rows
+// h * pack_rows.., one TMA box of pack_rows rows each at a 1024-byte offset, so the 128-byte swizzle
+// is the full tile's) and its log2 LSE are loaded once, into the K block's place, and the CTA streams
+// its run of key blocks through two stages in the Q stages' place. One step is one key block: S^T =
+// K Q^T, p = exp2(...), each head's per-key sum over its own columns, written by the one CTA that owns
+// the key. A CTA per key block (one step each) could not overlap a block's load with the sums of the
+// one before (NOTES.md, Tried).
+constexpr int PACK_STAGES = 2; // key blocks in flight: two of 256 keys in the four Q stages' bytes
+
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(COL_THREADS, 1)
+    colsum_packed_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const ColArgs a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = ColSmem<D>;
+    static_assert(PACK_STAGES * tile_bytes<D>(COL_ROWS) <= COL_STAGES * tile_bytes<D>(TILE), "key stages in the Q stages' bytes");
+    static_assert(tile_bytes<D>(TILE) <= tile_bytes<D>(COL_ROWS), "the packed tile in the K block's bytes");
+    constexpr int KSTEPS = D / 16, NCH = D / CHUNK;
+    constexpr uint32_t KBLOCK = tile_bytes<D>(COL_ROWS);
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = aligned_smem(smem_raw);
+    const uint32_t base = smem_u32(smem), tile_s = base + S::K, kst_s = base + S::Q; // the packed tile, the key stages
+    float *lse_s = reinterpret_cast<float *>(smem + S::LSE); // [TILE] log2-scaled, +inf past the heads' rows
+    uint64_t *bar = reinterpret_cast<uint64_t *>(smem + S::BAR);
+    uint64_t *q_full = bar, *k_full = bar + 1, *k_empty = k_full + PACK_STAGES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int L = a.L, G = a.G, w0 = a.w0, PR = a.pack_rows, n_cols = G * PR;
+    const int per_head = (a.kblocks + a.kblocks_per_cta - 1) / a.kblocks_per_cta; // CTAs of a KV head
+    const int bkv = blockIdx.x / per_head, kb0 = (blockIdx.x - bkv * per_head) * a.kblocks_per_cta;
+    const int total = min(a.kblocks_per_cta, a.kblocks - kb0); // key blocks kb0 .. kb0 + total - 1
+
+    if (tid == 0) {
+        mbar_init(q_full, 1 + 32);
+        for (int s = 0; s < PACK_STAGES; ++s) mbar_init(&k_full[s], 1), mbar_init(&k_empty[s], 32 * 4 * COL_WARPGROUPS);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp >= COL_PRODUCER_WARP) { // lane 0 issues the TMA loads; every lane stages 4 columns' LSE once
+        setmaxnreg_dec<COL_PRODUCER_REGS>();
+        if (warp > COL_PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_expect_tx(q_full, tile_bytes<D>(n_cols));
+            for (int c = 0; c < NCH; ++c)
+                for (int h = 0; h < G; ++h) tma_load_3d(tile_s + chunk_off(TILE, c) + h * PR * 128, &tm_q, c * CHUNK, w0, bkv * G + h, q_full);
+        }
+        float l4[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) { // column col is row w0 + col % PR of head col / PR
+            const int col = 4 * lane + j, hc = col / PR;
+            l4[j] = col < n_cols ? a.lse[(int64_t)(bkv * G + hc) * a.lse_len + (w0 + col - hc * PR - a.lse_row0)] * LOG2E : INFINITY;
+        }
+        *reinterpret_cast<float4 *>(lse_s + 4 * lane) = make_float4(l4[0], l4[1], l4[2], l4[3]);
+        mbar_arrive(q_full);
+        if (lane != 0) return;
+        for (int it = 0, st = 0, ph = 0; it < total; ++it) {
+            if (it >= PACK_STAGES) mbar_wait(&k_empty[st], ph ^ 1); // the consumers' release of the stage's last use
+            mbar_expect_tx(&k_full[st], KBLOCK);
+            for (int c = 0; c < NCH; ++c)
+                tma_load_3d(kst_s + st * KBLOCK + chunk_off(COL_ROWS, c), &tm_k, c * CHUNK, (kb0 + it) * COL_ROWS, bkv, &k_full[st]);
+            if (++st == PACK_STAGES) st = 0, ph ^= 1;
+        }
+        return;
+    }
+
+    setmaxnreg_inc<COL_CONSUMER_REGS>();
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, t = lane & 3;
+    float s[64]; // S^T of the step: 64 keys x 128 queries per warpgroup
+    const uint64_t desc_k0 = wgmma_desc_sw128(kst_s + wg * 64 * 128, 16, 1024); // this warpgroup's keys in stage 0
+    const uint64_t desc_q = wgmma_desc_sw128(tile_s, 16, 1024);
+    mbar_wait(q_full, 0);
+    if (wg == COL_WARPGROUPS - 1 && total > 0) turn_pass(wg);
+    for (int it = 0, st = 0, ph = 0; it < total; ++it) {
+        mbar_wait(&k_full[st], ph);
+        turn_wait(wg);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+            wgmma_ss(s, desc_k0 + ((st * KBLOCK + chunk_off(COL_ROWS, kk >> 2) + (kk & 3) * 32) >> 4),
+                     desc_q + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
+        wgmma_commit();
+        if (!(wg == COL_WARPGROUPS - 1 && it == total - 1)) turn_pass(wg);
+        wgmma_wait<0>();
+        wgmma_fence_regs(s);
+        mbar_arrive(&k_empty[st]); // every lane: its MMAs that read the stage are complete
+
+        const int wk0 = (kb0 + it) * COL_ROWS + wg * 64 + wl * 16; // this warp's first key
+        float2 l2[16]; // the log2 LSE of this thread's query columns 8 n + 2 t, + 1
+#pragma unroll
+        for (int n = 0; n < 16; ++n) l2[n] = *reinterpret_cast<const float2 *>(lse_s + 8 * n + 2 * t);
+        float p[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) p[i] = ex2(fmaf(s[i], a.scale_log2, -((i & 1) ? l2[i >> 2].y : l2[i >> 2].x)));
+        if (n_cols < TILE || (CAUSAL && w0 < wk0 + 15)) { // a column's position is w0 + its row in its head;
+#pragma unroll                                            // columns past the heads' rows hold no query
+            for (int i = 0; i < 64; ++i) {
+                const int col = 8 * (i >> 2) + 2 * t + (i & 1);
+                if (col >= n_cols || (CAUSAL && w0 + col % PR < wk0 + g + 8 * ((i >> 1) & 1))) p[i] = 0.f;
+            }
+        }
+        // each head's columns: its PR / 8 column tiles, summed per key in a fixed order
+        const int tiles_h = PR / 8;
+        float kvsum[2] = {0.f, 0.f};
+        for (int hh = 0; hh < G; ++hh) {
+            float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+            for (int n = 0; n < 16; ++n)
+                if (n >= hh * tiles_h && n < (hh + 1) * tiles_h) s0 += p[4 * n] + p[4 * n + 1], s1 += p[4 * n + 2] + p[4 * n + 3];
+            const float v[2] = {warp_sum<1, 2>(s0), warp_sum<1, 2>(s1)};
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int key = wk0 + g + 8 * r;
+                if (t == 0 && key < L) a.colsum[((int64_t)bkv * G + hh) * L + key] = v[r];
+                kvsum[r] += v[r];
+            }
+        }
+        if (a.colsum_kv && t == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int key = wk0 + g + 8 * r;
+                if (key < L) a.colsum_kv[(int64_t)bkv * L + key] = kvsum[r];
+            }
+        }
+        if (++st == PACK_STAGES) st = 0, ph ^= 1;
     }
 #endif
 }
@@ -656,6 +759,16 @@ template <int D, bool CAUSAL> int launch_fwd(const CUtensorMap *m, const FwdArgs
     int rc = kvb_smem_optin((const void *)fwd_wgmma_kernel<D, CAUSAL>, FwdSmem<D>::BYTES, &optin);
     if (rc) return rc;
     fwd_wgmma_kernel<D, CAUSAL><<<grid, THREADS, FwdSmem<D>::BYTES, s>>>(m[0], m[1], m[2], m[3], a);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
+template <int D, bool CAUSAL> int launch_col_packed(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
+{
+    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
+    int rc = kvb_smem_optin((const void *)colsum_packed_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &optin);
+    if (rc) return rc;
+    colsum_packed_kernel<D, CAUSAL><<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -735,14 +848,27 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
     if ((rc = make_map(&m[0], Q, p->D, p->L, BH, pack ? pack : TILE)) || (rc = make_map(&m[1], K, p->D, p->L, n_kv, COL_ROWS)))
         return rc;
     ColArgs a;
-    a.pack_rows = pack;
     a.lse = LSE, a.colsum = colsum, a.colsum_kv = p->group_sum ? colsum_kv : nullptr;
-    a.L = p->L, a.G = sattn_groups(p), a.w0 = p->w0;
+    a.L = p->L, a.G = G, a.w0 = p->w0;
     a.lse_len = sattn_lse_len(p), a.lse_row0 = sattn_lse_row0(p);
     a.scale_log2 = LOG2E / sqrtf((float)p->D);
     const int kblocks = (p->L + COL_ROWS - 1) / COL_ROWS;
     if ((rc = make_order(&a.ord, "selective_attn_colsum_wgmma", n_kv, 1, kblocks, (2.0 * p->D + 4) * a.G * p->L))) // Q, LSE
         return rc;
+    if (pack) {
+        // A run of a KV head's key blocks a CTA, about one CTA an SM, each streaming its keys through its
+        // stages. The sums do not depend on the split: each key's are computed by the one CTA that owns it.
+        int dev = 0, sms = 0;
+        CUDA_TRY(cudaGetDevice(&dev));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const int64_t per = (n_kv * kblocks + sms - 1) / sms;
+        a.pack_rows = pack, a.kblocks = kblocks, a.kblocks_per_cta = (int)(per < kblocks ? per : kblocks);
+        const dim3 grid((unsigned)(n_kv * ((kblocks + a.kblocks_per_cta - 1) / a.kblocks_per_cta))); // <= n_kv kblocks
+        if (p->D == 64)
+            return p->causal ? launch_col_packed<64, true>(m, a, grid, stream) : launch_col_packed<64, false>(m, a, grid, stream);
+        return p->causal ? launch_col_packed<128, true>(m, a, grid, stream) : launch_col_packed<128, false>(m, a, grid, stream);
+    }
+    a.pack_rows = 0, a.kblocks = kblocks, a.kblocks_per_cta = 1;
     const dim3 grid((unsigned)(n_kv * kblocks));
     if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
     return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
