@@ -763,22 +763,15 @@ template <int D, bool CAUSAL> int launch_fwd(const CUtensorMap *m, const FwdArgs
     return KVB_OK;
 }
 
-template <int D, bool CAUSAL> int launch_col_packed(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
-{
-    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
-    int rc = kvb_smem_optin((const void *)colsum_packed_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &optin);
-    if (rc) return rc;
-    colsum_packed_kernel<D, CAUSAL><<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
-    CUDA_TRY(cudaGetLastError());
-    return KVB_OK;
-}
-
+// The column sums' kernel for a.pack_rows (colsum_packed_kernel) or the G x tiles loop (colsum_wgmma_kernel);
+// each kernel's shared-memory attribute set once per device (kvb_cuda.h).
 template <int D, bool CAUSAL> int launch_col(const CUtensorMap *m, const ColArgs &a, dim3 grid, cudaStream_t s)
 {
-    static unsigned long long optin = 0; // the devices where the attribute is set (kvb_cuda.h)
-    int rc = kvb_smem_optin((const void *)colsum_wgmma_kernel<D, CAUSAL>, ColSmem<D>::BYTES, &optin);
+    static unsigned long long optin_tiles = 0, optin_packed = 0;
+    auto *kernel = a.pack_rows ? colsum_packed_kernel<D, CAUSAL> : colsum_wgmma_kernel<D, CAUSAL>;
+    int rc = kvb_smem_optin((const void *)kernel, ColSmem<D>::BYTES, a.pack_rows ? &optin_packed : &optin_tiles);
     if (rc) return rc;
-    colsum_wgmma_kernel<D, CAUSAL><<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
+    kernel<<<grid, COL_THREADS, ColSmem<D>::BYTES, s>>>(m[0], m[1], a);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
@@ -863,13 +856,10 @@ extern "C" int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K,
         CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         const int64_t per = (n_kv * kblocks + sms - 1) / sms;
         a.pack_rows = pack, a.kblocks = kblocks, a.kblocks_per_cta = (int)(per < kblocks ? per : kblocks);
-        const dim3 grid((unsigned)(n_kv * ((kblocks + a.kblocks_per_cta - 1) / a.kblocks_per_cta))); // <= n_kv kblocks
-        if (p->D == 64)
-            return p->causal ? launch_col_packed<64, true>(m, a, grid, stream) : launch_col_packed<64, false>(m, a, grid, stream);
-        return p->causal ? launch_col_packed<128, true>(m, a, grid, stream) : launch_col_packed<128, false>(m, a, grid, stream);
+    } else {
+        a.pack_rows = 0, a.kblocks = kblocks, a.kblocks_per_cta = 1;
     }
-    a.pack_rows = 0, a.kblocks = kblocks, a.kblocks_per_cta = 1;
-    const dim3 grid((unsigned)(n_kv * kblocks));
+    const dim3 grid((unsigned)(n_kv * ((kblocks + a.kblocks_per_cta - 1) / a.kblocks_per_cta))); // <= n_kv kblocks
     if (p->D == 64) return p->causal ? launch_col<64, true>(m, a, grid, stream) : launch_col<64, false>(m, a, grid, stream);
     return p->causal ? launch_col<128, true>(m, a, grid, stream) : launch_col<128, false>(m, a, grid, stream);
 }
