@@ -625,8 +625,6 @@ static int setup_snap(kvb_run *r)
     add3(r, "colsum_heads", KVB_FP32, B, Hq, L, KVB_SCRATCH);
 #if KVB_HAVE_CUDA
     pv->ws_bytes = selective_attn_workspace_bytes(p);
-#endif
-#if KVB_HAVE_CUDA
     pv->topk_ws = snapkv_keep_workspace_bytes(pv->rows, L, W, n_keep);
 #endif
     add_scratch(r, "workspace", pv->ws_bytes);

@@ -118,7 +118,8 @@ struct ColArgs {
     int L, G, w0, lse_len, lse_row0;
     float scale_log2;
     Order ord; // heads = B Hkv, tiles = key blocks
-    // the packed kernel only: rows of each head in the packed tile, key blocks of a KV head, of a CTA
+    // pack_rows > 0: the packed kernel, each head's rows in its tile (0: the tiles' kernel); the key
+    // blocks of a KV head and of a CTA (1 for the tiles' kernel)
     int pack_rows, kblocks, kblocks_per_cta;
 };
 
