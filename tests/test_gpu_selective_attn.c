@@ -53,6 +53,18 @@ static void test_api_rejects_before_launch(void **state)
     p = good, p.D = 80;
     assert_int_equal(selective_attn_colsum_wgmma(b, b, f, &p, f, f, 0), KVB_EINVAL);
     assert_error_mentions("D=80 is not supported");
+    assert_int_equal(selective_attn_lse_packed_wgmma(b, b, &good, 1, 1000, f, NULL, NULL, 0), KVB_EINVAL);
+    assert_error_mentions("selective_attn_lse_packed_wgmma: need_out=1, G*(L-w0)=4000, L-w0=1000 out of range");
+    p = good, p.need_out = 0, p.w0 = 990; /* G = 4 heads of 10 rows: packed, but not a multiple of 8 */
+    assert_int_equal(selective_attn_lse_packed_wgmma(b, b, &p, 1, 1000, f, NULL, NULL, 0), KVB_EINVAL);
+    assert_error_mentions("L-w0=10 out of range");
+    p.w0 = 992; /* 8 rows a head; the splits must cover L and each start below it */
+    assert_int_equal(selective_attn_lse_packed_wgmma(b, b, &p, 2, 400, NULL, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("splits=2 split_keys=400 out of range");
+    assert_int_equal(selective_attn_lse_packed_wgmma(b, b, &p, 4, 400, NULL, f, f, 0), KVB_EINVAL);
+    assert_error_mentions("splits=4 split_keys=400 out of range");
+    assert_int_equal(selective_attn_lse_packed_wgmma(b, b, &p, 3, 400, NULL, NULL, f, 0), KVB_EINVAL);
+    assert_error_mentions("NULL pointer among Q, K and LSE (one split) or part_m, part_l (several)");
     p = good, p.L = 65536, p.Hq = 16;
     size_t bytes;
     assert_int_equal(selective_attn_materialized_workspace_bytes(&p, &bytes), KVB_EINVAL);

@@ -556,8 +556,10 @@ template <int D, bool CAUSAL> int launch_col_t(const ColArgs &a, dim3 grid, cuda
     return KVB_OK;
 }
 
+// hopper: a packed window whose heads have a multiple of 8 rows runs the Hopper LSE pass
+// (selective_attn_lse_packed_wgmma) on the same splits and partials
 int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, bf16 *O, float *LSE, void *ws,
-            cudaStream_t s)
+            cudaStream_t s, bool hopper)
 {
     const FwdPlan f = plan_fwd(p);
     FwdArgs a;
@@ -575,7 +577,10 @@ int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, 
     const int64_t BH = (int64_t)p->B * p->Hq;
     const dim3 grid = f.pack_rows ? dim3((unsigned)((int64_t)p->B * p->Hkv), 1u, (unsigned)f.splits)
                                   : dim3((unsigned)BH, (unsigned)f.n_qtiles, (unsigned)f.splits);
-    int rc = launch_fwd(p, a, grid, s);
+    int rc = hopper && f.pack_rows && f.pack_rows % 8 == 0
+                 ? selective_attn_lse_packed_wgmma((const kvb_bf16 *)Q, (const kvb_bf16 *)K, p, f.splits, f.split_keys, LSE,
+                                                   a.part_m, a.part_l, s)
+                 : launch_fwd(p, a, grid, s);
     if (rc || f.splits == 1) return rc;
     const int R = f.rows;
     const int64_t n = BH * R;
@@ -724,7 +729,7 @@ int attn_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const kvb
     if (hopper && p->need_out)
         rc = selective_attn_fwd_wgmma(Q, K, V, p, O, LSE, stream);
     else
-        rc = run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, workspace, stream);
+        rc = run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, workspace, stream, hopper);
     if (rc) return rc;
     if (hopper) return selective_attn_colsum_wgmma(Q, K, LSE, p, colsum, colsum_kv, stream);
     return run_colsum((const bf16 *)Q, (const bf16 *)K, LSE, p, colsum, colsum_kv, stream);
@@ -740,7 +745,7 @@ int fwd_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_
     if ((rc = check_ptrs(who, Q, K, V, LSE))) return rc;
     if (!O) return kvb_fail(KVB_EINVAL, "%s: NULL O", who);
     if (use == WGMMA_AUTO && selective_attn_wgmma_supported()) return selective_attn_fwd_wgmma(Q, K, V, p, O, LSE, stream);
-    return run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, nullptr, stream);
+    return run_fwd((const bf16 *)Q, (const bf16 *)K, (const bf16 *)V, p, (bf16 *)O, LSE, nullptr, stream, false); // need_out=1
 }
 
 int colsum_common(const char *who, const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,

@@ -10,7 +10,8 @@
  * entry points without a suffix run the Hopper kernels of selective_attn_wgmma.cu (wgmma, TMA, a
  * producer warpgroup and consumer warpgroups; design in that file) for the column sums and, with
  * need_out=1, for the forward; the forward with need_out=0 (a few rows from w0 on, keys split over
- * CTAs) and every other device use the mma.sync kernels. The *_mma entry points always run the
+ * CTAs) runs the Hopper LSE pass when the G heads' rows fit one packed tile with a multiple of 8 rows
+ * a head, else the mma.sync kernels, as every other device does. The *_mma entry points always run the
  * mma.sync kernels and the *_wgmma ones always the Hopper kernels (KVB_EDEVICE elsewhere): A/B.
  *
  * Design of the mma.sync passes (mma.sync m16n8k16 bf16 -> fp32, ldmatrix):
@@ -71,6 +72,11 @@ int selective_attn_fwd_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf1
                              float *LSE, cudaStream_t stream);
 int selective_attn_colsum_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const float *LSE, const sattn_params *p,
                                 float *colsum, float *colsum_kv, cudaStream_t stream);
+/* The need_out=0 LSE of a packed window (G*(L-w0) <= 128, L-w0 a multiple of 8) over `splits` ranges of
+ * split_keys keys: LSE with one split, else each split's partial (max in log2 units, sum) per row in
+ * part_m, part_l as selective_attn.cu's merge expects them. selective_attn runs it with its own plan. */
+int selective_attn_lse_packed_wgmma(const kvb_bf16 *Q, const kvb_bf16 *K, const sattn_params *p, int splits, int split_keys,
+                                    float *LSE, float *part_m, float *part_l, cudaStream_t stream);
 
 /* The materialized peer a user would write with cuBLAS: per chunk of KV heads, S = Q K^T (strided
  * batched GEMM, fp32), a softmax kernel (LSE, P in fp32 and bf16), a column-sum kernel over P (fp32,
