@@ -7,7 +7,8 @@
  * are asynchronous on `stream`; pointers are device pointers.
  *
  * Two implementations of the two passes below. On a compute capability 9.0 device (H100, H200) the
- * entry points without a suffix run the Hopper kernels of selective_attn_wgmma.cu (wgmma, TMA, a
+ * entry points without a suffix run the Hopper kernels of selective_attn_wgmma.cu and
+ * selective_attn_lse_packed.cu (wgmma, TMA, a
  * producer warpgroup and consumer warpgroups; design in that file) for the column sums and, with
  * need_out=1, for the forward; the forward with need_out=0 (a few rows from w0 on, keys split over
  * CTAs) runs the Hopper LSE pass when the G heads' rows fit one packed tile with a multiple of 8 rows
