@@ -87,12 +87,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     load_a_frags<D>(qf, base + S::Q + wg * 64 * 128, ROWS, wl * 16, lane);
     for (int it = 0; it < n_tiles; ++it) {
         const int st = it % LSE_STAGES, k0 = kbeg + it * TILE;
-        const uint64_t dk = desc_k0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
-        mbar_wait(&k_full[st], (it / LSE_STAGES) & 1);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) wgmma_rs(s, qf[kk], dk + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
-        wgmma_commit();
+        issue_qk<D, LSE_STAGES>(s, qf, desc_k0, k_full, it);
         wgmma_wait<0>(); // S = Q K^T of the tile: 64 rows x 128 keys per warpgroup
         wgmma_fence_regs(s);
         __syncwarp();

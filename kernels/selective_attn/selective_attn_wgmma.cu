@@ -111,15 +111,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // recomputed descriptor cost ~7 issue slots.
     const uint64_t desc_k0 = wgmma_desc_sw128(base + S::K, 16, 1024);
     const uint64_t desc_v0 = wgmma_desc_sw128(base + S::V, chunk_off(TILE, 1), 1024);
-    auto issue_s = [&](int it) {
-        const int st = it % FWD_STAGES;
-        const uint64_t dk = desc_k0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
-        mbar_wait(&k_full[st], (it / FWD_STAGES) & 1);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) wgmma_rs(s, qf[kk], dk + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
-        wgmma_commit();
-    };
+    auto issue_s = [&](int it) { issue_qk<D, FWD_STAGES>(s, qf, desc_k0, k_full, it); };
     wgmma_fence_regs(o); // the zeros are in place before any MMA is in flight
     // Q as register A operands: the S MMAs then read only K from shared memory (with both operands
     // there, the two warpgroups' MMAs and the TMA writes would ask more of shared memory than it gives)

@@ -150,6 +150,20 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&f)[D / 16][4], uint32_t 
     }
 }
 
+// S = Q K^T of K stage it % STAGES (64 rows x 128 keys a warpgroup), issued once the stage is in, with the
+// warp's 16 query rows as register A operands; committed, not waited for.
+template <int D, int STAGES>
+__device__ __forceinline__ void issue_qk(float (&s)[64], const uint32_t (&qf)[D / 16][4], uint64_t desc_k0, uint64_t *k_full, int it)
+{
+    const int st = it % STAGES;
+    const uint64_t dk = desc_k0 + (uint64_t)(st * (tile_bytes<D>(TILE) >> 4));
+    mbar_wait(&k_full[st], (it / STAGES) & 1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_rs(s, qf[kk], dk + ((chunk_off(TILE, kk >> 2) + (kk & 3) * 32) >> 4), kk);
+    wgmma_commit();
+}
+
 // ---- ping-pong of the column sums (FlashAttention-3's warp-scheduler barriers) ---------------------
 // Consumer warpgroup w issues a step's MMAs only after warpgroup w - 1 (cyclically) issued its own, so
 // the warpgroups take turns on the tensor cores and one's exps run under another's MMAs instead of all
