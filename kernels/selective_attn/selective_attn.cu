@@ -285,23 +285,30 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) fwd_kernel(const FwdArgs a)
     }
 }
 
-// LSE of the rows split over several CTAs: merge the partial (max, sum) in split order
-__global__ void merge_lse_kernel(const float *part_m, const float *part_l, int splits, int64_t BH, int R, int q_first,
-                                 int L, float *lse, int lse_len, int lse_row0)
+// LSE of the rows split over several CTAs: one warp a row, its lanes over the splits (lane, lane + 32,
+// ..), then the max and the sum each by a butterfly: a fixed order, so the result does not depend on the
+// launch. (A thread a row read its splits one after the other, a few hundred rows on a few SMs.)
+constexpr int MERGE_THREADS = 256;
+__global__ void __launch_bounds__(MERGE_THREADS) merge_lse_kernel(const float *part_m, const float *part_l, int splits, int64_t BH,
+                                                                  int R, int q_first, int L, float *lse, int lse_len, int lse_row0)
 {
-    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t x = ((int64_t)blockIdx.x * MERGE_THREADS + threadIdx.x) >> 5; // the row: the same for the warp
+    const int lane = threadIdx.x & 31;
     if (x >= BH * R) return;
     const int64_t bh = x / R;
     const int row = q_first + (int)(x % R);
     if (row >= L || row < lse_row0) return;
+    const int64_t stride = BH * R;
     float M = -INFINITY;
-    for (int s = 0; s < splits; ++s) M = fmaxf(M, part_m[s * BH * R + x]);
+    for (int s = lane; s < splits; s += 32) M = fmaxf(M, part_m[s * stride + x]);
+    M = warp_max<16, 1>(M);
     float l = 0.f;
-    for (int s = 0; s < splits; ++s) {
-        const float m = part_m[s * BH * R + x];
-        if (m != -INFINITY) l += part_l[s * BH * R + x] * ex2(m - M);
+    for (int s = lane; s < splits; s += 32) {
+        const float m = part_m[s * stride + x];
+        if (m != -INFINITY) l += part_l[s * stride + x] * ex2(m - M);
     }
-    lse[bh * lse_len + (row - lse_row0)] = (M + log2f(l)) * LN2;
+    l = warp_sum<16, 1>(l);
+    if (lane == 0) lse[bh * lse_len + (row - lse_row0)] = (M + log2f(l)) * LN2;
 }
 
 // ---- pass 2: column sums ---------------------------------------------------------------------------
@@ -584,8 +591,9 @@ int run_fwd(const bf16 *Q, const bf16 *K, const bf16 *V, const sattn_params *p, 
     if (rc || f.splits == 1) return rc;
     const int R = f.rows;
     const int64_t n = BH * R;
-    merge_lse_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a.part_m, a.part_l, f.splits, BH, R, f.q_first, p->L, LSE,
-                                                                 a.lse_len, a.lse_row0);
+    const unsigned blocks = (unsigned)((n * 32 + MERGE_THREADS - 1) / MERGE_THREADS); // a warp a row; n < 264 x 128 (plan_fwd)
+    merge_lse_kernel<<<blocks, MERGE_THREADS, 0, s>>>(a.part_m, a.part_l, f.splits, BH, R, f.q_first, p->L, LSE, a.lse_len,
+                                                      a.lse_row0);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
