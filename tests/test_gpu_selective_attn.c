@@ -84,6 +84,10 @@ static void test_api_rejects_before_launch(void **state)
     assert_error_mentions("gather_rows: group=3 does not divide rows=8");
     assert_int_equal(gather_rows(b, 8, 4, 1000, 12, i, 10, b, 0), KVB_EINVAL);
     assert_error_mentions("gather_rows: D=12 is not a positive multiple of 8");
+    assert_int_equal(gather_rows_pair(b, NULL, 8, 4, 1000, 128, i, 10, b, b, 0), KVB_EINVAL);
+    assert_error_mentions("gather_rows_pair: NULL pointer");
+    assert_int_equal(gather_rows_pair(b, b, 8, 3, 1000, 128, i, 10, b, b, 0), KVB_EINVAL);
+    assert_error_mentions("gather_rows_pair: group=3 does not divide rows=8");
     /* 1024 16-byte chunks a block: 2^41 of them pass grid.x's 2^31 - 1 blocks (refused, not truncated) */
     assert_int_equal(gather_rows(b, 1 << 20, 1, 1 << 20, 16, i, 1 << 20, b, 0), KVB_EINVAL);
     assert_error_mentions("gather_rows: rows*n_keep*D/8 = 2199023255552 out of range [1, 2199023254528]");

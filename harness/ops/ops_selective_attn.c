@@ -581,9 +581,9 @@ static int launch_hh(kvb_run *r)
     const int L = kvb_case_int(r->c, "L"), D = kvb_case_int(r->c, "D");
     int rc = heavy_hitters_keep(dev(r, "scores"), pv->rows, L, pv->n_hh, pv->n_rw, dev(r, "keep"),
                                 pv->topk_ws ? dev(r, "topk_workspace") : NULL, r->stream);
-    if (rc || (rc = gather_rows(dev(r, "K"), pv->rows, pv->group, L, D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"), r->stream)))
-        return rc;
-    return gather_rows(dev(r, "V"), pv->rows, pv->group, L, D, dev(r, "keep"), pv->n_keep, dev(r, "Vc"), r->stream);
+    if (rc) return rc;
+    return gather_rows_pair(dev(r, "K"), dev(r, "V"), pv->rows, pv->group, L, D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"),
+                            dev(r, "Vc"), r->stream);
 }
 #else
 #define launch_hh no_device
@@ -687,8 +687,8 @@ static int launch_snap(kvb_run *r)
     if ((rc = snapkv_keep(dev(r, "pooled"), pv->rows, p->L, pv->W, pv->n_keep, dev(r, "keep"),
                           pv->topk_ws ? dev(r, "topk_workspace") : NULL, r->stream)))
         return rc;
-    if ((rc = gather_rows(dev(r, "K"), pv->rows, 1, p->L, p->D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"), r->stream))) return rc;
-    return gather_rows(dev(r, "V"), pv->rows, 1, p->L, p->D, dev(r, "keep"), pv->n_keep, dev(r, "Vc"), r->stream);
+    return gather_rows_pair(dev(r, "K"), dev(r, "V"), pv->rows, 1, p->L, p->D, dev(r, "keep"), pv->n_keep, dev(r, "Kc"), dev(r, "Vc"),
+                            r->stream);
 }
 #else
 #define launch_snap no_device

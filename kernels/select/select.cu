@@ -441,11 +441,14 @@ __global__ void __launch_bounds__(POOL_THREADS) maxpool_kernel(const float *x, i
 // GATHER_UNROLL 16-byte chunks a thread, GATHER_THREADS apart: consecutive threads take consecutive
 // chunks of the output (a kept row's chunks, then the next row's), so every lane copies and each
 // thread has GATHER_UNROLL loads in flight before its stores (one warp a row kept half the lanes idle
-// at D = 128 and one 256-byte row in flight a warp)
+// at D = 128 and one 256-byte row in flight a warp). blockIdx.y picks the tensor: (X0, Y0) or (X1, Y1),
+// two tensors gathered by the same list in one launch.
 constexpr int GATHER_THREADS = 256, GATHER_UNROLL = 4;
-__global__ void __launch_bounds__(GATHER_THREADS) gather_kernel(const uint4 *X, int64_t rows_out, int group, int L, int cpr,
-                                                                const int32_t *keep, int n_keep, uint4 *Y)
+__global__ void __launch_bounds__(GATHER_THREADS) gather_kernel(const uint4 *X0, const uint4 *X1, int64_t rows_out, int group, int L,
+                                                                int cpr, const int32_t *keep, int n_keep, uint4 *Y0, uint4 *Y1)
 {
+    const uint4 *X = blockIdx.y ? X1 : X0;
+    uint4 *Y = blockIdx.y ? Y1 : Y0;
     const int64_t total = rows_out * n_keep * cpr;
     const int64_t first = (int64_t)blockIdx.x * GATHER_THREADS * GATHER_UNROLL + threadIdx.x;
     uint4 v[GATHER_UNROLL];
@@ -571,25 +574,45 @@ extern "C" int maxpool_rows(const float *x, int rows, int L, int ks, float *y, c
     });
 }
 
-extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
-                           kvb_bf16 *Y, cudaStream_t stream)
+namespace {
+
+// gather_rows and gather_rows_pair: the checks, then one launch for one tensor (X1 == NULL) or two
+int launch_gather(const char *who, const kvb_bf16 *X0, const kvb_bf16 *X1, int rows, int group, int L, int D,
+                  const int32_t *keep, int n_keep, kvb_bf16 *Y0, kvb_bf16 *Y1, cudaStream_t stream)
 {
-    int rc = select_check_rows("gather_rows", rows, L);
+    int rc = select_check_rows(who, rows, L);
     if (rc) return rc;
-    if (group < 1 || rows % group) return kvb_fail(KVB_EINVAL, "gather_rows: group=%d does not divide rows=%d", group, rows);
-    if (D < 8 || D % 8) return kvb_fail(KVB_EINVAL, "gather_rows: D=%d is not a positive multiple of 8 (16-byte rows)", D);
-    if (n_keep < 1 || n_keep > L) return kvb_fail(KVB_EINVAL, "gather_rows: n_keep=%d out of range [1, L = %d]", n_keep, L);
-    if (!X || !keep || !Y) return kvb_fail(KVB_EINVAL, "gather_rows: NULL pointer");
+    if (group < 1 || rows % group) return kvb_fail(KVB_EINVAL, "%s: group=%d does not divide rows=%d", who, group, rows);
+    if (D < 8 || D % 8) return kvb_fail(KVB_EINVAL, "%s: D=%d is not a positive multiple of 8 (16-byte rows)", who, D);
+    if (n_keep < 1 || n_keep > L) return kvb_fail(KVB_EINVAL, "%s: n_keep=%d out of range [1, L = %d]", who, n_keep, L);
     // GATHER_THREADS * GATHER_UNROLL output chunks a block; the count is judged in double first, where
     // the product of three ints could pass int64
     const int64_t per_block = GATHER_THREADS * GATHER_UNROLL;
     const double chunks = (double)rows * n_keep * (D / 8);
     if (chunks > (double)KVB_GRID_X_MAX * per_block)
-        return kvb_fail(KVB_EINVAL, "gather_rows: rows*n_keep*D/8 = %.0f out of range [1, %lld] (grid.x: at most 2^31 - 1 blocks of %lld)",
-                        chunks, (long long)(KVB_GRID_X_MAX * per_block), (long long)per_block);
+        return kvb_fail(KVB_EINVAL, "%s: rows*n_keep*D/8 = %.0f out of range [1, %lld] (grid.x: at most 2^31 - 1 blocks of %lld)",
+                        who, chunks, (long long)(KVB_GRID_X_MAX * per_block), (long long)per_block);
     unsigned blocks = 0;
-    if ((rc = kvb_grid_x("gather_rows", "rows*n_keep*D/8", (int64_t)rows * n_keep * (D / 8), per_block, &blocks))) return rc;
-    gather_kernel<<<blocks, GATHER_THREADS, 0, stream>>>((const uint4 *)X, rows, group, L, D / 8, keep, n_keep, (uint4 *)Y);
+    if ((rc = kvb_grid_x(who, "rows*n_keep*D/8", (int64_t)rows * n_keep * (D / 8), per_block, &blocks))) return rc;
+    const dim3 grid(blocks, X1 ? 2u : 1u);
+    gather_kernel<<<grid, GATHER_THREADS, 0, stream>>>((const uint4 *)X0, (const uint4 *)X1, rows, group, L, D / 8, keep, n_keep,
+                                                       (uint4 *)Y0, (uint4 *)Y1);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
+}
+
+} // namespace
+
+extern "C" int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
+                           kvb_bf16 *Y, cudaStream_t stream)
+{
+    if (!X || !keep || !Y) return kvb_fail(KVB_EINVAL, "gather_rows: NULL pointer");
+    return launch_gather("gather_rows", X, nullptr, rows, group, L, D, keep, n_keep, Y, nullptr, stream);
+}
+
+extern "C" int gather_rows_pair(const kvb_bf16 *X0, const kvb_bf16 *X1, int rows, int group, int L, int D, const int32_t *keep,
+                                int n_keep, kvb_bf16 *Y0, kvb_bf16 *Y1, cudaStream_t stream)
+{
+    if (!X0 || !X1 || !keep || !Y0 || !Y1) return kvb_fail(KVB_EINVAL, "gather_rows_pair: NULL pointer");
+    return launch_gather("gather_rows_pair", X0, X1, rows, group, L, D, keep, n_keep, Y0, Y1, stream);
 }

@@ -55,6 +55,9 @@ int maxpool_rows(const float *x, int rows, int L, int ks, float *y, cudaStream_t
  * [0, L) leaves its row unwritten. */
 int gather_rows(const kvb_bf16 *X, int rows, int group, int L, int D, const int32_t *keep, int n_keep, kvb_bf16 *Y,
                 cudaStream_t stream);
+/* The same for two tensors gathered by one list (K and V), in one launch. */
+int gather_rows_pair(const kvb_bf16 *X0, const kvb_bf16 *X1, int rows, int group, int L, int D, const int32_t *keep, int n_keep,
+                     kvb_bf16 *Y0, kvb_bf16 *Y1, cudaStream_t stream);
 
 /* KVB_EINVAL naming `who` unless rows >= 1 and L >= 1 (the selections' common check). */
 int select_check_rows(const char *who, int rows, int L);
