@@ -5,6 +5,8 @@
 // kernels/selective_attn/NOTES.md.
 #include "kernels/selective_attn/selective_attn_wgmma.cuh"
 
+#include <type_traits>
+
 namespace {
 
 // Shared memory of the packed LSE pass: the packed query tile | K stages | mbarriers (+1024 for alignment).
@@ -25,7 +27,7 @@ struct LseArgs {
 // multiple of 8), the LSE alone: CTA = (KV head, split of the keys), the packed tile (head h's rows at
 // tile rows h * pack_rows.., one TMA box each, as colsum_packed_kernel's) loaded once as the register A
 // operands of S = Q K^T, K tiles streamed through LSE_STAGES stages, an online max and sum per row and
-// no V. The splits are selective_attn.cu's plan (FwdPlan) and their partials its merge_lse_kernel's.
+// no V. Each warpgroup keeps two tiles' S: the next tile's MMAs are issued before this tile's exps. The splits are selective_attn.cu's plan (FwdPlan) and their partials its merge_lse_kernel's.
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(THREADS, 1)
     lse_packed_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k, const LseArgs a)
@@ -79,34 +81,25 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int row = wg * 64 + wl * 16 + g + 8 * r;
         head[r] = row / PR, pos[r] = w0 + row - head[r] * PR;
     }
-    float s[64];
+    float s0[64], s1[64]; // S of two K tiles: one in the MMAs while the other's exps run
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f}; // m in raw score units
     uint32_t qf[KSTEPS][4]; // this warp's 16 tile rows as register A operands (rows past the G heads: never stored)
     const uint64_t desc_k0 = wgmma_desc_sw128(base + S::K, 16, 1024);
-    mbar_wait(q_full, 0);
-    load_a_frags<D>(qf, base + S::Q + wg * 64 * 128, ROWS, wl * 16, lane);
-    for (int it = 0; it < n_tiles; ++it) {
-        const int st = it % LSE_STAGES, k0 = kbeg + it * TILE;
-        issue_qk<D, LSE_STAGES>(s, qf, desc_k0, k_full, it);
-        wgmma_wait<0>(); // S = Q K^T of the tile: 64 rows x 128 keys per warpgroup
-        wgmma_fence_regs(s);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&k_empty[st]);
 
-        if (k0 + TILE > kend || (CAUSAL && k0 + TILE - 1 > w0)) { // keys past the split or after a row's position
-#pragma unroll
-            for (int n = 0; n < 16; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = k0 + n * 8 + 2 * t + (e & 1);
-                    if (j >= kend || (CAUSAL && j > pos[e >> 1])) s[4 * n + e] = -INFINITY;
-                }
-        }
+    // The online max and sum of a tile's S (keys k0..): with EDGE, keys past the split or after a row's
+    // position count as -inf. s is only read: a write to it while the other tile's MMAs run would
+    // serialize them.
+    auto softmax_sum = [&](const float(&s)[64], int k0, auto edge) {
+        constexpr bool EDGE = decltype(edge)::value;
+        auto val = [&](int n, int e) {
+            const int j = k0 + n * 8 + 2 * t + (e & 1);
+            return EDGE && (j >= kend || (CAUSAL && j > pos[e >> 1])) ? -INFINITY : s[4 * n + e];
+        };
         float mx[2] = {m_r[0], m_r[1]};
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[4 * n], s[4 * n + 1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+            mx[0] = fmaxf(mx[0], fmaxf(val(n, 0), val(n, 1)));
+            mx[1] = fmaxf(mx[1], fmaxf(val(n, 2), val(n, 3)));
         }
         float msc[2];
 #pragma unroll
@@ -118,9 +111,45 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
-            l_r[0] += ex2(fmaf(s[4 * n], a.scale_log2, -msc[0])) + ex2(fmaf(s[4 * n + 1], a.scale_log2, -msc[0]));
-            l_r[1] += ex2(fmaf(s[4 * n + 2], a.scale_log2, -msc[1])) + ex2(fmaf(s[4 * n + 3], a.scale_log2, -msc[1]));
+            l_r[0] += ex2(fmaf(val(n, 0), a.scale_log2, -msc[0])) + ex2(fmaf(val(n, 1), a.scale_log2, -msc[0]));
+            l_r[1] += ex2(fmaf(val(n, 2), a.scale_log2, -msc[1])) + ex2(fmaf(val(n, 3), a.scale_log2, -msc[1]));
         }
+    };
+    // tile it's S, its MMAs done: free its K stage, then its max and sum
+    auto tile_lse = [&](float(&s)[64], int it) {
+        wgmma_fence_regs(s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&k_empty[it % LSE_STAGES]);
+        const int k0 = kbeg + it * TILE;
+        if (k0 + TILE > kend || (CAUSAL && k0 + TILE - 1 > w0))
+            softmax_sum(s, k0, std::true_type{});
+        else
+            softmax_sum(s, k0, std::false_type{});
+    };
+
+    mbar_wait(q_full, 0);
+    load_a_frags<D>(qf, base + S::Q + wg * 64 * 128, ROWS, wl * 16, lane);
+    // S = Q K^T of tile it + 1 is issued before tile it's exps, so this warpgroup's next MMAs run under
+    // its own exps (64 rows x 128 keys a warpgroup a tile)
+    issue_qk<D, LSE_STAGES>(s0, qf, desc_k0, k_full, 0);
+    int it = 0;
+    for (; it + 2 < n_tiles; it += 2) { // tile it in flight in s0, two more tiles after it
+        issue_qk<D, LSE_STAGES>(s1, qf, desc_k0, k_full, it + 1);
+        wgmma_wait<1>();
+        tile_lse(s0, it);
+        issue_qk<D, LSE_STAGES>(s0, qf, desc_k0, k_full, it + 2);
+        wgmma_wait<1>();
+        tile_lse(s1, it + 1);
+    }
+    if (it + 1 < n_tiles) { // the last two tiles
+        issue_qk<D, LSE_STAGES>(s1, qf, desc_k0, k_full, it + 1);
+        wgmma_wait<1>();
+        tile_lse(s0, it);
+        wgmma_wait<0>();
+        tile_lse(s1, it + 1);
+    } else { // the last tile
+        wgmma_wait<0>();
+        tile_lse(s0, it);
     }
 
     // the rows' LSE, or this split's partial (max in log2 units, sum)
