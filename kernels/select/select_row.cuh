@@ -33,22 +33,32 @@ using Scan = cub::BlockScan<int, THREADS>;
 struct SelectSmem {
     typename Scan::TempStorage scan;
     int hist[NBINS];
-    int digit, need;
+    int digit, need, whole; // whole: the digit's bin is taken whole (its count is what is still needed)
 };
 
 // The digit d of the k-th largest: above(d) < need <= above(d) + hist[d], above(d) = sum of the
 // bins above d. Thread t holds bins nbins - (t+1)*per .. nbins - t*per - 1 (thread 0 the highest);
-// an exclusive scan gives each thread the count above its bins. Exactly one thread finds d.
-inline __device__ void find_digit(SelectSmem &s, const int *hist, int nbins, int need)
+// an exclusive scan gives each thread the count above its bins. Exactly one thread finds d. With
+// CLEAR (a block's own histogram in shared memory) each thread zeroes the bins it holds once it has
+// read them, so the next pass counts into a clear histogram with no clearing of its own and no barrier
+// before it.
+template <bool CLEAR = false, class H>
+inline __device__ void find_digit(SelectSmem &s, H *hist, int nbins, int need)
 {
     const int per = nbins / THREADS, hi = nbins - threadIdx.x * per; // per = 4 or 2
-    int mine = 0;
-    for (int d = hi - 1; d >= hi - per; --d) mine += hist[d];
+    int kept[CLEAR ? NBINS / THREADS : 1], mine = 0;                // CLEAR: the bins, zeroed in shared memory
+    for (int d = hi - 1; d >= hi - per; --d) {
+        mine += hist[d];
+        if constexpr (CLEAR) kept[hi - 1 - d] = hist[d], hist[d] = 0;
+    }
     int above;
     Scan(s.scan).ExclusiveSum(mine, above);
     for (int d = hi - 1; d >= hi - per; --d) {
-        if (above < need && above + hist[d] >= need) s.digit = d, s.need = need - above;
-        above += hist[d];
+        int count;
+        if constexpr (CLEAR) count = kept[hi - 1 - d];
+        else count = hist[d];
+        if (above < need && above + count >= need) s.digit = d, s.need = need - above, s.whole = count == need - above;
+        above += count;
     }
     __syncthreads();
 }
@@ -226,14 +236,19 @@ inline __device__ void fill_tail(int32_t *out, int k, int tail_first, int tail_n
 // still needed) ends the passes: the selection is then every key at or above the bin's lowest, T = that
 // key - 1 with no equal keys wanted, the same set and order the remaining passes would give, one or two
 // passes fewer (over a row in global memory, reads of the row; in shared memory, a pass's barriers and
-// scan, which are what a short row's selection waits on).
+// scan, which are what a short row's selection waits on). It ends on a barrier (callers reuse what the
+// passes read).
 // Hist says whose counts a pass searches: BlockHist, the block's own (its keys are the whole row); a
-// cluster's blocks that each hold a part sum theirs (ClusterHist, below).
+// cluster's blocks that each hold a part sum theirs (ClusterHist, below). A block's own histogram is
+// cleared by find_digit as it reads it, so a pass takes two barriers and the scan's (the histogram is
+// complete; the digit is found); a cluster's is read by the other blocks, so each pass clears it after a
+// cluster barrier.
 struct BlockHist {
-    __device__ const int *combine(SelectSmem &s, int) const
+    static constexpr bool CLEARS = true;
+    __device__ void find(SelectSmem &s, int nbins, int need) const
     {
         __syncthreads(); // the block's histogram is complete
-        return s.hist;
+        find_digit<true>(s, s.hist, nbins, need);
     }
     __device__ void done() const { __syncthreads(); }
 };
@@ -246,21 +261,26 @@ inline __device__ uint32_t radix_threshold(SelectSmem &s, Keys keys, int n, int 
 #pragma unroll 1
     for (int p = 0; p < 3; ++p) {
         const int nbins = 1 << pass_bits(p);
-        for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
-        __syncthreads();
+        if (p == 0 || !Hist::CLEARS) {
+            for (int i = threadIdx.x; i < nbins; i += THREADS) s.hist[i] = 0;
+            __syncthreads();
+        }
         histogram(s.hist, keys, 0, n, prefix, mask, pass_shift(p), nbins);
-        const int *hist = counts.combine(s, nbins);
-        find_digit(s, hist, nbins, need);
+        counts.find(s, nbins, need);
         prefix |= (uint32_t)s.digit << pass_shift(p);
         mask |= (uint32_t)(nbins - 1) << pass_shift(p);
         need = s.need;
-        const bool whole_bin = hist[s.digit] == need;
-        counts.done(); // everyone has read digit, need and the bin before the next pass can write them
-        if (whole_bin && p < 2 && prefix > 0) { // the same in every thread (of the cluster too)
+        const bool whole_bin = s.whole; // the same in every thread (of the cluster too)
+        // a cluster: no block clears its histogram for the next pass while another still reads it. A
+        // block's own: the next pass's find_digit writes digit, need and whole only after the barrier
+        // that ends its counting, which every thread reaches after reading them here
+        if (!Hist::CLEARS) counts.done();
+        if (whole_bin && p < 2 && prefix > 0) {
             prefix -= 1, need = 0;
             break;
         }
     }
+    if (Hist::CLEARS) counts.done();
     *need_eq = need;
     return prefix;
 }
@@ -300,8 +320,10 @@ __host__ __device__ constexpr int cluster_chunk(int n, int c) { return (n + 4 * 
 // A pass's counts in a cluster: after a cluster barrier every block sums the C parts' histograms through
 // distributed shared memory into its own copy (`sum`), the same sums in the same order in every block.
 struct ClusterHist {
+    static constexpr bool CLEARS = false;
     int *sum;
     int C; // blocks in the cluster
+    __device__ void find(SelectSmem &s, int nbins, int need) const { find_digit(s, combine(s, nbins), nbins, need); }
     __device__ const int *combine(SelectSmem &s, int nbins) const
     {
         cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
