@@ -34,6 +34,24 @@ expect() {
     fi
 }
 
+expect "kernels shows a key's range and default" 0 '^  k +\[1, 8192\] +default 2048 ' -- kernels topk
+expect "kernels shows an enum's choices" 0 '^  impl +kernel\|steps2 +default kernel ' -- kernels decode_attn
+expect "kernels takes a family" 0 '^sparse_attn_pages \(decode\)' -- kernels decode
+expect "kernels refuses an unknown name" 2 'kernels zzzz: not a kernel or a family; kernels: index_scan, ' -- kernels zzzz
+expect "kernels refuses an option of check" 2 '--tier is not an option of kernels' -- kernels --tier check
+if "$kvbench" kernels topk --json "$tmp/k.json" >/dev/null && python3 -c '
+import json, sys
+k = json.load(open(sys.argv[1]))["kernels"]
+assert [x["name"] for x in k] == ["topk"], k
+keys = {x["name"]: x for x in k[0]["keys"]}
+assert keys["k"]["lo"] == 1 and keys["k"]["hi"] == 8192 and keys["k"]["default"] == "2048", keys["k"]
+assert keys["impl"]["choices"] == "kernel|one_block", keys["impl"]
+assert [i["name"] for i in k[0]["impls"]] == ["kernel", "one_block"]
+' "$tmp/k.json"; then
+    ok "kernels --json writes keys, ranges and impls"
+else
+    fail "kernels --json writes keys, ranges and impls"
+fi
 expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cases" "gather_copy M=5000"
 expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
 expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"

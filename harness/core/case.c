@@ -144,6 +144,23 @@ static void format_value(const kvb_op *op, const kvb_param *p, double v, char *b
     else if (!param_choice(op, p, (int)v, buf, n)) snprintf(buf, n, "?");
 }
 
+void kvb_param_value_text(const kvb_op *op, const kvb_param *p, double v, char *buf, size_t n)
+{
+    format_value(op, p, v, buf, n);
+}
+
+void kvb_param_range_text(const kvb_op *op, const kvb_param *p, char *buf, size_t n)
+{
+    if (p->type == KVB_P_ENUM) {
+        choices_text(op, p, buf, n);
+        return;
+    }
+    char lo[40], hi[40];
+    format_value(op, p, p->lo, lo, sizeof lo);
+    format_value(op, p, p->hi, hi, sizeof hi);
+    snprintf(buf, n, "[%s, %s]", lo, hi);
+}
+
 static void make_id(kvb_case *c)
 {
     size_t len = (size_t)snprintf(c->id, sizeof c->id, "%s", c->op->name);

@@ -2,7 +2,7 @@
  * subcommands (check.c, bench.c, compare_results.c; cli.h says which file holds what).
  *
  *   kvbench list     [FILTER...] [--costs]       case ids (all tiers unless --tier), with the shards' cost estimate
- *   kvbench kernels                              every kernel, its keys and its implementations
+ *   kvbench kernels  [KERNEL|FAMILY...] [--json F]   each kernel's keys (range, default) and implementations
  *   kvbench check    [FILTER...] [--json F] [--dump DIR]   CUDA vs reference, exit 1 on a failure
  *   kvbench bench    [FILTER...] [--json F] [--summary F] [--peers F] [--benchmark_*...]
  *   kvbench ceilings [--json F]                  this device's copy and read bandwidths, matrix rate
@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "  list     [FILTER...] [--costs]            list case ids; --costs: each case's cost in seconds, as\n"
             "                                            --shard balances it (bench's with --tier bench, else\n"
             "                                            check's), and its host memory estimate in MB\n"
-            "  kernels                                   every kernel with its keys and implementations\n"
+            "  kernels  [KERNEL|FAMILY...] [--json F]    each kernel's keys with their ranges and defaults, and its\n"
+            "                                            implementations (all kernels without a name); --json: as data\n"
             "  check    [FILTER...] [--json F] [--dump DIR] [--determinism]\n"
             "                                            run CUDA and the C reference, compare; exit 1 on a failure\n"
             "           --fault zeros                    fault injection, no device needed: validate outputs of\n"
@@ -156,16 +157,111 @@ static int cmd_list(const kvb_options *o)
     return 0;
 }
 
-static int cmd_kernels(void)
+/* Whether op is named by a filter of kernels: its kernel name or its family. */
+static int kernel_selected(const kvb_op *op, const kvb_options *o)
 {
+    if (!o->n_filters) return 1;
+    for (int f = 0; f < o->n_filters; f++)
+        if (!strcmp(o->filters[f], op->name) || !strcmp(o->filters[f], op->family)) return 1;
+    return 0;
+}
+
+static void kernel_json(kvb_json *j, const kvb_op *op)
+{
+    kvb_json_obj(j, NULL);
+    kvb_json_str(j, "name", op->name);
+    kvb_json_str(j, "family", op->family);
+    kvb_json_str(j, "summary", op->summary);
+    kvb_json_arr(j, "keys");
+    for (int k = 0; k < op->n_params; k++) {
+        const kvb_param *p = &op->params[k];
+        char text[512];
+        kvb_json_obj(j, NULL);
+        kvb_json_str(j, "name", p->name);
+        kvb_json_str(j, "type", p->type == KVB_P_INT ? "int" : p->type == KVB_P_FLOAT ? "float" : "enum");
+        if (p->type == KVB_P_ENUM) {
+            kvb_param_range_text(op, p, text, sizeof text);
+            kvb_json_str(j, "choices", text);
+        } else {
+            kvb_json_num(j, "lo", p->lo);
+            kvb_json_num(j, "hi", p->hi);
+        }
+        kvb_param_value_text(op, p, p->def, text, sizeof text);
+        kvb_json_str(j, "default", text);
+        kvb_json_str(j, "help", p->help ? p->help : "");
+        kvb_json_close(j);
+    }
+    kvb_json_close(j);
+    kvb_json_arr(j, "impls");
+    for (int k = 0; k < op->n_impls; k++) {
+        kvb_json_obj(j, NULL);
+        kvb_json_str(j, "name", op->impls[k].name);
+        kvb_json_str(j, "about", op->impls[k].about);
+        kvb_json_bool(j, "wall_timed", op->impls[k].wall_timed);
+        kvb_json_close(j);
+    }
+    kvb_json_close(j);
+    kvb_json_close(j);
+}
+
+/* kvbench kernels [KERNEL|FAMILY...] [--json F]: each kernel's keys with their ranges and defaults, and
+ * its implementations; --json writes the same as data (tests/fuzz/gpu_sweep.py draws cases from it). */
+static int cmd_kernels(const kvb_options *o)
+{
+    const char *stray = o->tier ? "--tier" : o->cases_path ? "--cases" : o->dump ? "--dump" : o->summary ? "--summary"
+                      : o->peers ? "--peers" : o->fault_zeros ? "--fault" : o->determinism ? "--determinism"
+                      : o->sample_time_s > 0 ? "--sample-time" : o->host_mem_limit_gb > 0 ? "--host-mem-limit"
+                      : o->gb_argc > 1 ? o->gb_argv[1] : NULL;
+    if (stray) {
+        fprintf(stderr, "kvbench: %s is not an option of kernels (it takes kernel or family names and --json F)\n",
+                stray);
+        return 2;
+    }
+    for (int f = 0; f < o->n_filters; f++) {
+        int known = 0;
+        for (int i = 0; i < kvb_op_count() && !known; i++)
+            known = !strcmp(o->filters[f], kvb_op_at(i)->name) || !strcmp(o->filters[f], kvb_op_at(i)->family);
+        if (!known) {
+            char names[4096];
+            kvb_list_kernels(names, sizeof names);
+            fprintf(stderr, "kvbench: kernels %s: not a kernel or a family; kernels: %s\n", o->filters[f], names);
+            return 2;
+        }
+    }
+    kvb_outfile out;
+    FILE *f = NULL;
+    if (o->json && !(f = kvb_outfile_open(&out, o->json))) {
+        fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+        return 2;
+    }
+    kvb_json j;
+    if (f) {
+        kvb_json_begin(&j, f);
+        kvb_json_arr(&j, "kernels");
+    }
     for (int i = 0; i < kvb_op_count(); i++) {
         const kvb_op *op = kvb_op_at(i);
-        printf("%s (%s): %s\n  keys:", op->name, op->family, op->summary);
-        for (int k = 0; k < op->n_params; k++) printf(" %s", op->params[k].name);
-        printf("\n");
+        if (!kernel_selected(op, o)) continue;
+        if (f) kernel_json(&j, op);
+        printf("%s (%s): %s\n", op->name, op->family, op->summary);
+        for (int k = 0; k < op->n_params; k++) {
+            const kvb_param *p = &op->params[k];
+            char range[512], def[64];
+            kvb_param_range_text(op, p, range, sizeof range);
+            kvb_param_value_text(op, p, p->def, def, sizeof def);
+            printf("  %-14s %-24s default %-10s %s\n", p->name, range, def, p->help ? p->help : "");
+        }
         for (int k = 0; k < op->n_impls; k++)
             printf("  impl=%-14s %s%s\n", op->impls[k].name, op->impls[k].about,
                    op->impls[k].wall_timed ? " [wall-timed: includes host work]" : "");
+    }
+    if (f) {
+        kvb_json_close(&j);
+        kvb_json_end(&j);
+        if (kvb_outfile_commit(&out) != KVB_OK) {
+            fprintf(stderr, "kvbench: --json %s\n", kvb_last_error());
+            return 1;
+        }
     }
     return 0;
 }
@@ -192,7 +288,7 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(o.cmd, "list")) return cmd_list(&o);
-    if (!strcmp(o.cmd, "kernels")) return cmd_kernels();
+    if (!strcmp(o.cmd, "kernels")) return cmd_kernels(&o);
     /* SIGINT / SIGTERM end check and bench at the next case, with their result files written */
     if (!strcmp(o.cmd, "check") || !strcmp(o.cmd, "bench")) kvb_interrupt_install();
     if (!strcmp(o.cmd, "check")) return kvb_cmd_check(&o);
