@@ -52,6 +52,9 @@ assert [i["name"] for i in k[0]["impls"]] == ["kernel", "one_block"]
 else
     fail "kernels --json writes keys, ranges and impls"
 fi
+expect "sparse: len above L names len" 2 'sparse_attn_idx: len=7 out of range \[0, L = 5\]' -- check --cases "$cases" "sparse_attn_idx B=2 L=5 len=7"
+: >"$tmp/empty.cases"
+expect "a kernel without cases in the files" 2 "the case files hold no case of kernel topk .*kvbench kernels topk" -- list --cases "$tmp/empty.cases" topk
 expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cases" "gather_copy M=5000"
 expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
 expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"
@@ -107,7 +110,7 @@ expect "hybrid: k above the context" 2 'hybrid_score: k=1001 tokens to attend ou
 # omnikv_select: each bad input named with its value and range, nothing runs
 expect "omnikv: k = 0" 2 'omnikv_select: k=0 out of range \[1, 2097152\]' -- check --cases "$cases" "omnikv_select k=0"
 expect "omnikv: k above the prompt" 2 'omnikv_select: k=1001 out of range \[1, len = 1000\]' -- check --cases "$cases" "omnikv_select L=4096 len=1000 k=1001"
-expect "omnikv: len above L" 2 'omnikv_select: len=5000 out of range \[1, L = 4096\]' -- check --cases "$cases" "omnikv_select L=4096 len=5000 k=10"
+expect "omnikv: len above L" 2 'omnikv_select: len=5000 out of range \[0, L = 4096\]' -- check --cases "$cases" "omnikv_select L=4096 len=5000 k=10"
 expect "omnikv: G above 8" 2 'omnikv_select: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "omnikv_select Hq=72 Hkv=8"
 expect "omnikv: unsupported D" 2 'omnikv_select: D=96 is not one of \{64, 128\}' -- check --cases "$cases" "omnikv_select D=96"
 expect "hybrid: G above 8" 2 'hybrid_score: G = Hq/Hkv = 72/8 = 9 out of range \[1, 8\]' -- check --cases "$cases" "hybrid_score Hq=72"
@@ -164,7 +167,7 @@ expect "list shows a case's tolerance overrides" 0 '^smoke +index_scan B=1 Hkv=1
 expect "gs not in the supported set" 2 'int2_quantize: gs=24 is not one of \{16, 32, 64, 128\}' -- check --cases "$cases" "int2_quantize gs=24"
 expect "T not a multiple of gs" 2 'int2_decode_attn: T=1000 is not a multiple of gs=16' -- check --cases "$cases" "int2_decode_attn T=1000 gs=16"
 expect "D not a multiple of gs" 2 'int2_qk: D=64 is not a multiple of gs=128' -- check --cases "$cases" "int2_qk D=64 gs=128"
-expect "length beyond the allocated cache" 2 'decode_attn: len=40000 out of range \[1, L = 32768\]' -- check --cases "$cases" "decode_attn L=32768 len=40000"
+expect "length beyond the allocated cache" 2 'decode_attn: len=40000 out of range \[0, L = 32768\]' -- check --cases "$cases" "decode_attn L=32768 len=40000"
 expect "residual beyond its bound" 2 'int2_decode_attn: R=200 out of range \[0, min\(Rcap = 200, 128 \+ gs - 1 = 143\)\]' -- check --cases "$cases" "int2_decode_attn R=200"
 expect "G above 8" 2 'decode_attn: Hq=72 out of range \[8, 64\]' -- check --cases "$cases" "decode_attn Hq=72 Hkv=8"
 expect "non-finite quantizer input (rejected by the reference, nothing launched)" 1 'K\[0,0,0,5\]=nan out of range \[-32768, 32768\]' -- check --cases "$cases" "int2_quantize B=1 Hkv=1 D=64 gs=16 T=64 dist=nonfinite"

@@ -282,6 +282,9 @@ static void no_match(const char *flt, const kvb_case_list *all, int tier)
     if (elsewhere) {
         fprintf(stderr, "kvbench: no case of tier %s matches '%s' (%d case%s of other tiers do%s: --tier all)\n", tiers,
                 flt, elsewhere, KVB_PLURAL(elsewhere), elsewhere == 1 ? "es" : "");
+    } else if (kvb_op_find(flt)) { /* a kernel with no case in these files */
+        fprintf(stderr, "kvbench: no case matches '%s': the case files hold no case of kernel %s (give a case line: "
+                        "'%s key=value ...'; its keys: kvbench kernels %s)\n", flt, flt, flt, flt);
     } else if (!strpbrk(flt, " \t=")) { /* one word: a kernel name, perhaps mistyped */
         char known[2048];
         kvb_list_kernels(known, sizeof known);

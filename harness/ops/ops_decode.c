@@ -51,7 +51,7 @@ static int validate_decode(const kvb_case *c)
     if (rc) return rc;
     int64_t len = kvb_case_i64(c, "len");
     if (len > d.L)
-        return kvb_fail(KVB_EINVAL, "decode_attn: len=%lld out of range [1, L = %lld]: a length beyond the allocated cache",
+        return kvb_fail(KVB_EINVAL, "decode_attn: len=%lld out of range [0, L = %lld]: a length beyond the allocated cache (0: L)",
                         (long long)len, (long long)d.L);
     return KVB_OK;
 }

@@ -64,7 +64,7 @@ static int validate_omnikv(const kvb_case *c)
     if (rc) return rc;
     const int len = kvb_case_int(c, "len"), k = kvb_case_int(c, "k");
     if (len > s.L)
-        return kvb_fail(KVB_EINVAL, "omnikv_select: len=%d out of range [1, L = %d]: a prompt beyond the allocated cache",
+        return kvb_fail(KVB_EINVAL, "omnikv_select: len=%d out of range [0, L = %d]: a prompt beyond the allocated cache (0: L)",
                         len, s.L);
     if (k > longest_of(c))
         return kvb_fail(KVB_EINVAL, "omnikv_select: k=%d out of range [1, len = %d] (tokens of the prompt to choose "

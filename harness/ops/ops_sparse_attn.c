@@ -76,12 +76,13 @@ static int validate_sparse(const kvb_case *c)
 {
     const char *who = c->op->name;
     sparse_layout s = layout_of(c);
+    const int64_t len = kvb_case_i64(c, "len"), budget = kvb_case_i64(c, "budget");
+    /* before the layout's check: the list width n it checks is derived from len */
+    if (len > s.kv.L)
+        return kvb_fail(KVB_EINVAL, "%s: len=%lld out of range [0, L = %lld]: a length beyond the allocated cache (0: L)",
+                        who, (long long)len, (long long)s.kv.L);
     int rc = sparse_layout_check(&s, who);
     if (rc) return rc;
-    const int64_t len = kvb_case_i64(c, "len"), budget = kvb_case_i64(c, "budget");
-    if (len > s.kv.L)
-        return kvb_fail(KVB_EINVAL, "%s: len=%lld out of range [1, L = %lld]: a length beyond the allocated cache", who,
-                        (long long)len, (long long)s.kv.L);
     if (budget > lmax_of(c))
         return kvb_fail(KVB_EINVAL, "%s: budget=%lld out of range [0, %lld]: more tokens than the context holds (0: all)",
                         who, (long long)budget, (long long)lmax_of(c));
