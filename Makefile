@@ -18,6 +18,8 @@
 #   make ptxas      the compiler's resource report for every kernel (registers, smem, spills)
 #   make sass       SASS of the kernels into build/sass/
 #   make fuzz       libFuzzer over the case parser and the options (FUZZ_SECONDS=600); make fuzz-smoke: a short run
+#   make gpu-sweep  random shapes of every kernel and impl through kvbench check (SWEEP_PER_KERNEL=8,
+#                   SWEEP_SEED=1; tests/fuzz/gpu_sweep.py): every accepted line must pass, none may crash
 #   make leak-check LeakSanitizer over check (smoke + sanitize tiers, CPU path); make alloc-fault: each host
 #                   allocation site failed in turn (tests/alloc_fault.sh)
 #   make clean
@@ -249,6 +251,12 @@ $(FUZZ_DIR)/libkvb.a: $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(REF_SRC) $(HARNESS_SR
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DIR)/libkvb.a
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ -llapacke -lm
+
+SWEEP_PER_KERNEL ?= 8
+SWEEP_SEED       ?= 1
+.PHONY: gpu-sweep
+gpu-sweep: all
+	python3 tests/fuzz/gpu_sweep.py $(KVBENCH) $(BUILD)/gpu_sweep --per-kernel $(SWEEP_PER_KERNEL) --seed $(SWEEP_SEED)
 
 .PHONY: fuzz fuzz-smoke
 fuzz: $(FUZZ_BIN)

@@ -26,6 +26,8 @@ extern "C" {
 typedef enum { ROPE_LLAMA = 0, ROPE_GLM = 1 } rope_kind;
 
 #define BGR_MAX_RANK 1024
+/* the CUDA kernel's rank limit (kernels/batch_gemm_rotary/): cases refuse a larger rank for it before setup */
+#define BGR_KERNEL_MAX_RANK 256
 
 /* The RoPE table: row p, for llama cos(p f_i) for i < D/2 then sin(p f_i), f_i = theta^(-2i/D); for
  * glm (rotary on the first D/2 dims) cos(p g_i) for i < D/4 then sin(p g_i), g_i = theta^(-2i/(D/2)),

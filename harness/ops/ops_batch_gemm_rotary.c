@@ -105,7 +105,8 @@ static int validate_bgr(const kvb_case *c)
         return kvb_fail(KVB_EINVAL, "%s: ctx/c = %d chunks out of range [2M - hits = %lld, ...): a step's old and new chunk ids "
                         "are distinct chunks of the context", who, S / g.c, (long long)need);
     if (kvb_case_get(c, "impl") == IMPL_KERNEL) {
-        if (r > 256) return kvb_fail(KVB_EINVAL, "%s: r=%d out of range [1, 256] for impl=kernel", who, r);
+        if (r > BGR_KERNEL_MAX_RANK)
+            return kvb_fail(KVB_EINVAL, "%s: r=%d out of range [1, %d] for impl=kernel", who, r, BGR_KERNEL_MAX_RANK);
         if (g.D != 64 && g.D != 128) return kvb_fail(KVB_EINVAL, "%s: D=%d out of range {64, 128} for impl=kernel", who, g.D);
     }
     const double u = 2.0 * g.B * S * r, kb = 2.0 * g.B * g.Hkv * g.NB * g.D;

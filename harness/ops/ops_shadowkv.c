@@ -657,8 +657,8 @@ static const kvb_param prefill_params[] = {
 static int validate_prefill(const kvb_case *c)
 {
     const char *who = "shadowkv_prefill";
-    if (kvb_case_int(c, "D") % 2)
-        return kvb_fail(KVB_EINVAL, "%s: D=%d out of range: even in [2, %d] (RoPE rotates halves)", who,
+    if (kvb_case_int(c, "D") % 4) /* rope_table's condition (glm rotates the first half of D in pairs) */
+        return kvb_fail(KVB_EINVAL, "%s: D=%d out of range: a multiple of 4 in [4, %d] (the RoPE table's rows)", who,
                         kvb_case_int(c, "D"), SHADOWKV_MAX_D);
     int rc = validate_lowrank_as(c, who);
     return rc ? rc : validate_landmarks_as(c, 1, who);

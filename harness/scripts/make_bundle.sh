@@ -23,6 +23,7 @@ mkdir -p "$out/bin" "$out/lib" "$out/tests"
 cp "$@" "$out/bin/"
 cp -r cases "$out/cases"
 cp tests/run_tests.sh tests/cli_test.sh tests/step_report_test.py tests/plot_test.py "$out/tests/"
+cp tests/fuzz/gpu_sweep.py "$out/tests/" # random shapes through check (make gpu-sweep)
 cp -r tests/data "$out/tests/data" # plot_test.py's fixture
 mkdir -p "$out/durations"
 for f in check bench; do [ -s "results/h200/main-job/$f.json" ] && cp "results/h200/main-job/$f.json" "$out/durations/"; done

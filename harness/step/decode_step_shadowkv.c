@@ -59,8 +59,18 @@ static int shape_skv(const kvb_case *c, step_case *s)
         if (shadowkv_chunk_counts(s->ctx, SKV_CHUNK, SKV_LOCAL_CHUNKS, SKV_OUTLIER_CHUNKS, &n_chunks, &Lm,
                                   "decode_step method=shadowkv"))
             return KVB_EINVAL;
+        if (Lm > GATHER_MAX_M) /* named here: the layout's check would name M, derived from all */
+            return kvb_fail(KVB_EINVAL, "decode_step method=shadowkv: all=1 at ctx=%lld selects every landmark chunk, "
+                            "%d of them, past the %d sparse slots a step fetches: all=1 needs ctx <= %d",
+                            (long long)s->ctx, Lm, GATHER_MAX_M,
+                            (GATHER_MAX_M + SKV_LOCAL_CHUNKS + SKV_OUTLIER_CHUNKS + 1) * SKV_CHUNK - 1);
         budget = Lm * SKV_CHUNK, r = m->Hkv * m->D;
     }
+    /* the CUDA step rebuilds keys with batch_gemm_rotary's kernel (the rank key's range is its limit) */
+    if (s->all && r > BGR_KERNEL_MAX_RANK)
+        return kvb_fail(KVB_EINVAL, "decode_step method=shadowkv: all=1 takes the full rank Hkv*D = %d, past the %d "
+                        "batch_gemm_rotary's kernel takes: all=1 needs a model with Hkv*D <= %d (model=tiny)", r,
+                        BGR_KERNEL_MAX_RANK, BGR_KERNEL_MAX_RANK);
     return shadowkv_step_shape_make(&s->skv, s->B, m->Hq, m->Hkv, m->D, s->ctx, budget, r, kvb_case_get(c, "hit"),
                                     s->gen, (int)s->L);
 }

@@ -51,7 +51,7 @@ static const kvb_param step_params[] = {
      "rocketkv: token budget T (rocketkv_budget: C, P, r, k); shadowkv: sparse tokens (M chunks of 8); omnikv: "
      "prompt tokens selected"},
     {"all", KVB_P_INT, 0, 0, 1, NULL, "rocketkv, shadowkv, omnikv sparse: 1 = attend every token (must equal dense)"},
-    {"rank", KVB_P_INT, 160, 1, 1024, NULL, "shadowkv: rank of the low-rank keys"},
+    {"rank", KVB_P_INT, 160, 1, BGR_KERNEL_MAX_RANK, NULL, "shadowkv: rank of the low-rank keys (batch_gemm_rotary's kernel limit)"},
     {"hit", KVB_P_FLOAT, 0.6, 0, 1, NULL, "shadowkv: fraction of the step's chunks already in the buffer"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},

@@ -32,9 +32,8 @@
 extern "C" {
 #endif
 
-/* The kernel's limits (the reference takes r up to BGR_MAX_RANK and any even D): r in [1, 256]
- * (padded with zeros to the next of 16, 32, 64, 96, 128, 160, 192, 256), D in {64, 128}. */
-#define BGR_KERNEL_MAX_RANK 256
+/* The kernel's limits (the reference takes r up to BGR_MAX_RANK and any even D): r in [1,
+ * BGR_KERNEL_MAX_RANK] (padded with zeros to the next of 16, 32, 64, 96, 128, 160, 192, 256), D in {64, 128}. */
 
 /* The fused kernel: tensor-core products (mma.sync bf16, fp32 accumulate) of gathered U rows with SV
  * held in registers, RoPE in registers, one bf16 rounding, one write per key. */

@@ -167,9 +167,10 @@ static int launch_index_scan(int32_t *cached, const int32_t *fresh, int32_t *off
                              int M, cudaStream_t s)
 {
     size_t smem = sizeof(int32_t) * 5 * SCAN_THREADS * IPT; // two sets of 2*CAP, the id list of CAP
-    if (smem > 48 * 1024)
-        CUDA_TRY(cudaFuncSetAttribute(index_scan_kernel<IPT, RANK_BY_COUNT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem));
+    // opted in whatever the size: cub's sort and scan storage is static shared memory on top of this, and
+    // the two together pass the default 48 KB a block from IPT = 8 (40 KB dynamic) on
+    static unsigned long long opted;
+    if (int rc = kvb_smem_optin((const void *)index_scan_kernel<IPT, RANK_BY_COUNT>, (int)smem, &opted)) return rc;
     index_scan_kernel<IPT, RANK_BY_COUNT><<<rows, SCAN_THREADS, smem, s>>>(cached, fresh, offsets, cnts, M);
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
