@@ -151,7 +151,7 @@ static void test_decode_step_refusals(void **state)
     assert_error_mentions("hit=1.5");
     assert_int_equal(kvb_case_parse("decode_step method=shadowkv model=tiny B=1 ctx=1000 budget=640 rank=8", "t", &c),
                      KVB_EINVAL);
-    assert_error_mentions("M=80 out of range [1, min(4096, Lm = n_chunks - outlier_chunks = 121 - 48 = 73)]");
+    assert_error_mentions("budget=640 out of range [8, 8 * min(4096, landmark chunks 73) = 584]");
     /* omnikv: k = budget prompt tokens selected, roles only for omnikv, all=1 only for its sparse layer */
     assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=1000 budget=1001", "t", &c),
                      KVB_EINVAL);

@@ -174,10 +174,11 @@ static int quest_of(const kvb_case *c, page_layout *s, int *budget)
 }
 
 /* Inputs of one case stay well inside a GPU's memory and the reference's time. */
-static int check_bytes(const char *who, double bytes)
+static int check_bytes(const char *who, const char *formula, double bytes)
 {
     if (bytes > 16e9)
-        return kvb_fail(KVB_EINVAL, "%s: the case's tensors take %.1f GB, out of range [0, 16 GB]", who, bytes * 1e-9);
+        return kvb_fail(KVB_EINVAL, "%s: the case's tensors, %s, take %.1f GB, out of range [0, 16 GB]", who, formula,
+                        bytes * 1e-9);
     return KVB_OK;
 }
 
@@ -187,14 +188,15 @@ static int validate_build(const kvb_case *c)
 {
     page_layout s;
     int rc = meta_layout(c, "page_meta_build", &s);
-    return rc ? rc : check_bytes("page_meta_build", meta_bytes(&s) + 2.0 * s.B * s.Hkv * (double)s.L * s.D);
+    return rc ? rc : check_bytes("page_meta_build", "min/max 2*2*B*Hkv*D*cap + keys 2*B*Hkv*L*D bytes",
+                                 meta_bytes(&s) + 2.0 * s.B * s.Hkv * (double)s.L * s.D);
 }
 
 static int validate_append(const kvb_case *c)
 {
     page_layout s;
     int rc = meta_layout(c, "page_meta_append", &s);
-    return rc ? rc : check_bytes("page_meta_append", 2 * meta_bytes(&s));
+    return rc ? rc : check_bytes("page_meta_append", "min/max in and out 2*2*2*B*Hkv*D*cap bytes", 2 * meta_bytes(&s));
 }
 
 static int validate_hybrid(const kvb_case *c)
@@ -203,14 +205,15 @@ static int validate_hybrid(const kvb_case *c)
     int rc = hybrid_of(c, &h);
     if (rc) return rc;
     const int G = h.s.Hq / h.s.Hkv;
-    return check_bytes("hybrid_score", meta_bytes(&h.s) + 4.0 * h.s.B * h.s.Hkv * (double)G * h.s.cap);
+    return check_bytes("hybrid_score", "min/max 2*2*B*Hkv*D*cap + scores 4*B*Hkv*G*cap bytes",
+                       meta_bytes(&h.s) + 4.0 * h.s.B * h.s.Hkv * (double)G * h.s.cap);
 }
 
 static int validate_quest(const kvb_case *c)
 {
     page_layout s;
     int budget, rc = quest_of(c, &s, &budget);
-    return rc ? rc : check_bytes("quest_score", meta_bytes(&s));
+    return rc ? rc : check_bytes("quest_score", "min/max 2*2*B*Hkv*D*cap bytes", meta_bytes(&s));
 }
 
 /* ---- inputs ---- */

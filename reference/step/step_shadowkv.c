@@ -28,6 +28,18 @@ int shadowkv_step_shape_make(shadowkv_step_shape *sh, int B, int Hq, int Hkv, in
     if (max_pos < S + gen + 1)
         return kvb_fail(KVB_EINVAL, "%s: max_pos=%d out of range [ctx + gen + 1 = %d, ...]: the RoPE table", who,
                         max_pos, S + gen + 1);
+    /* the layout's own checks name its derived sizes (outlier_chunks, M): the keys that set them first */
+    const int min_S = (SKV_LOCAL_CHUNKS + SKV_OUTLIER_CHUNKS + 1) * SKV_CHUNK;
+    if (S < min_S)
+        return kvb_fail(KVB_EINVAL, "%s: ctx=%d out of range [(local + outlier + 1 chunks) * %d = %d, ...]: the prompt "
+                        "keeps %d local and %d outlier chunks of %d tokens and at least one landmark chunk", who, S,
+                        SKV_CHUNK, min_S, SKV_LOCAL_CHUNKS, SKV_OUTLIER_CHUNKS, SKV_CHUNK);
+    const int Lm = S / SKV_CHUNK - SKV_LOCAL_CHUNKS - SKV_OUTLIER_CHUNKS;
+    const int max_M = Lm < GATHER_MAX_M ? Lm : GATHER_MAX_M;
+    if (budget / SKV_CHUNK > max_M)
+        return kvb_fail(KVB_EINVAL, "%s: budget=%d out of range [%d, %d * min(%d, landmark chunks %d) = %d]: the sparse "
+                        "slots hold distinct landmark chunks", who, budget, SKV_CHUNK, SKV_CHUNK, GATHER_MAX_M, Lm,
+                        SKV_CHUNK * max_M);
     int rc = shadowkv_layout_make(&sh->L, B, Hkv, D, S, SKV_CHUNK, SKV_LOCAL_CHUNKS, SKV_OUTLIER_CHUNKS,
                                   budget / SKV_CHUNK, SKV_DECODE_CAPACITY);
     if (rc) return rc;

@@ -233,8 +233,11 @@ def main():
     with open(os.path.join(args.out, "sweep.cases"), "w") as f:
         f.writelines(line + " tier=check\n" for line in drawn)
     with open(os.path.join(args.out, "sweep.md"), "w") as f:
-        f.write("# Random-shape sweep (seed %d, %d a kernel, check cost <= %g s, host <= %g MB)\n\n"
-                % (args.seed, args.per_kernel, args.max_cost, args.max_host_mb))
+        if args.drawn:
+            f.write("# Random-shape sweep: the lines of %s\n\n" % args.drawn)
+        else:
+            f.write("# Random-shape sweep (seed %d, %d a kernel, check cost <= %g s, host <= %g MB)\n\n"
+                    % (args.seed, args.per_kernel, args.max_cost, args.max_host_mb))
         f.write("%s\n\n" % run([kvbench, "--version"], 30)[1].strip())
         f.write("%d passed, %d failed, %d crashed, %d skipped\n\n" % (
             counts["PASS"], counts["FAIL"], counts["CRASH"], counts["SKIP"]))
