@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test program in BIN (default build/bin), the CLI tests, the fuzz smoke run and the host-memory checks
+# Runs every test program in BIN (default build/bin), the CLI tests, the fuzz smoke run, the random-shape sweep
+# (2 lines a kernel) and the host-memory checks
 # under AddressSanitizer (leaks, allocation failures), and sums their results into one closing line:
 # "N passed, N failed, N skipped". Exits non-zero when anything failed.
 #
@@ -166,6 +167,25 @@ part_alloc() {
     fi
 }
 
+# random case lines of every kernel through check (tests/fuzz/gpu_sweep.py, 2 a kernel, seed 1, --strict: a
+# refusal must name a key of its kernel): with a GPU the whole check, without one the references and their
+# invariants; one verdict
+part_sweep() {
+    local out rc dir script=$here/fuzz/gpu_sweep.py
+    [ -f "$script" ] || script=$here/gpu_sweep.py # a bundle's tests/
+    if ! command -v python3 >/dev/null; then
+        echo "sweep: no python3, 1 skipped"
+        echo "0 0 1" >"$counts"
+        return
+    fi
+    dir=$(mktemp -d)
+    out=$(python3 "$script" "$bin/kvbench" "$dir" --per-kernel 2 --seed 1 --strict 2>&1)
+    rc=$?
+    rm -rf "$dir"
+    printf '%s\n' "$out"
+    if [ "$rc" -eq 0 ]; then echo "1 0 0"; else echo "0 1 0"; fi >"$counts"
+}
+
 part_bundle_no_sanitizer() {
     echo "leak, alloc-fault: no sources here (a bundle), 2 skipped"
     echo "0 0 2" >"$counts"
@@ -177,14 +197,15 @@ part_bundle_no_sanitizer() {
 # check and the fuzz smoke run several processes, so they also fill in whatever processor is free).
 declare -A title after pid
 if [ -f "$root/Makefile" ]; then
-    parts=(cmocka cli step_report plot fuzz leak alloc)
-    start_order=(cli leak alloc cmocka fuzz plot step_report)
+    parts=(cmocka cli step_report plot fuzz sweep leak alloc)
+    start_order=(cli leak sweep alloc cmocka fuzz plot step_report)
 else
-    parts=(cmocka cli step_report plot fuzz bundle_no_sanitizer)
-    start_order=(cli cmocka fuzz plot step_report bundle_no_sanitizer)
+    parts=(cmocka cli step_report plot fuzz sweep bundle_no_sanitizer)
+    start_order=(cli sweep cmocka fuzz plot step_report bundle_no_sanitizer)
 fi
 title=([cmocka]="cmocka programs" [cli]="cli tests" [step_report]="step_report tests" [plot]="plot tests"
-    [fuzz]="fuzz smoke" [leak]="leak check" [alloc]="alloc-fault smoke" [bundle_no_sanitizer]="leak, alloc-fault")
+    [fuzz]="fuzz smoke" [sweep]="random-shape sweep" [leak]="leak check" [alloc]="alloc-fault smoke"
+    [bundle_no_sanitizer]="leak, alloc-fault")
 after=([alloc]=leak)
 
 # A part runs in a process group of its own (job control), so that an interrupt ends all of it; it writes

@@ -183,6 +183,7 @@ def main():
     ap.add_argument("--wrap", default="", help="a command to run kvbench under (compute-sanitizer ...)")
     ap.add_argument("--draw-only", action="store_true", help="write OUT/sweep.cases and the cost estimate, run nothing")
     ap.add_argument("--from", dest="drawn", default="", help="run the lines of a sweep.cases drawn before")
+    ap.add_argument("--strict", action="store_true", help="a refusal that names none of the kernel's keys fails the sweep")
     args = ap.parse_args()
     kvbench = os.path.abspath(args.kvbench)
     os.makedirs(args.out, exist_ok=True)
@@ -252,7 +253,10 @@ def main():
         print("note: " + note)
     print("gpu sweep: %d passed, %d failed, %d skipped" % (
         counts["PASS"], counts["FAIL"] + counts["CRASH"], counts["SKIP"]))
-    sys.exit(1 if counts["FAIL"] or counts["CRASH"] else 0)
+    silent = sum(1 for n in notes if "refused without naming a key" in n)
+    if args.strict and silent:
+        print("gpu sweep: %d refusals name none of their kernel's keys (--strict)" % silent)
+    sys.exit(1 if counts["FAIL"] or counts["CRASH"] or (args.strict and silent) else 0)
 
 
 if __name__ == "__main__":
