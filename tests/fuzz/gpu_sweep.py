@@ -105,8 +105,9 @@ def judge(kvbench, empty, line, args):
 
 
 def draw_kernel(kvbench, empty, kernel, args, rng):
-    """Up to args.per_kernel accepted, affordable, distinct case lines, and the refusals seen."""
-    kept, seen, refusals, silent, cost_sum = [], set(), {}, [], 0.0
+    """Up to args.per_kernel accepted, affordable, distinct case lines; the refusals seen, those that name
+    none of the kernel's keys, and lines on which `kvbench list` itself crashed."""
+    kept, seen, refusals, silent, crashed, cost_sum = [], set(), {}, [], [], 0.0
     tries = 0
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
     while len(kept) < args.per_kernel and tries < args.per_kernel * 60:
@@ -115,6 +116,9 @@ def draw_kernel(kvbench, empty, kernel, args, rng):
         for line, (case_id, cost, host_mb) in zip(lines, pool.map(lambda l: judge(kvbench, empty, l, args), lines)):
             if case_id is None:
                 msg = cost
+                if msg.startswith("list exited"):  # the parser itself ended otherwise than 0 or 2
+                    crashed.append((line, msg))
+                    continue
                 if not any(re.search(r"\b%s\b" % re.escape(k["name"]), msg) for k in kernel["keys"]):
                     silent.append((line, msg))  # a refusal names the key it refuses (README.md)
                 key = msg.split(": ", 2)[-1][:160]
@@ -128,7 +132,7 @@ def draw_kernel(kvbench, empty, kernel, args, rng):
             if len(kept) == args.per_kernel:
                 break
     pool.shutdown()
-    return kept, refusals, tries, silent, cost_sum
+    return kept, refusals, tries, silent, cost_sum, crashed
 
 
 def case_verdicts(path):
@@ -215,7 +219,10 @@ def main():
                     refusals[msg] = refusals.get(msg, 0) + 1
                     notes.append("%s: now refused: `%s`: %s" % (kernel["name"], line, msg))
         else:
-            lines, refusals, tries, silent, cost = draw_kernel(kvbench, empty, kernel, args, rng)
+            lines, refusals, tries, silent, cost, crashed = draw_kernel(kvbench, empty, kernel, args, rng)
+            for line, msg in crashed:
+                counts["CRASH"] += 1
+                rows.append((kernel["name"], "CRASH", line, msg))
         total_cost += cost
         drawn += lines
         for line, msg in silent:
