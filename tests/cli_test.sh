@@ -62,6 +62,10 @@ expect "shadowkv rank past the kernel's" 2 'rank=300 out of range \[1, 256\]' --
 expect "shadowkv ctx below its kept chunks names ctx" 2 'ctx=384 out of range \[\(local \+ outlier \+ 1 chunks\) \* 8 = 424' -- check --cases "$cases" "decode_step method=shadowkv model=tiny B=2 ctx=384 budget=8 rank=32"
 expect "shadowkv budget past the landmark chunks names budget" 2 'budget=800 out of range \[8, 8 \* min\(4096, landmark chunks 73\) = 584\]' -- check --cases "$cases" "decode_step method=shadowkv model=tiny B=2 ctx=1000 budget=800 rank=32"
 expect "page scoring's size refusal names its formula" 2 'page_meta_append: the case.s tensors, min/max in and out 2\*2\*2\*B\*Hkv\*D\*cap bytes, take 33.8 GB' -- check --cases "$cases" "page_meta_append B=32 Hkv=21 D=192 P=1"
+printf 'topk rows=8 n=4096 k=64\n\n# a comment\ntopk k=99999\n' >"$tmp/lines.txt"
+expect "list --lines judges each line on its own" 2 '^4  refused  topk: k=99999 out of range \[1, 8192\]$' -- list --lines "$tmp/lines.txt"
+expect "list --lines keeps the accepted lines" 2 '^1  none   topk rows=8 n=4096 k=64 dist=normal seed=1 impl=kernel$' -- list --lines "$tmp/lines.txt"
+expect "list --lines takes no filter" 2 '--lines FILE is an option of list alone' -- list --lines "$tmp/lines.txt" topk
 expect "M above 4096" 2 'M=5000 out of range \[1, 4096\]' -- check --cases "$cases" "gather_copy M=5000"
 expect "chunk not a multiple of 16 bytes" 2 'chunk bytes c\*D\*2 = 1\*4\*2 = 8 must be a multiple of 16' -- check --cases "$cases" "gather_copy_all c=1 D=4"
 expect "chunk ids outside the host range" 2 'M=256 out of range \[1, ctx/c = 125\]' -- check --cases "$cases" "gather_copy ctx=1000"

@@ -92,6 +92,7 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         } else if (!strcmp(a, "--timing-lock") && next) o->timing_lock = argv[++i];
         else if (!strcmp(a, "--determinism")) o->determinism = 1;
         else if (!strcmp(a, "--costs")) o->costs = 1;
+        else if (!strcmp(a, "--lines") && next) o->lines = argv[++i];
         else if (!strcmp(a, "--durations") && next) o->durations = argv[++i];
         else if (!strcmp(a, "--cases") && next) o->cases_path = argv[++i];
         else if (!strcmp(a, "--json") && next) o->json = argv[++i];
@@ -128,6 +129,11 @@ int kvb_parse_options(int argc, char **argv, kvb_options *o)
         fprintf(stderr, "kvbench: --durations weighs the cases of check and bench (the progress estimate, --shard's "
                         "split) and of list with --shard or --costs, not of %s%s\n", o->cmd,
                 list ? " alone" : "");
+        return 2;
+    }
+    if (o->lines && (!list || o->n_filters || o->shard_n || o->durations || o->tier || o->cases_path)) {
+        fprintf(stderr, "kvbench: --lines FILE is an option of list alone, without filters, --tier, --shard, "
+                        "--durations or --cases: it judges every line of FILE on its own\n");
         return 2;
     }
     if (o->costs && !list) {

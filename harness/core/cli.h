@@ -33,6 +33,7 @@ typedef struct kvb_options {
     const char *json, *dump, *summary, *peers;
     int fault_zeros; /* check --fault zeros: validate outputs of zeros instead of launching (every case must fail) */
     int costs;       /* list --costs: each case's cost (kvb_selection_costs) and host bytes */
+    const char *lines; /* list --lines FILE: each line of FILE judged on its own (accepted or refused) */
     const char *durations; /* --durations FILE: an earlier run's result file, whose wall times are the cases' costs
                               (--shard's split, the progress estimate; shard.h) */
     int determinism; /* check --determinism: launch each validated case again, outputs must be bitwise equal */

@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "  list     [FILTER...] [--costs]            list case ids; --costs: each case's cost in seconds, as\n"
             "                                            --shard balances it (bench's with --tier bench, else\n"
             "                                            check's), and its host memory estimate in MB\n"
+            "           --lines FILE                     each line of FILE on its own: its id, or 'refused' and why\n"
             "  kernels  [KERNEL|FAMILY...] [--json F]    each kernel's keys with their ranges and defaults, and its\n"
             "                                            implementations (all kernels without a name); --json: as data\n"
             "  check    [FILTER...] [--json F] [--dump DIR] [--determinism]\n"
@@ -130,8 +131,56 @@ static int cmd_ceilings(const kvb_options *o)
     return 0;
 }
 
+/* list --lines FILE: each line of FILE parsed on its own, the suite's case files not loaded: "N  TIER  ID"
+ * (with --costs "N  TIER  COST  MB  ID", as list prints them) for an accepted line, "N  refused  MESSAGE"
+ * for a refused one (N: the line number; blank and comment lines print nothing). Exit 0 when every line
+ * is accepted, 2 when one is refused or the file cannot be read. One process judges many drawn lines
+ * (tests/fuzz/gpu_sweep.py). */
+static int list_lines(const kvb_options *o)
+{
+    char *text;
+    size_t len;
+    if (kvb_read_file(o->lines, &text, &len) != KVB_OK) {
+        fprintf(stderr, "kvbench: --lines %s\n", kvb_last_error());
+        return 2;
+    }
+    int refused = 0, lineno = 0;
+    const int timed = kvb_selection_timed(o);
+    for (const char *line = text, *next; *line; line = next) {
+        const size_t n = strcspn(line, "\r\n");
+        next = line + n;
+        if (next[0] == '\r' && next[1] == '\n') next += 2;
+        else if (*next) next++;
+        lineno++;
+        char where[64];
+        snprintf(where, sizeof where, "line %d", lineno);
+        kvb_case c;
+        const size_t bad = kvb_utf8_invalid_at(line, n);
+        int rc = bad < n ? kvb_fail(KVB_EINVAL, "%s: not valid UTF-8 (byte 0x%02x at column %zu)", where,
+                                    (unsigned char)line[bad], bad + 1)
+                         : kvb_case_parse(line, where, &c);
+        if (rc == KVB_CASE_BLANK) continue;
+        if (rc != KVB_OK) {
+            const char *msg = kvb_last_error();
+            if (!strncmp(msg, where, strlen(where)) && !strncmp(msg + strlen(where), ": ", 2)) msg += strlen(where) + 2;
+            printf("%d  refused  %s\n", lineno, msg); /* the line number once, not "line N:" again */
+            refused++;
+            continue;
+        }
+        char repro[KVB_ID_MAX + 128];
+        kvb_case_repro(&c, repro, sizeof repro);
+        if (o->costs)
+            printf("%d  %-5s  %8.2f  %10.1f  %s\n", lineno, kvb_tier_name(c.tier), kvb_case_cost_estimate(&c, timed),
+                   (double)kvb_case_host_bytes(&c) / 1e6, repro);
+        else printf("%d  %-5s  %s\n", lineno, kvb_tier_name(c.tier), repro);
+    }
+    free(text);
+    return refused ? 2 : 0;
+}
+
 static int cmd_list(const kvb_options *o)
 {
+    if (o->lines) return list_lines(o);
     kvb_case_list cases;
     int rc = kvb_select_cases(o, KVB_TIER_ALL, &cases);
     if (rc) return rc;

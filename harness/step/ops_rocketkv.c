@@ -96,7 +96,8 @@ static int case_of(const kvb_case *c, rk_case *x)
     }
     const double kv_bytes = 4.0 * sh->B * sh->Hkv * sh->D * (x->impl == IMPL_DENSE ? (double)x->dense_L : sh->cap_tokens);
     if (kv_bytes > 16e9)
-        return kvb_fail(KVB_EINVAL, "%s: K and V take %.1f GB, out of range [0, 16 GB]", who, kv_bytes * 1e-9);
+        return kvb_fail(KVB_EINVAL, "%s: K and V, 4*B*Hkv*D*%s bytes at B=%d, take %.1f GB, out of range [0, 16 GB]",
+                        who, x->impl == IMPL_DENSE ? "(Lmax + M)" : "(the cache's tokens)", sh->B, kv_bytes * 1e-9);
     return KVB_OK;
 }
 

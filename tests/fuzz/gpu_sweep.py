@@ -4,7 +4,7 @@
 The parser fuzzers (fuzz_cases.c, fuzz_cli.c) stop before anything is allocated; this sweep goes on
 to what they leave out: set-up, the references, the CUDA launches and the comparisons, at shapes no
 case file names. For each kernel it draws key values from `kvbench kernels --json` (the keys' own
-ranges, biased to small sizes and to the range's ends), asks `kvbench list --costs` whether the line
+ranges, biased to small sizes and to the range's ends), asks `kvbench list --lines` whether the line
 is accepted and what it costs, keeps accepted lines up to a check cost and a host memory bound, and
 runs them with `kvbench check`, one process a kernel (a crash then names its kernel, and each of that
 kernel's cases is run again alone to name the case).
@@ -16,13 +16,12 @@ exit other than 0 and 1. Without a GPU the references and their invariants still
 usage: gpu_sweep.py KVBENCH OUT [--per-kernel N] [--seed S] [--max-cost SEC] [--max-host-mb MB]
                     [--kernels a,b,...] [--timeout SEC] [--wrap "compute-sanitizer --tool memcheck ..."]
                     [--draw-only | --from SWEEP.cases]
-Drawing asks kvbench about each line (a process each: minutes for every kernel on a few cores): draw with
---draw-only where the cores are, run the lines with --from where the GPU is.
+Drawing asks one `kvbench list --lines --costs` about 64 lines at a time (24 lines of every kernel: about 40 s
+on two cores); --draw-only and --from draw on one machine and check the same lines on another.
 -> OUT/sweep.cases (the drawn lines), OUT/<kernel>.json and .log (kvbench check), OUT/sweep.md (verdicts),
    last line "gpu sweep: N passed, N failed, N skipped"; exit 1 when a case failed or crashed.
 """
 import argparse
-import concurrent.futures
 import json
 import math
 import os
@@ -93,27 +92,36 @@ def run(cmd, timeout):
         return "timeout", out
 
 
-def judge(kvbench, empty, line, args):
-    """(id, cost, host_mb) when kvbench accepts the line, else (None, refusal message)."""
-    rc, out = run([kvbench, "list", "--cases", empty, "--costs", line], 60)
-    if rc == 0:
-        fields = out.split(None, 3)
-        return fields[3].strip(), float(fields[1]), float(fields[2])
-    if rc != 2:
-        return None, "list exited %s: %s" % (rc, out.strip()[-300:]), None
-    return None, out.strip().splitlines()[-1] if out.strip() else "(no message)", None
+def judge(kvbench, scratch, lines):
+    """For each line, (id, cost, host_mb) when kvbench accepts it, else (None, refusal message, None): one
+    `kvbench list --lines` over them all."""
+    with open(scratch, "w") as f:
+        f.writelines(line + "\n" for line in lines)
+    rc, out = run([kvbench, "list", "--lines", scratch, "--costs"], 120)
+    if rc not in (0, 2):
+        return [(None, "list exited %s: %s" % (rc, out.strip()[-300:]), None)] * len(lines)
+    verdicts = {}
+    for row in out.splitlines():
+        fields = row.split(None, 4)
+        if len(fields) >= 3 and fields[0].isdigit():
+            n = int(fields[0])
+            if fields[1] == "refused":
+                verdicts[n] = (None, row.split(None, 2)[2], None)
+            elif len(fields) == 5:
+                verdicts[n] = (fields[4].strip(), float(fields[2]), float(fields[3]))
+    return [verdicts.get(i + 1, (None, "list exited %s: no verdict for this line" % rc, None))
+            for i in range(len(lines))]
 
 
-def draw_kernel(kvbench, empty, kernel, args, rng):
+def draw_kernel(kvbench, scratch, kernel, args, rng):
     """Up to args.per_kernel accepted, affordable, distinct case lines; the refusals seen, those that name
     none of the kernel's keys, and lines on which `kvbench list` itself crashed."""
     kept, seen, refusals, silent, crashed, cost_sum = [], set(), {}, [], [], 0.0
     tries = 0
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
-    while len(kept) < args.per_kernel and tries < args.per_kernel * 60:
-        lines = [draw_line(rng, kernel) for _ in range(32)]
+    while len(kept) < args.per_kernel and tries < args.per_kernel * 200:
+        lines = [draw_line(rng, kernel) for _ in range(64)]
         tries += len(lines)
-        for line, (case_id, cost, host_mb) in zip(lines, pool.map(lambda l: judge(kvbench, empty, l, args), lines)):
+        for line, (case_id, cost, host_mb) in zip(lines, judge(kvbench, scratch, lines)):
             if case_id is None:
                 msg = cost
                 if msg.startswith("list exited"):  # the parser itself ended otherwise than 0 or 2
@@ -131,7 +139,6 @@ def draw_kernel(kvbench, empty, kernel, args, rng):
             cost_sum += cost
             if len(kept) == args.per_kernel:
                 break
-    pool.shutdown()
     return kept, refusals, tries, silent, cost_sum, crashed
 
 
@@ -191,8 +198,7 @@ def main():
     args = ap.parse_args()
     kvbench = os.path.abspath(args.kvbench)
     os.makedirs(args.out, exist_ok=True)
-    empty = os.path.join(args.out, "empty.cases")
-    open(empty, "w").close()
+    scratch = os.path.join(args.out, "drawn.txt")  # the lines kvbench list --lines judges
     table = os.path.join(args.out, "kernels.json")
     rc, log = run([kvbench, "kernels", "--json", table], 60)
     if rc != 0:
@@ -210,8 +216,7 @@ def main():
             continue
         if args.drawn:  # lines drawn before, asked again: a build may refuse what an earlier one took
             given = [l.rsplit(" tier=", 1)[0] for l in open(args.drawn) if l.split(" ", 1)[0] == kernel["name"]]
-            with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-                judged = list(pool.map(lambda l: judge(kvbench, empty, l, args), given))
+            judged = judge(kvbench, scratch, given) if given else []
             lines = [case_id for case_id, _, _ in judged if case_id is not None]
             refusals, tries, silent, cost = {}, len(given), [], 0.0
             for line, (case_id, msg, _) in zip(given, judged):
@@ -219,7 +224,7 @@ def main():
                     refusals[msg] = refusals.get(msg, 0) + 1
                     notes.append("%s: now refused: `%s`: %s" % (kernel["name"], line, msg))
         else:
-            lines, refusals, tries, silent, cost, crashed = draw_kernel(kvbench, empty, kernel, args, rng)
+            lines, refusals, tries, silent, cost, crashed = draw_kernel(kvbench, scratch, kernel, args, rng)
             for line, msg in crashed:
                 counts["CRASH"] += 1
                 rows.append((kernel["name"], "CRASH", line, msg))
