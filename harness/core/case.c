@@ -367,15 +367,21 @@ void kvb_cases_free(kvb_case_list *list)
     memset(list, 0, sizeof *list);
 }
 
+/* a line ends at LF, CRLF or a lone CR (a file saved with old Mac line ends is not one long line) */
+const char *kvb_line_next(const char *line, size_t *len)
+{
+    *len = strcspn(line, "\r\n");
+    const char *next = line + *len;
+    if (next[0] == '\r' && next[1] == '\n') return next + 2;
+    return *next ? next + 1 : next;
+}
+
 int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name)
 {
     int lineno = 0;
-    /* a line ends at LF, CRLF or a lone CR (a file saved with old Mac line ends is not one long line) */
     for (const char *line = text, *next; *line; line = next) {
-        const size_t len = strcspn(line, "\r\n");
-        next = line + len;
-        if (next[0] == '\r' && next[1] == '\n') next += 2;
-        else if (*next) next++;
+        size_t len;
+        next = kvb_line_next(line, &len);
         lineno++;
         char where[160];
         snprintf(where, sizeof where, "%s:%d", name, lineno);

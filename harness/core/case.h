@@ -69,6 +69,9 @@ int kvb_cases_load(kvb_case_list *list, const char *path);
 /* Parse text holding case lines, one a line (the contents of a case file; `name` names it in
  * messages as name:line). Errors as kvb_cases_load. */
 int kvb_cases_parse_text(kvb_case_list *list, const char *text, const char *name);
+/* The line at `line`: its length without its end (LF, CRLF or a lone CR) in *len; returns where the next
+ * line starts (the text's NUL after the last). */
+const char *kvb_line_next(const char *line, size_t *len);
 int kvb_cases_add(kvb_case_list *list, const kvb_case *c);
 int kvb_cases_find(const kvb_case_list *list, const char *id); /* the index of the case with this id, or -1 */
 void kvb_cases_free(kvb_case_list *list);

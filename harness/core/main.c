@@ -147,10 +147,8 @@ static int list_lines(const kvb_options *o)
     int refused = 0, lineno = 0;
     const int timed = kvb_selection_timed(o);
     for (const char *line = text, *next; *line; line = next) {
-        const size_t n = strcspn(line, "\r\n");
-        next = line + n;
-        if (next[0] == '\r' && next[1] == '\n') next += 2;
-        else if (*next) next++;
+        size_t n;
+        next = kvb_line_next(line, &n);
         lineno++;
         char where[64];
         snprintf(where, sizeof where, "line %d", lineno);
