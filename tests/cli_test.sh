@@ -80,7 +80,7 @@ expect "bad line in a case file stops everything" 2 "$tmp/bad.cases:2: gather_co
 expect "unknown option" 2 'unknown option --frobnicate' -- check --frobnicate
 expect "unknown command" 2 "unknown command 'chekc'" -- chekc
 # selective_attn, heavy_hitters, snapkv: each bad parameter named with its value and range, nothing run
-expect "attention: unsupported D" 2 'selective_attn: D=96 is not supported \(supported head dimensions: 64, 128\)' -- check --cases "$cases" "selective_attn D=96"
+expect "attention: unsupported D" 2 'selective_attn: D=96 is not one of \{64, 128\}' -- check --cases "$cases" "selective_attn D=96"
 expect "attention: Hq not a multiple of Hkv" 2 'selective_attn: Hq=12 is not a multiple of Hkv=8' -- check --cases "$cases" "selective_attn Hq=12 Hkv=8"
 expect "attention: L = 0" 2 'selective_attn: L=0 out of range \[1, 1048576\]' -- check --cases "$cases" "selective_attn L=0"
 expect "attention: w0 past the last row" 2 'selective_attn: w0=4096 out of range \[0, L-1 = 4095\]' -- check --cases "$cases" "selective_attn L=4096 w0=4096"
@@ -104,7 +104,7 @@ expect "heavy hitters: pyramid ratio above 1" 2 'pyramid ratio of layer 0 = 1.04
 expect "heavy hitters: unsupported D" 2 'heavy_hitters: D=12 is not a multiple of 8' -- check --cases "$cases" "heavy_hitters D=12"
 expect "snapkv: pooling kernel not odd" 2 'snapkv: ks=64 is not an odd pooling kernel in \[1, 8191\]' -- check --cases "$cases" "snapkv ks=64"
 expect "snapkv: budget below the window" 2 'snapkv: budget=16 out of range \[W = min\(32, L\) = 32' -- check --cases "$cases" "snapkv budget=16"
-expect "snapkv: unsupported D" 2 'snapkv: D=80 is not supported' -- check --cases "$cases" "snapkv D=80"
+expect "snapkv: unsupported D" 2 'snapkv: D=80 is not one of \{64, 128\}' -- check --cases "$cases" "snapkv D=80"
 # B*Hkv past grid.y's 65535 (B=257, Hkv=256): accepted when the case is read (the heads run in grid.y
 # chunks; the check tier holds such cases for the GPU), and listed
 expect "int2_qk with B*Hkv = 65792 accepted" 0 '^none +int2_qk B=257 Hq=256 Hkv=256 D=64 gs=16 T=256' -- list --cases "$cases" "int2_qk B=257 Hq=256 Hkv=256 D=64 T=256"

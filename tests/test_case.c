@@ -87,7 +87,50 @@ static void test_bad_values(void **state)
     assert_int_equal(parse("gather_copy atol=-1"), KVB_EINVAL);
 }
 
-/* The issue's list: M above 4096, a chunk not a multiple of 16 bytes, chunk ids outside the host
+/* An int key that allows only some values (a kernel's head dimensions, INT2's group sizes) says which,
+ * in the range text `kvbench kernels` prints and in the refusal. */
+static void test_int_choices(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("decode_attn D=64"), KVB_OK);
+    assert_int_equal(parse("decode_attn D=96"), KVB_EINVAL);
+    assert_error_mentions("decode_attn: D=96 is not one of {64, 128}");
+    assert_int_equal(parse("int2_decode_attn gs=24"), KVB_EINVAL);
+    assert_error_mentions("gs=24 is not one of {16, 32, 64, 128}");
+    assert_int_equal(parse("int2_decode_attn D=2048"), KVB_EINVAL); /* the range first */
+    assert_error_mentions("D=2048 out of range [1, 1024]");
+    const kvb_op *op = kvb_op_find("int2_decode_attn");
+    assert_non_null(op);
+    char text[128];
+    for (int i = 0; i < op->n_params; i++)
+        if (!strcmp(op->params[i].name, "gs")) kvb_param_range_text(op, &op->params[i], text, sizeof text);
+    assert_string_equal(text, "{16, 32, 64, 128}");
+}
+
+/* Every kernel's declared keys agree with themselves: each default inside its range, an int key's
+ * choices inside its range and its default one of them, so that a line of defaults always parses. */
+static void test_declared_defaults_are_allowed(void **state)
+{
+    (void)state;
+    for (int i = 0; i < kvb_op_count(); i++) {
+        const kvb_op *op = kvb_op_at(i);
+        for (int k = 0; k < op->n_params; k++) {
+            const kvb_param *p = &op->params[k];
+            if (p->type == KVB_P_ENUM) continue;
+            if (p->def < p->lo || p->def > p->hi) fail_msg("%s %s: default %g outside [%g, %g]", op->name, p->name, p->def, p->lo, p->hi);
+            if (p->type != KVB_P_INT || !p->choices) continue;
+            int def_listed = 0;
+            for (const char *v = p->choices; v; v = strchr(v, '|') ? strchr(v, '|') + 1 : NULL) {
+                const double x = strtod(v, NULL);
+                if (x < p->lo || x > p->hi) fail_msg("%s %s: choice %g outside [%g, %g]", op->name, p->name, x, p->lo, p->hi);
+                def_listed |= x == p->def;
+            }
+            if (!def_listed) fail_msg("%s %s: default %g is not one of %s", op->name, p->name, p->def, p->choices);
+        }
+    }
+}
+
+/* Sizes out of range: M above 4096, a chunk not a multiple of 16 bytes, chunk ids outside the host
  * range, a negative size. */
 static void test_out_of_range_sizes(void **state)
 {
@@ -365,6 +408,8 @@ int main(void)
         cmocka_unit_test(test_malformed_tokens),
         cmocka_unit_test(test_unknown_and_duplicate_keys),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_int_choices),
+        cmocka_unit_test(test_declared_defaults_are_allowed),
         cmocka_unit_test(test_out_of_range_sizes),
         cmocka_unit_test(test_integer_overflow),
         cmocka_unit_test(test_case_files),

@@ -68,7 +68,7 @@ static void test_identical_files_pass(void **state)
     assert_int_equal(gate(f, f, 0.05), 0);
 }
 
-/* The issue's case: 30% slower with 16% noise per sample must not be "same". With the sample counts
+/* A case 30% slower with 16% noise per sample must not be "same". With the sample counts
  * a bench takes (tens to hundreds; the longest bench cases take about 20) it is a regression; from
  * only 10 samples it cannot be resolved at z = 3 and is reported as noisy, never as same. */
 static void test_30_percent_slower_with_16_percent_noise_is_slower(void **state)

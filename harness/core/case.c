@@ -76,6 +76,24 @@ static int enum_index(const kvb_op *op, const kvb_param *p, const char *value)
     return -1;
 }
 
+/* Whether v is one of an int key's choices "64|128". */
+static int int_choice(const char *choices, long long v)
+{
+    for (const char *p = choices;; p++) {
+        if (strtoll(p, NULL, 10) == v) return 1;
+        if (!(p = strchr(p, '|'))) return 0;
+    }
+}
+
+/* An int key's choices "64|128" as "{64, 128}", for messages and listings. */
+static void int_choices_text(const char *choices, char *buf, size_t n)
+{
+    size_t len = (size_t)snprintf(buf, n, "{");
+    for (const char *p = choices; *p && len < n; p++)
+        len += *p == '|' ? (size_t)snprintf(buf + len, n - len, ", ") : (size_t)snprintf(buf + len, n - len, "%c", *p);
+    if (len < n) snprintf(buf + len, n - len, "}");
+}
+
 /* "a|b|c" of an enum key, for messages. */
 static void choices_text(const kvb_op *op, const kvb_param *p, char *buf, size_t n)
 {
@@ -153,6 +171,10 @@ void kvb_param_range_text(const kvb_op *op, const kvb_param *p, char *buf, size_
 {
     if (p->type == KVB_P_ENUM) {
         choices_text(op, p, buf, n);
+        return;
+    }
+    if (p->type == KVB_P_INT && p->choices) {
+        int_choices_text(p->choices, buf, n);
         return;
     }
     char lo[40], hi[40];
@@ -252,6 +274,11 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
                 if (strcmp(num, val)) /* a suffix or another spelling: show both */
                     FAIL("%s: %s=%s (= %lld) out of range [%lld, %lld]", op->name, p->name, val, v, lo, hi);
                 FAIL("%s: %s=%lld out of range [%lld, %lld]", op->name, p->name, v, lo, hi);
+            }
+            if (p->choices && !int_choice(p->choices, v)) {
+                char set[256];
+                int_choices_text(p->choices, set, sizeof set);
+                FAIL("%s: %s=%lld is not one of %s", op->name, p->name, v, set);
             }
             c.v[pi] = (double)v;
         } else if (p->type == KVB_P_FLOAT) {

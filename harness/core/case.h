@@ -21,7 +21,7 @@ typedef struct kvb_param {
     kvb_ptype type;
     double def;          /* default (for enums: index into `choices`) */
     double lo, hi;       /* allowed range, inclusive (ints and floats) */
-    const char *choices; /* enums: "a|b|c" */
+    const char *choices; /* enums: "a|b|c"; ints: the only values allowed in [lo, hi], "64|128" (NULL: any) */
     const char *help;
 } kvb_param;
 
@@ -78,8 +78,8 @@ void kvb_cases_free(kvb_case_list *list);
 
 const char *kvb_tier_name(int tier);
 void kvb_list_kernels(char *buf, size_t n); /* "index_scan, gather_copy, ...": every kernel's name */
-/* A key's allowed values as text: "a|b|c" for an enum (an impl key's from the op's impl table), else
- * "[lo, hi]" in the case line's own number form. */
+/* A key's allowed values as text: "a|b|c" for an enum (an impl key's from the op's impl table), "{64, 128}"
+ * for an int key with choices, else "[lo, hi]" in the case line's own number form. */
 void kvb_param_range_text(const struct kvb_op *op, const kvb_param *p, char *buf, size_t n);
 /* A value of the key as a case line spells it (an enum's choice, a float's shortest exact form). */
 void kvb_param_value_text(const struct kvb_op *op, const kvb_param *p, double v, char *buf, size_t n);

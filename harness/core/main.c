@@ -232,6 +232,7 @@ static void kernel_json(kvb_json *j, const kvb_op *op)
         } else {
             kvb_json_num(j, "lo", p->lo);
             kvb_json_num(j, "hi", p->hi);
+            if (p->choices) kvb_json_str(j, "choices", p->choices); /* an int key's only values, "64|128" */
         }
         kvb_param_value_text(op, p, p->def, text, sizeof text);
         kvb_json_str(j, "default", text);

@@ -75,7 +75,7 @@ typedef struct kvb_cost {
     double bytes_dev_serial; /* KVB_CEIL_READ_H2D: the part of bytes_dev read before the overlap */
     double flops;
     kvb_ceiling_kind ceiling; /* the ceiling the time is stated against */
-    double goal_us;    /* the goal for this case, if it has one (<= 0: none) */
+    double goal_us;    /* the goal for this case, if it has one (<= 0: none) */
     const char *goal_text;
     /* a goal stated against an external peer of the same run (bench --peers): goal_us becomes
      * goal_peer_ratio x that peer's median when the peer was measured, and no goal otherwise */

@@ -28,7 +28,7 @@ static const kvb_param decode_params[] = {
     {"B", KVB_P_INT, 8, 1, DECODE_MAX_B, NULL, "batch"},
     {"Hq", KVB_P_INT, 32, 1, 2048, NULL, "query heads"},
     {"Hkv", KVB_P_INT, 8, 1, DECODE_MAX_HKV, NULL, "KV heads (G = Hq/Hkv in [1, 8])"},
-    {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (64 or 128)"},
+    {"D", KVB_P_INT, 128, 1, 1024, "64|128", "head dimension"},
     {"L", KVB_P_INT, 32768, 1, DECODE_MAX_L, NULL, "allocated tokens per sequence"},
     {"len", KVB_P_INT, 0, 0, DECODE_MAX_L, NULL, "tokens of the longest sequence (0: L)"},
     {"vary", KVB_P_INT, 0, 0, 1, NULL, "1: sequences 1..B-1 get seeded lengths in [1, len]"},

@@ -29,8 +29,8 @@
 #define K_B {"B", KVB_P_INT, 8, 1, 1024, NULL, "batch"}
 #define K_HQ {"Hq", KVB_P_INT, 32, 1, 2048, NULL, "query heads (G = Hq/Hkv in [1, 8])"}
 #define K_HKV {"Hkv", KVB_P_INT, 8, 1, 256, NULL, "KV heads"}
-#define K_D {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (64 or 128)"}
-#define K_GS {"gs", KVB_P_INT, 16, 1, 1024, NULL, "quantization group size (16, 32, 64 or 128)"}
+#define K_D {"D", KVB_P_INT, 128, 1, 1024, "64|128", "head dimension"}
+#define K_GS {"gs", KVB_P_INT, 16, 1, 1024, "16|32|64|128", "quantization group size"}
 #define K_T {"T", KVB_P_INT, 32768, 0, INT2_MAX_TCAP, NULL, "quantized tokens (a multiple of gs)"}
 #define K_R {"R", KVB_P_INT, 64, 0, 1024, NULL, "residual bf16 tokens (< 128 + gs)"}
 #define K_DIST {"dist", KVB_P_ENUM, 0, 0, 0, "normal|peaked|outlier|spiky|grid|nonfinite", "input distribution"}

@@ -42,7 +42,7 @@ static const kvb_param lms_params[] = {
     {"B", KVB_P_INT, 8, 1, LMS_MAX_B, NULL, "batch"},
     {"Hq", KVB_P_INT, 32, 1, LMS_MAX_HQ, NULL, "query heads"},
     {"Hkv", KVB_P_INT, 8, 1, LMS_MAX_HKV, NULL, "KV heads (G = Hq/Hkv in [1, 8] on the GPU)"},
-    {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (64 or 128 on the GPU)"},
+    {"D", KVB_P_INT, 128, 1, 1024, "64|128", "head dimension"},
     {"Lm", KVB_P_INT, 15564, 1, LMS_MAX_LM, NULL, "landmarks per (b, kv head)"},
     {"M", KVB_P_INT, 256, 1, LMS_MAX_LM, NULL, "chunks selected per (b, kv head), at most Lm"},
     {"outliers", KVB_P_INT, 48, 0, 1 << 20, NULL, "chunk ids without a landmark: n_chunks = Lm + outliers"},

@@ -51,7 +51,8 @@
 #define K_HQ {"Hq", KVB_P_INT, 32, 1, 1024, NULL, "query heads"}
 #define K_HKV {"Hkv", KVB_P_INT, 8, 1, 256, NULL, "KV heads (Hq = G * Hkv)"}
 #define K_L {"L", KVB_P_INT, 4096, 1, SATTN_MAX_L, NULL, "tokens (queries = keys)"}
-#define K_D {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (kernels: 64, 128)"}
+#define K_D {"D", KVB_P_INT, 128, 1, 1024, "64|128", "head dimension"}
+#define K_D_ANY {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension"}
 #define K_INPUT {"input", KVB_P_ENUM, 0, 0, 0, "normal|peaked|sink", "input distribution (see ops_selective_attn.c)"}
 #define K_SAMPLE {"sample", KVB_P_INT, 0, 0, 1 << 20, NULL, "reference on this many (b, KV head) groups; 0: all when cheap, else a sample"}
 #define K_SEED {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"}
@@ -66,7 +67,7 @@ static const kvb_param attn_params[] = {
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
 };
 static const kvb_param hh_params[] = {
-    K_B, K_HQ, K_HKV, K_L, K_D,
+    K_B, K_HQ, K_HKV, K_L, K_D_ANY,
     {"heavy", KVB_P_FLOAT, 0.25, 0, 1, NULL, "heavy-hitter ratio (MiniKV: 0.25)"},
     {"recent", KVB_P_FLOAT, 0.25, 0, 1, NULL, "recent-window ratio (MiniKV: 0.25)"},
     {"layer", KVB_P_INT, 0, 0, 1024, NULL, "layer index for the pyramid schedule"},

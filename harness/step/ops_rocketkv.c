@@ -39,7 +39,7 @@ static const kvb_param rk_params[] = {
     {"B", KVB_P_INT, 8, 1, DECODE_MAX_B, NULL, "batch"},
     {"Hq", KVB_P_INT, 32, 1, 2048, NULL, "query heads"},
     {"Hkv", KVB_P_INT, 8, 1, DECODE_MAX_HKV, NULL, "KV heads (G = Hq/Hkv in [1, 8])"},
-    {"D", KVB_P_INT, 128, 1, 1024, NULL, "head dimension (64 or 128)"},
+    {"D", KVB_P_INT, 128, 1, 1024, "64|128", "head dimension"},
     {"Lmax", KVB_P_INT, 131072, 1, DECODE_MAX_L, NULL, "prompt tokens (SnapKV++ keeps C of them)"},
     {"T", KVB_P_INT, 2048, 2, DECODE_MAX_L, NULL, "token budget (rocketkv_budget: C, P, r, k)"},
     {"M", KVB_P_INT, 50, 1, 4096, NULL, "tokens to generate: room in the kept cache (prompt budget C - M)"},

@@ -4,9 +4,9 @@
 The parser fuzzers (fuzz_cases.c, fuzz_cli.c) stop before anything is allocated; this sweep goes on
 to what they leave out: set-up, the references, the CUDA launches and the comparisons, at shapes no
 case file names. For each kernel it draws key values from `kvbench kernels --json` (the keys' own
-ranges, biased to small sizes and to the range's ends), asks `kvbench list --lines` whether the line
-is accepted and what it costs, keeps accepted lines up to a check cost and a host memory bound, and
-runs them with `kvbench check`, one process a kernel (a crash then names its kernel, and each of that
+ranges, biased to small sizes and to the range's ends, or the values a key lists), asks `kvbench list
+--lines` whether the line is accepted and what it costs, keeps accepted lines up to a check cost and
+a host memory bound, and runs them with `kvbench check`, one process a kernel (a crash then names its kernel, and each of that
 kernel's cases is run again alone to name the case).
 
 What it holds kvbench to (README.md, "Cases"): every accepted line runs and passes (PASS, or SKIP
@@ -34,6 +34,8 @@ import sys
 
 def draw_int(rng, key):
     lo, hi, default = int(key["lo"]), int(key["hi"]), int(key["default"])
+    if key.get("choices"):  # a key that allows only some values (a kernel's head dimensions) draws one of them
+        return int(rng.choice(key["choices"].split("|")))
     if key["name"] == "seed":
         return rng.randint(lo, min(hi, 1000))
     roll = rng.random()
