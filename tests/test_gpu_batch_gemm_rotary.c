@@ -1,4 +1,4 @@
-/* test_gpu_batch_gemm_rotary.c: the fused kernel and the composed cuBLAS peer (kernels/batch_gemm_rotary.h)
+/* test_gpu_batch_gemm_rotary.c: the fused kernel and the composed cuBLAS peer (kernels/batch_gemm_rotary/batch_gemm_rotary.h)
  * against the reference, one test per check-tier case of cases/batch_gemm_rotary.cases, each validated
  * twice (skipped without a device); the API's refusals, which need no device (every one is made
  * before anything touches the GPU); and, on a device, the kernels' guard against device data the

@@ -1,4 +1,4 @@
-/* test_gpu_landmark_score.c: landmark scoring (kernels/landmark_score.h), both implementations, against
+/* test_gpu_landmark_score.c: landmark scoring (kernels/landmark_score/landmark_score.h), both implementations, against
  * the reference: one test per check-tier case of cases/landmark_score.cases (edges, odd sizes, G = 1
  * to 8, ties, long rows of many blocks, sampled reference), each validated twice on one
  * workspace (skipped without a device); and the API's refusals, which need no device. */

@@ -1,4 +1,4 @@
-/* test_gpu_omnikv.c: the OmniKV selector kernel (kernels/omnikv.h) against the reference, one test per
+/* test_gpu_omnikv.c: the OmniKV selector kernel (kernels/omnikv/omnikv.h) against the reference, one test per
  * check-tier case of cases/omnikv.cases (lengths 1, 17, around a 64-token tile; k = 1 and k = len; G = 1,
  * 2, 4, 8 at D = 64 and 128; per-sequence lengths; ties; 32K and 128K at k = 2048), each validated twice
  * on one workspace (skipped without a device); and the API's refusals, which need no device: each returns

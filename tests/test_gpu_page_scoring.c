@@ -1,4 +1,4 @@
-/* test_gpu_page_scoring.c: the page-scoring kernels (kernels/page_scoring.h) against the references, one
+/* test_gpu_page_scoring.c: the page-scoring kernels (kernels/page_scoring/page_scoring.h) against the references, one
  * test per check-tier case of cases/page_scoring.cases (build, append, hybrid and Quest scoring; odd
  * lengths and page sizes; B*Hkv beyond grid.y), each validated twice on one workspace (skipped without
  * a device); and the API's refusals, which need no device: each returns KVB_EINVAL before anything is

@@ -1,4 +1,4 @@
-/* test_gpu_select.c: the suite's top-k (kernels/select.h) against the reference, one test per
+/* test_gpu_select.c: the suite's top-k (kernels/select/select.h) against the reference, one test per
  * check-tier case of cases/select.cases (both plans: rows split over blocks, one block per row; ties;
  * rows beyond grid.y), each validated twice on one workspace (skipped without a device); and the
  * API's rejections, which need no device. */

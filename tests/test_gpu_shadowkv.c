@@ -1,4 +1,4 @@
-/* test_gpu_shadowkv.c: ShadowKV's prefill on the GPU (kernels/shadowkv.h) against the reference, one
+/* test_gpu_shadowkv.c: ShadowKV's prefill on the GPU (kernels/shadowkv/shadowkv.h) against the reference, one
  * test per check-tier case of cases/shadowkv.cases (factorization bound, landmarks and outliers), each
  * validated twice on one workspace (skipped without a device); the small eigensolver of its
  * Rayleigh-Ritz step on matrices with known eigenpairs (small_eig.h, on a device); and the APIs'

@@ -1,4 +1,4 @@
-/* test_gpu_step_block.c: the dense decode step on the GPU (kernels/step_block.h) against the reference
+/* test_gpu_step_block.c: the dense decode step on the GPU (kernels/step/step_block.h) against the reference
  * of the whole block, one test per check-tier case of cases/decode_step.cases (tiny at ctx 0 and 1000,
  * Llama-3-8B at 4K and 32K, MHA llama2-7b; the graph and the eager stages), each validated twice on
  * one state (the graph replayed; omnikv's filter and sparse layers too); and the stages' refusals and

@@ -1,4 +1,4 @@
-/* test_gpu_step_rocketkv.c: RocketKV's decode-time path on the GPU (kernels/step_rocketkv.h) against its
+/* test_gpu_step_rocketkv.c: RocketKV's decode-time path on the GPU (kernels/step/step_rocketkv.h) against its
  * reference, one test per check-tier case of cases/rocketkv.cases (t = 0 and 1, t around page
  * boundaries for P = 2, 3, 4, 16, r = 1 and r = D, MHA, every token, budgets 256 to 4096 after 32K and
  * 128K prompts, the graph, the eager stages and the dense baseline), each validated twice on the same

@@ -1,4 +1,4 @@
-/* test_ref_block.c: the reference of the transformer block's stages (reference/block.c) on hand-worked
+/* test_ref_block.c: the reference of the transformer block's stages (reference/step/block.c) on hand-worked
  * values, and its refusals:
  *   - RMSNorm of (3, 4) with unit weights is (3, 4) / sqrt(12.5 + eps);
  *   - a linear layer with a residual is W x + add;

@@ -1,4 +1,4 @@
-/* test_ref_step_rocketkv.c: the reference of RocketKV's decode-time path (reference/step_rocketkv.c):
+/* test_ref_step_rocketkv.c: the reference of RocketKV's decode-time path (reference/step/step_rocketkv.c):
  *   - the step writes the new token's row t of K and V and nothing else, and updates only page t / P of
  *     the metadata, to the extrema of that page's tokens;
  *   - with every page chosen (k = t + 1) its output is dense decode over t + 1 tokens, bit for bit;

@@ -67,7 +67,7 @@ static void resolve_impl_goal(bench_ctx *b)
 static void bench_reset(void *p) { kvb_run_reset(&((bench_ctx *)p)->run); }
 
 /* KVB_BENCH_REPEAT=n launches each case n times per timed iteration: a deliberate slowdown, for the
- * regression gate's self-test (harness/gate.sh). Never set in a real round; the JSON context records it. */
+ * regression gate's self-test (harness/scripts/gate.sh). Never set in a real round; the JSON context records it. */
 static int bench_repeat(void)
 {
     static int n = -1;

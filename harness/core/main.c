@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "                                            validate, time through Google Benchmark, validate again;\n"
             "                                            samples for S s of wall time a case (default 0.25, >= 10)\n"
             "                                            --peers: external peers timed in the same round\n"
-            "                                            (harness/torch_peers.py)\n"
+            "                                            (harness/scripts/torch_peers.py)\n"
             "           --timing-lock FILE               each case's timing holds flock(2) on FILE: exclusive when it\n"
             "                                            reads pinned host memory, else shared (processes timing on\n"
             "                                            several GPUs of one host: host-bound cases are timed alone)\n"

@@ -125,7 +125,7 @@ typedef struct kvb_run {
     int out_ready;     /* t->out holds a finished download of every output */
     int ref_from_device; /* the op's ref_from_out recomputed references from the device's outputs: 1 done,
                             -1 failed part way (those references are no longer anything's), 0 not run */
-    /* compositions (kernels/compose.h): a launch with stage_timing set records per-stage device
+    /* compositions (kernels/step/compose.h): a launch with stage_timing set records per-stage device
      * times, which the op's stage_times() copies here */
     int stage_timing, n_stages;
     char stage_name[KVB_RUN_MAX_STAGES][48];
@@ -150,7 +150,7 @@ typedef struct kvb_impl {
 
 typedef struct kvb_op {
     const char *name;    /* the kernel name in case lines */
-    const char *family;  /* kernels/<family>.cu, reference/<family>.c */
+    const char *family;  /* kernels/<family>/, reference/<family>.c */
     const char *summary;
     const kvb_param *params;
     int n_params;
@@ -231,7 +231,7 @@ void kvb_run_compare_tensor(kvb_run *r, const kvb_tensor *t, kvb_cmp_result *res
 void kvb_run_compare_verdict_only(int on);
 int kvb_run_validate(kvb_run *r, kvb_verdict *v); /* reset, launch once, download, compare */
 int kvb_run_wall_timed(const kvb_run *r);
-/* Compositions (kernels/compose.h): copy a finished step's per-stage device times into r (an op's
+/* Compositions (kernels/step/compose.h): copy a finished step's per-stage device times into r (an op's
  * stage_times hook). Defined only with CUDA, where the ops that compose kernels call it. */
 struct kvb_step;
 int kvb_run_stage_times(kvb_run *r, struct kvb_step *st);

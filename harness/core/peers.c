@@ -23,7 +23,7 @@ int kvb_peers_load(const char *path, kvb_peers *p)
     const kvb_jval *arr = kvb_jget(&root, "peers");
     if (!arr || arr->type != KVB_J_ARR) {
         kvb_json_free(&root);
-        return kvb_fail(KVB_EINVAL, "%s: no \"peers\" array: not a peers file (harness/torch_peers.py writes one)", path);
+        return kvb_fail(KVB_EINVAL, "%s: no \"peers\" array: not a peers file (harness/scripts/torch_peers.py writes one)", path);
     }
     const kvb_jval *ctx = kvb_jget(&root, "context");
     snprintf(p->source, sizeof p->source, "%s (%s, %s)", path, kvb_jstr(ctx, "torch") ? kvb_jstr(ctx, "torch") : "?",

@@ -1,4 +1,4 @@
-/* peers.h: external peers (PyTorch, written by harness/torch_peers.py) timed on the same GPU in the
+/* peers.h: external peers (PyTorch, written by harness/scripts/torch_peers.py) timed on the same GPU in the
  * same round, read by `kvbench bench --peers FILE`, so that every ratio to an external peer comes
  * from one run; nothing is typed in.
  *

@@ -41,9 +41,9 @@ static const step_method *const METHODS[] = {&step_method_dense, &step_method_ro
                                              &step_method_shadowkv, &step_method_omnikv};
 
 static const kvb_param step_params[] = {
-    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv|omnikv", "attention path (harness/decode_step_<method>.c)"},
+    {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv|omnikv", "attention path (harness/step/decode_step_<method>.c)"},
     {"role", KVB_P_ENUM, 0, 0, 0, "sparse|filter", "omnikv: the layer's role (reference/omnikv.h); other methods: none"},
-    {"model", KVB_P_ENUM, 0, 0, 0, BLOCK_PRESETS, "model preset (reference/block.h)"},
+    {"model", KVB_P_ENUM, 0, 0, 0, BLOCK_PRESETS, "model preset (reference/step/block.h)"},
     {"B", KVB_P_INT, 1, 1, DECODE_MAX_B, NULL, "batch"},
     {"ctx", KVB_P_INT, 32768, 0, DECODE_MAX_L - 1, NULL, "prompt tokens"},
     {"gen", KVB_P_INT, 0, 0, 49, NULL, "tokens generated before the step (it decodes position ctx + gen)"},

@@ -1,4 +1,4 @@
-// attn_device.h: device code shared by kernels/decode/decode.cu, kernels/int2/int2.cu and
+// attn_device.h: device code shared by kernels/decode/decode.cu, kernels/int2/int2_decode_v1.cu and
 // kernels/omnikv/omnikv.cu (CUDA C++ only; not a C header). The flash-decoding warp state, the dense
 // bf16 decode step (its K half alone: dense_load_k, dense_qk), and the stream-K partition with its
 // log-sum-exp merge; the instruction wrappers they use are in kvb_device.cuh.
@@ -18,7 +18,7 @@
 #ifndef KVB_KERNELS_ATTN_DEVICE_H
 #define KVB_KERNELS_ATTN_DEVICE_H
 #ifndef __CUDACC__
-#error "attn_device.h is CUDA C++ (kernels/*.cu only)"
+#error "attn_device.h is CUDA C++ (kernels/*/*.cu only)"
 #endif
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// kvb_cuda.h: what every kernels/*.cu shares: turn a failed CUDA or cuBLAS call into a kvb_fail
+// kvb_cuda.h: what every kernels/*/*.cu shares: turn a failed CUDA or cuBLAS call into a kvb_fail
 // status (KVB_EDEVICE) that names the call, the error and the place, returned to the C caller; refuse
 // a tensor whose base is not aligned for the kernel's 16-byte accesses.
 #ifndef KVB_KERNELS_CUDA_H

@@ -11,7 +11,7 @@
 #ifndef KVB_KERNELS_DEVICE_CUH
 #define KVB_KERNELS_DEVICE_CUH
 #ifndef __CUDACC__
-#error "kvb_device.cuh is CUDA C++ (kernels/*.cu only)"
+#error "kvb_device.cuh is CUDA C++ (kernels/*/*.cu only)"
 #endif
 
 #include <cstdint>

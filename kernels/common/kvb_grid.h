@@ -1,4 +1,4 @@
-// kvb_grid.h: the grid-dimension limits of a launch, for the host code of kernels/*.cu (C++).
+// kvb_grid.h: the grid-dimension limits of a launch, for the host code of kernels/*/*.cu (C++).
 //
 // CUDA allows grid.x up to 2^31 - 1 blocks, grid.y and grid.z up to 65535. Counts taken from shapes
 // (B * Hkv heads, B * Hq rows) pass 65535 well inside the ranges the cases allow (B <= 1024, Hkv <= 256),
@@ -10,7 +10,7 @@
 #ifndef KVB_KERNELS_GRID_H
 #define KVB_KERNELS_GRID_H
 #ifndef __cplusplus
-#error "kvb_grid.h is C++ (the host code of kernels/*.cu)"
+#error "kvb_grid.h is C++ (the host code of kernels/*/*.cu)"
 #endif
 
 #include <cstdint>

@@ -36,7 +36,7 @@ size_t minikv_workspace_bytes(const int2_layout *before);
  * native copy of c (int2_quantize_native at the prefill), or NULL for v2 over c alone; with it, a flush
  * needs T a multiple of max(64, gs). */
 int minikv_path_prepare(minikv_path *p, const int2_layout *before, const int2_cache *c, const int2_native *n, void *ws);
-/* As a block_attention's add_stages (kernels/step_block.h; ctx: a prepared path). */
+/* As a block_attention's add_stages (kernels/step/step_block.h; ctx: a prepared path). */
 int minikv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                             kvb_bf16 *att);
 
