@@ -31,6 +31,27 @@ static void test_exact(void **state)
     assert_int_equal(r.n_checked, 3);
 }
 
+/* Packed codes: a skipped slice's word of all ones is the poison to kvb_compare_exact, and may be a
+ * true result (sixteen 2-bit codes of 3): kvb_compare_exact_any_bits counts it, unjudged; the sampled
+ * slice is still compared bit for bit. */
+static void test_exact_any_bits(void **state)
+{
+    (void)state;
+    uint32_t ref[6] = {1, 0xFFFFFFFFu, 3, 4, 5, 6}, out[6] = {1, 0xFFFFFFFFu, 3, 0xFFFFFFFFu, 0xFFFFFFFFu, 0};
+    uint8_t mask[2] = {1, 0};
+    kvb_cmp_result r;
+    kvb_compare_exact(out, ref, KVB_U32, 6, 3, mask, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 2);
+    kvb_compare_exact_any_bits(out, ref, KVB_U32, 6, 3, mask, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, 3), assert_int_equal(r.n_screened, 0), assert_int_equal(r.n_unscreened, 3);
+    out[2] = 7;
+    kvb_compare_exact_any_bits(out, ref, KVB_U32, 6, 3, mask, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 1);
+}
+
 /* Long tensors go block by block (equal blocks by memcmp): the counts must be those of the element walk,
  * across block edges, with sampled and skipped slices that straddle blocks, and with non-finite refs. */
 static void test_exact_long_blocks(void **state)
@@ -192,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_float_magnitude),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_exact_long_blocks),
+        cmocka_unit_test(test_exact_any_bits),
         cmocka_unit_test(test_float_tolerances),
         cmocka_unit_test(test_float_nonfinite),
         cmocka_unit_test(test_indexset_tie_tolerant),

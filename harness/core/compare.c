@@ -68,15 +68,17 @@ static int64_t count_nonfinite(const void *p, kvb_dtype t, int64_t first, int64_
     return n;
 }
 
-/* The element walk of kvb_compare_exact over [start, start + len). */
+/* The element walk of kvb_compare_exact over [start, start + len); `screen` 0: a skipped slice's
+ * elements are counted, not screened (kvb_compare_exact_any_bits). */
 static void exact_walk(const void *out, const void *ref, kvb_dtype t, int64_t start, int64_t len, int64_t slice_len,
-                       const uint8_t *mask, kvb_cmp_result *r)
+                       const uint8_t *mask, int screen, kvb_cmp_result *r)
 {
     const size_t es = kvb_dtype_size(t);
     const uint8_t *o = out, *f = ref;
     for (int64_t i = start; i < start + len; i++) {
         if (!slice_on(mask, slice_len, i)) {
-            screen_unsampled(out, t, i, r);
+            if (screen) screen_unsampled(out, t, i, r);
+            else r->n_unscreened++;
             continue;
         }
         r->n_checked++;
@@ -91,8 +93,8 @@ static void exact_walk(const void *out, const void *ref, kvb_dtype t, int64_t st
     }
 }
 
-void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
-                       const uint8_t *mask, kvb_cmp_result *r)
+static void compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                          const uint8_t *mask, int screen, kvb_cmp_result *r)
 {
     reset(r, KVB_CMP_EXACT);
     const size_t es = kvb_dtype_size(t);
@@ -117,12 +119,24 @@ void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n,
         r->n_checked += checked, r->n_ref_nonfinite += ref_nonfinite;
         for (int b = 0; b < nb && !(r->n_bad && g_first_bad_settles); b++) {
             const int64_t start = g0 + (int64_t)b * BLOCK;
-            if (!equal[b]) exact_walk(out, ref, t, start, n - start < BLOCK ? n - start : BLOCK, slice_len, mask, r);
+            if (!equal[b]) exact_walk(out, ref, t, start, n - start < BLOCK ? n - start : BLOCK, slice_len, mask, screen, r);
         }
         if (r->n_bad && g_first_bad_settles) break;
     }
     r->tol_used = r->n_bad ? 1.0 : 0.0;
     r->pass = r->n_bad == 0;
+}
+
+void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                       const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_exact(out, ref, t, n, slice_len, mask, 1, r);
+}
+
+void kvb_compare_exact_any_bits(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                                const uint8_t *mask, kvb_cmp_result *r)
+{
+    compare_exact(out, ref, t, n, slice_len, mask, 0, r);
 }
 
 static void compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol, const double *mag,

@@ -44,6 +44,7 @@ typedef struct kvb_cmp_result {
     int64_t n_ref_nonfinite; /* inf or NaN in the reference (NaN inputs, or masked scores): matched
                               * exactly, and reported, so that they never pass unseen */
     int64_t n_screened; /* elements of slices a sampled reference skipped: checked finite and not poison */
+    int64_t n_unscreened; /* such elements of a tensor whose every bit pattern is a value: not judged at all */
     double max_abs, tol_used, rel_l2; /* tol_used: max over elements of |err| / (atol + rtol|ref|) */
     int n_first;
     kvb_mismatch first[KVB_MAX_MISMATCHES];
@@ -58,6 +59,10 @@ typedef struct kvb_cmp_result {
 void kvb_compare_verdict_only(int on);
 void kvb_compare_exact(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
                        const uint8_t *mask, kvb_cmp_result *r);
+/* The same for an integer tensor whose every bit pattern is a value (KVB_T_ANY_BITS): the skipped
+ * slices' elements are counted in n_unscreened, since the poison pattern there may be a true result. */
+void kvb_compare_exact_any_bits(const void *out, const void *ref, kvb_dtype t, int64_t n, int64_t slice_len,
+                                const uint8_t *mask, kvb_cmp_result *r);
 void kvb_compare_float(const void *out, const void *ref, kvb_dtype t, int64_t n, kvb_tol tol,
                        int64_t slice_len, const uint8_t *mask, kvb_cmp_result *r);
 /* The same with the element bound atol + rtol * mag[i] (mag: n non-negative magnitudes). */

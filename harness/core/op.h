@@ -29,6 +29,9 @@ enum {
     KVB_T_NO_DUMP = 2,     /* too large or uninteresting for --dump */
     KVB_T_NO_REF = 4,      /* OUT tensor without a reference: judged by another rule (the op's out_check), so
                               t->ref is never computed, never compared and never dumped */
+    KVB_T_ANY_BITS = 8,    /* integer OUT tensor whose every bit pattern is a value (packed 2-bit codes: sixteen
+                              3s are 0xFFFFFFFF, the poison), so a slice a sampled reference skipped cannot be
+                              screened for the poison; the metadata written beside it still is */
 };
 
 typedef struct kvb_tensor {

@@ -110,6 +110,8 @@ void kvb_print_verdict(kvb_run *r, const kvb_verdict *v)
                v->name[i], g_kinds[c->kind], (long long)c->n_checked, (long long)c->n_bad, (long long)c->n_nonfinite,
                c->max_abs, 100.0 * c->tol_used, c->rel_l2, c->pass ? "ok" : "FAIL");
         if (c->n_screened) printf("  (+%lld screened: finite, not poison)", (long long)c->n_screened);
+        if (c->n_unscreened)
+            printf("  (+%lld not screened: any bit pattern is a value)", (long long)c->n_unscreened);
         if (c->n_ref_nonfinite)
             printf("  (reference has %lld inf/NaN, matched exactly: non-finite inputs?)", (long long)c->n_ref_nonfinite);
         printf("\n");
@@ -140,6 +142,7 @@ void kvb_verdict_json(kvb_json *j, kvb_run *r, const kvb_verdict *v)
         }
         kvb_json_int(j, "n_checked", c->n_checked);
         kvb_json_int(j, "n_screened", c->n_screened);
+        kvb_json_int(j, "n_unscreened", c->n_unscreened);
         kvb_json_int(j, "n_bad", c->n_bad);
         kvb_json_int(j, "n_nonfinite", c->n_nonfinite);
         kvb_json_int(j, "n_ref_nonfinite", c->n_ref_nonfinite);

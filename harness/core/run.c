@@ -206,7 +206,9 @@ int kvb_run_download(kvb_run *r)
 
 void kvb_run_compare_tensor(kvb_run *r, const kvb_tensor *t, kvb_cmp_result *res)
 {
-    if (t->cmp == KVB_CMP_EXACT)
+    if (t->cmp == KVB_CMP_EXACT && (t->flags & KVB_T_ANY_BITS))
+        kvb_compare_exact_any_bits(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
+    else if (t->cmp == KVB_CMP_EXACT)
         kvb_compare_exact(t->out, t->ref, t->dtype, t->n, t->slice_len, t->slice_mask, res);
     else if (t->cmp == KVB_CMP_FLOAT && t->tol_mag)
         kvb_compare_float_mag(t->out, t->ref, t->dtype, t->n, t->tol, t->tol_mag, t->slice_len, t->slice_mask, res);

@@ -172,14 +172,14 @@ void int2_op_add_cache(kvb_run *r, const int2_layout *l, int role, int keys, int
     int64_t s[4];
     if (keys) {
         s[0] = l->B, s[1] = l->Hkv, s[2] = l->D, s[3] = l->Tcap / 16;
-        kvb_run_tensor(r, "Kq", KVB_U32, 4, s, role);
+        kvb_run_tensor(r, "Kq", KVB_U32, 4, s, role)->flags |= KVB_T_ANY_BITS; /* sixteen 2-bit codes a word */
         s[3] = l->Tcap / l->gs;
         kvb_run_tensor(r, "Ks", KVB_FP16, 4, s, role);
         kvb_run_tensor(r, "Kz", KVB_FP16, 4, s, role);
     }
     if (values) {
         s[0] = l->B, s[1] = l->Hkv, s[2] = l->Tcap, s[3] = l->D / 16;
-        kvb_run_tensor(r, "Vq", KVB_U32, 4, s, role);
+        kvb_run_tensor(r, "Vq", KVB_U32, 4, s, role)->flags |= KVB_T_ANY_BITS;
         s[3] = l->D / l->gs;
         kvb_run_tensor(r, "Vs", KVB_FP16, 4, s, role);
         kvb_run_tensor(r, "Vz", KVB_FP16, 4, s, role);
