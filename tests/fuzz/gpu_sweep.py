@@ -70,7 +70,8 @@ FAIL_BY_DESIGN = {("dist", "nonfinite")}
 
 
 def draw_line(rng, kernel):
-    parts = [kernel["name"]]
+    keys = {key["name"]: key for key in kernel["keys"]}
+    values = {}
     for key in kernel["keys"]:
         if rng.random() < 0.3 and key["name"] != "seed":
             continue  # the default (seed always given: a kernel's name alone would be a filter)
@@ -80,8 +81,13 @@ def draw_line(rng, kernel):
             value = str(draw_int(rng, key))
         else:
             value = "%.6g" % draw_float(rng, key)
-        parts.append("%s=%s" % (key["name"], value))
-    return " ".join(parts)
+        values[key["name"]] = value
+    # grouped-query attention: most draws make Hq a multiple of Hkv (G in [1, 8]), as every kernel with both
+    # keys requires; the rest keep the independent draw, whose refusal is checked too
+    if "Hq" in values and "Hkv" in keys and rng.random() < 0.8:
+        hkv = int(values.get("Hkv", keys["Hkv"]["default"]))
+        values["Hq"] = str(min(int(keys["Hq"]["hi"]), hkv * rng.randint(1, 8)))
+    return " ".join([kernel["name"]] + ["%s=%s" % kv for kv in values.items()])
 
 
 def run(cmd, timeout):
@@ -131,7 +137,8 @@ def draw_kernel(kvbench, scratch, kernel, args, rng):
                     continue
                 if not any(re.search(r"\b%s\b" % re.escape(k["name"]), msg) for k in kernel["keys"]):
                     silent.append((line, msg))  # a refusal names the key it refuses (README.md)
-                key = msg.split(": ", 2)[-1][:160]
+                # grouped by kind: the message with its numbers as N
+                key = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "N", msg.split(": ", 1)[-1])[:160]
                 refusals[key] = refusals.get(key, 0) + 1
                 continue
             if case_id in seen or cost > args.max_cost or host_mb > args.max_host_mb:
@@ -212,7 +219,7 @@ def main():
         sys.exit("gpu_sweep: unknown kernels: %s" % ", ".join(sorted(unknown)))
     rng = random.Random(args.seed)
     rows, counts, drawn = [], {"PASS": 0, "FAIL": 0, "SKIP": 0, "CRASH": 0}, []
-    notes, total_cost = [], 0.0
+    notes, total_cost, refused_most = [], 0.0, []
     for kernel in kernels:
         if wanted and kernel["name"] not in wanted:
             continue
@@ -232,6 +239,10 @@ def main():
                 rows.append((kernel["name"], "CRASH", line, msg))
         total_cost += cost
         drawn += lines
+        if refusals and not args.drawn:  # what the draws of this kernel were refused for, the most frequent first
+            top = sorted(refusals.items(), key=lambda kv: -kv[1])[:3]
+            refused_most.append("%s (%d of %d tries): %s" % (kernel["name"], sum(refusals.values()), tries,
+                                                             "; ".join("%d x `%s`" % (n, m) for m, n in top)))
         for line, msg in silent:
             notes.append("%s: refused without naming a key: `%s`: %s" % (kernel["name"], line, msg))
         run_them = lines and not args.draw_only
@@ -260,6 +271,9 @@ def main():
             f.write("- %s %s `%s`: %s\n" % (status, kernel, case_id, detail))
         for note in notes:
             f.write("- %s\n" % note)
+        if refused_most:
+            f.write("\n## Refused draws (the three most frequent kinds a kernel, numbers as N)\n\n")
+            f.writelines("- %s\n" % row for row in refused_most)
     print("check cost estimate of the drawn cases: %.0f s" % total_cost)
     for kernel, status, case_id, detail in rows:
         print("%s  %s\n      %s" % (status, case_id, detail[:400]))
