@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "                                            --shard balances it (bench's with --tier bench, else\n"
             "                                            check's), and its host memory estimate in MB\n"
             "           --lines FILE                     each line of FILE on its own: its id, or 'refused' and why\n"
-            "  kernels  [KERNEL|FAMILY...] [--json F]    each kernel's keys with their ranges and defaults, and its\n"
+            "  kernels  [KERNEL|FAMILY...] [--json F]    each kernel's keys (range or values, default) and its\n"
             "                                            implementations (all kernels without a name); --json: as data\n"
             "  check    [FILTER...] [--json F] [--dump DIR] [--determinism]\n"
             "                                            run CUDA and the C reference, compare; exit 1 on a failure\n"
@@ -252,7 +252,7 @@ static void kernel_json(kvb_json *j, const kvb_op *op)
     kvb_json_close(j);
 }
 
-/* kvbench kernels [KERNEL|FAMILY...] [--json F]: each kernel's keys with their ranges and defaults, and
+/* kvbench kernels [KERNEL|FAMILY...] [--json F]: each kernel's keys with their ranges (or listed values) and defaults, and
  * its implementations; --json writes the same as data (tests/fuzz/gpu_sweep.py draws cases from it). */
 static int cmd_kernels(const kvb_options *o)
 {
