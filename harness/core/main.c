@@ -252,8 +252,9 @@ static void kernel_json(kvb_json *j, const kvb_op *op)
     kvb_json_close(j);
 }
 
-/* kvbench kernels [KERNEL|FAMILY...] [--json F]: each kernel's keys with their ranges (or listed values) and defaults, and
- * its implementations; --json writes the same as data (tests/fuzz/gpu_sweep.py draws cases from it). */
+/* kvbench kernels [KERNEL|FAMILY...] [--json F]: each kernel's keys with their ranges (or listed values)
+ * and defaults, and its implementations; --json writes the same as data (tests/fuzz/gpu_sweep.py draws
+ * cases from it). */
 static int cmd_kernels(const kvb_options *o)
 {
     const char *stray = o->tier ? "--tier" : o->cases_path ? "--cases" : o->dump ? "--dump" : o->summary ? "--summary"
