@@ -97,8 +97,10 @@ static void test_int_choices(void **state)
     assert_error_mentions("decode_attn: D=96 is not one of {64, 128}");
     assert_int_equal(parse("int2_decode_attn gs=24"), KVB_EINVAL);
     assert_error_mentions("gs=24 is not one of {16, 32, 64, 128}");
-    assert_int_equal(parse("int2_decode_attn D=2048"), KVB_EINVAL); /* the range first */
-    assert_error_mentions("D=2048 out of range [1, 1024]");
+    assert_int_equal(parse("int2_decode_attn D=2048"), KVB_EINVAL); /* past the range too: the list says it */
+    assert_error_mentions("D=2048 is not one of {64, 128}");
+    assert_int_equal(parse("decode_attn D=64K"), KVB_EINVAL); /* a suffix: the value as written */
+    assert_error_mentions("D=64K is not one of {64, 128}");
     const kvb_op *op = kvb_op_find("int2_decode_attn");
     assert_non_null(op);
     char text[128];

@@ -268,17 +268,17 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
             const long long hi = p->hi >= (double)LLONG_MAX ? LLONG_MAX : (long long)p->hi;
             if (ok < 0)
                 FAIL("%s: %s=%s out of range [%lld, %lld] (beyond a 64-bit integer)", op->name, p->name, val, lo, hi);
+            if (p->choices && !int_choice(p->choices, v)) { /* the listed values lie in [lo, hi] (test_case) */
+                char set[256];
+                int_choices_text(p->choices, set, sizeof set);
+                FAIL("%s: %s=%s is not one of %s", op->name, p->name, val, set);
+            }
             if (v < lo || v > hi) {
                 char num[32];
                 snprintf(num, sizeof num, "%lld", v);
                 if (strcmp(num, val)) /* a suffix or another spelling: show both */
                     FAIL("%s: %s=%s (= %lld) out of range [%lld, %lld]", op->name, p->name, val, v, lo, hi);
                 FAIL("%s: %s=%lld out of range [%lld, %lld]", op->name, p->name, v, lo, hi);
-            }
-            if (p->choices && !int_choice(p->choices, v)) {
-                char set[256];
-                int_choices_text(p->choices, set, sizeof set);
-                FAIL("%s: %s=%lld is not one of %s", op->name, p->name, v, set);
             }
             c.v[pi] = (double)v;
         } else if (p->type == KVB_P_FLOAT) {
