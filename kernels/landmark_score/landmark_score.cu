@@ -186,6 +186,8 @@ __global__ void __launch_bounds__(THREADS, SCORE_BLOCKS_PER_SM) landmark_logits_
         }
     }
 
+    kvb_dev::chain_release(); // the stream is read: the chained normalize may be scheduled
+
     // the block's partials: over the 8 landmark rows g of the warp's fragments, then over the warps
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -243,6 +245,7 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
     const int64_t row = blockIdx.x / a.nchunk;
     const int chunk = blockIdx.x % a.nchunk, G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
+    kvb_dev::chain_wait(); // launched chained (kvb_device.cuh): the scores kernel has ended
     if (warp < G) {
         const float2 *p = a.partials + row * a.nblk * G + warp;
         float mx = -INFINITY, sum = 0.f;
@@ -278,6 +281,7 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         else
             for (int i = 0; i < 4 && l + i < end; ++i) m[l + i] = x[i];
     }
+    kvb_dev::chain_release(); // the logits are read: the chained top-k may be scheduled
 }
 
 int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const float *logits, const float2 *partials,
@@ -289,8 +293,7 @@ int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const fl
     NormalizeArgs k;
     k.logits = logits, k.partials = partials, k.m = m;
     k.G = groups_of(s), k.Lm = s->Lm, k.Lp = pl.Lp, k.nblk = pl.nblk, k.nchunk = pl.nchunk;
-    landmark_normalize_kernel<<<blocks, THREADS, 0, stream>>>(k);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(kvb_dev::launch_chained(landmark_normalize_kernel, dim3(blocks), dim3(THREADS), 0, stream, k));
     return KVB_OK;
 }
 
@@ -338,6 +341,8 @@ __global__ void group_max_kernel(const float *s, float *m, int G, int Lm, int64_
 
 __global__ void map_ids_kernel(int32_t *ids, const int32_t *landmark_idx, int64_t total, int M, int Lm)
 {
+    kvb_dev::chain_wait(); // launched chained (kvb_device.cuh): the top-k has ended
+    kvb_dev::chain_release();
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
     if (i >= total) return;
     ids[i] = landmark_idx[(i / M) * Lm + ids[i]];
@@ -440,8 +445,8 @@ int stage_map(void *ctx, cudaStream_t stream)
     unsigned blocks = 0;
     int rc = kvb_grid_x("landmark_score", "B*Hkv*M", total, THREADS, &blocks);
     if (rc) return rc;
-    map_ids_kernel<<<blocks, THREADS, 0, stream>>>(p->a.chunks, p->a.landmark_idx, total, p->s.M, p->s.Lm);
-    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(kvb_dev::launch_chained(map_ids_kernel, dim3(blocks), dim3(THREADS), 0, stream, p->a.chunks,
+                                     (const int32_t *)p->a.landmark_idx, total, p->s.M, p->s.Lm));
     return KVB_OK;
 }
 
