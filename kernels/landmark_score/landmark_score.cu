@@ -241,11 +241,24 @@ struct NormalizeArgs {
 __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeArgs a)
 {
     static_assert(NW >= LMS_CUDA_MAX_G, "one warp per head");
+    constexpr int STEPS = NORM_RUN / (4 * THREADS);
     __shared__ float row_max[LMS_CUDA_MAX_G], row_inv[LMS_CUDA_MAX_G];
     const int64_t row = blockIdx.x / a.nchunk;
     const int chunk = blockIdx.x % a.nchunk, G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *y = a.logits + row * G * a.Lp;
+    float *m = a.m + row * a.Lm;
+    const int end = min(a.Lm, (chunk + 1) * NORM_RUN), l0 = chunk * NORM_RUN + 4 * threadIdx.x;
 
     kvb_dev::chain_wait(); // launched chained (kvb_device.cuh): the scores kernel has ended
+    // every logit the thread needs is requested before the partials are combined, so the two reads'
+    // latencies overlap instead of following each other
+    uint4 w[STEPS][LMS_CUDA_MAX_G];
+#pragma unroll
+    for (int st = 0; st < STEPS; ++st)
+#pragma unroll
+        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
+            if (h < G && l0 + st * 4 * THREADS < end) w[st][h] = kvb_dev::ldg16(y + (int64_t)h * a.Lp + l0 + st * 4 * THREADS);
+
     if (warp < G) {
         const float2 *p = a.partials + row * a.nblk * G + warp;
         float mx = -INFINITY, sum = 0.f;
@@ -259,20 +272,17 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         if (lane == 0) row_max[warp] = mx, row_inv[warp] = 1.f / sum;
     }
     __syncthreads();
+    kvb_dev::chain_release(); // the logits are read: the chained top-k may be scheduled
 
-    const float *y = a.logits + row * G * a.Lp;
-    float *m = a.m + row * a.Lm;
-    const int end = min(a.Lm, (chunk + 1) * NORM_RUN);
-    for (int l = chunk * NORM_RUN + 4 * threadIdx.x; l < end; l += 4 * THREADS) {
-        uint4 w[LMS_CUDA_MAX_G];
 #pragma unroll
-        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
-            if (h < G) w[h] = kvb_dev::ldg16(y + (int64_t)h * a.Lp + l);
+    for (int st = 0; st < STEPS; ++st) {
+        const int l = l0 + st * 4 * THREADS;
+        if (l >= end) break;
         float x[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
             if (h < G) {
-                const uint32_t u[4] = {w[h].x, w[h].y, w[h].z, w[h].w};
+                const uint32_t u[4] = {w[st][h].x, w[st][h].y, w[st][h].z, w[st][h].w};
 #pragma unroll
                 for (int i = 0; i < 4; ++i) x[i] = fmaxf(x[i], exp2f(__uint_as_float(u[i]) - row_max[h]) * row_inv[h]);
             }
@@ -281,7 +291,6 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         else
             for (int i = 0; i < 4 && l + i < end; ++i) m[l + i] = x[i];
     }
-    kvb_dev::chain_release(); // the logits are read: the chained top-k may be scheduled
 }
 
 int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const float *logits, const float2 *partials,
