@@ -238,11 +238,12 @@ struct NormalizeArgs {
 // (at most 6% at the bench shapes on an H200, nblk <= 61; equal at MAX_SPLIT = 1024, rows of 2^20 to
 // 2^21 landmarks), where a step of its own would add a launch and a dependency (microseconds) to every
 // shape.
+template <int MAXG>
 __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeArgs a)
 {
-    static_assert(NW >= LMS_CUDA_MAX_G, "one warp per head");
+    static_assert(NW >= MAXG, "one warp per head");
     constexpr int STEPS = NORM_RUN / (4 * THREADS);
-    __shared__ float row_max[LMS_CUDA_MAX_G], row_inv[LMS_CUDA_MAX_G];
+    __shared__ float row_max[MAXG], row_inv[MAXG];
     const int64_t row = blockIdx.x / a.nchunk;
     const int chunk = blockIdx.x % a.nchunk, G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *y = a.logits + row * G * a.Lp;
@@ -252,11 +253,11 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
     kvb_dev::chain_wait(); // launched chained (kvb_device.cuh): the scores kernel has ended
     // every logit the thread needs is requested before the partials are combined, so the two reads'
     // latencies overlap instead of following each other
-    uint4 w[STEPS][LMS_CUDA_MAX_G];
+    uint4 w[STEPS][MAXG];
 #pragma unroll
     for (int st = 0; st < STEPS; ++st)
 #pragma unroll
-        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
+        for (int h = 0; h < MAXG; ++h)
             if (h < G && l0 + st * 4 * THREADS < end) w[st][h] = kvb_dev::ldg16(y + (int64_t)h * a.Lp + l0 + st * 4 * THREADS);
 
     if (warp < G) {
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         if (l >= end) break;
         float x[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int h = 0; h < LMS_CUDA_MAX_G; ++h)
+        for (int h = 0; h < MAXG; ++h)
             if (h < G) {
                 const uint32_t u[4] = {w[st][h].x, w[st][h].y, w[st][h].z, w[st][h].w};
 #pragma unroll
@@ -302,7 +303,9 @@ int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const fl
     NormalizeArgs k;
     k.logits = logits, k.partials = partials, k.m = m;
     k.G = groups_of(s), k.Lm = s->Lm, k.Lp = pl.Lp, k.nblk = pl.nblk, k.nchunk = pl.nchunk;
-    CUDA_TRY(kvb_dev::launch_chained(landmark_normalize_kernel, dim3(blocks), dim3(THREADS), 0, stream, k));
+    // the logits a thread holds are sized for G <= 4 or G <= 8 (twice the registers)
+    CUDA_TRY(kvb_dev::launch_chained(k.G <= 4 ? landmark_normalize_kernel<4> : landmark_normalize_kernel<LMS_CUDA_MAX_G>,
+                                     dim3(blocks), dim3(THREADS), 0, stream, k));
     return KVB_OK;
 }
 
