@@ -238,11 +238,12 @@ struct NormalizeArgs {
 // (at most 6% at the bench shapes on an H200, nblk <= 61; equal at MAX_SPLIT = 1024, rows of 2^20 to
 // 2^21 landmarks), where a step of its own would add a launch and a dependency (microseconds) to every
 // shape.
-template <int MAXG>
+template <int MAXG, int PRE>
 __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeArgs a)
 {
     static_assert(NW >= MAXG, "one warp per head");
     constexpr int STEPS = NORM_RUN / (4 * THREADS);
+    static_assert(PRE >= 1 && PRE <= STEPS, "steps whose logits are requested before the partials");
     __shared__ float row_max[MAXG], row_inv[MAXG];
     const int64_t row = blockIdx.x / a.nchunk;
     const int chunk = blockIdx.x % a.nchunk, G = a.G, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -251,11 +252,11 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
     const int end = min(a.Lm, (chunk + 1) * NORM_RUN), l0 = chunk * NORM_RUN + 4 * threadIdx.x;
 
     kvb_dev::chain_wait(); // launched chained (kvb_device.cuh): the scores kernel has ended
-    // every logit the thread needs is requested before the partials are combined, so the two reads'
+    // the first PRE steps' logits are requested before the partials are combined, so the two reads'
     // latencies overlap instead of following each other
-    uint4 w[STEPS][MAXG];
+    uint4 w[PRE][MAXG];
 #pragma unroll
-    for (int st = 0; st < STEPS; ++st)
+    for (int st = 0; st < PRE; ++st)
 #pragma unroll
         for (int h = 0; h < MAXG; ++h)
             if (h < G && l0 + st * 4 * THREADS < end) w[st][h] = kvb_dev::ldg16(y + (int64_t)h * a.Lp + l0 + st * 4 * THREADS);
@@ -279,11 +280,15 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
     for (int st = 0; st < STEPS; ++st) {
         const int l = l0 + st * 4 * THREADS;
         if (l >= end) break;
+        uint4 v[MAXG];
+#pragma unroll
+        for (int h = 0; h < MAXG; ++h)
+            if (h < G) v[h] = st < PRE ? w[st < PRE ? st : 0][h] : kvb_dev::ldg16(y + (int64_t)h * a.Lp + l);
         float x[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int h = 0; h < MAXG; ++h)
             if (h < G) {
-                const uint32_t u[4] = {w[st][h].x, w[st][h].y, w[st][h].z, w[st][h].w};
+                const uint32_t u[4] = {v[h].x, v[h].y, v[h].z, v[h].w};
 #pragma unroll
                 for (int i = 0; i < 4; ++i) x[i] = fmaxf(x[i], exp2f(__uint_as_float(u[i]) - row_max[h]) * row_inv[h]);
             }
@@ -303,8 +308,9 @@ int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const fl
     NormalizeArgs k;
     k.logits = logits, k.partials = partials, k.m = m;
     k.G = groups_of(s), k.Lm = s->Lm, k.Lp = pl.Lp, k.nblk = pl.nblk, k.nchunk = pl.nchunk;
-    // the logits a thread holds are sized for G <= 4 or G <= 8 (twice the registers)
-    CUDA_TRY(kvb_dev::launch_chained(k.G <= 4 ? landmark_normalize_kernel<4> : landmark_normalize_kernel<LMS_CUDA_MAX_G>,
+    // the logits requested ahead: both steps' at G <= 4 (60 registers), the first step's at larger G (both
+    // steps' at G = 8 took 96 registers, two blocks a SM, and measured slower)
+    CUDA_TRY(kvb_dev::launch_chained(k.G <= 4 ? landmark_normalize_kernel<4, 2> : landmark_normalize_kernel<LMS_CUDA_MAX_G, 1>,
                                      dim3(blocks), dim3(THREADS), 0, stream, k));
     return KVB_OK;
 }
