@@ -109,6 +109,53 @@ static void test_int_choices(void **state)
     assert_string_equal(text, "{16, 32, 64, 128}");
 }
 
+/* A key read only with some values of an enum key (kvb_op.scopes): declared as "key=a|b" over another
+ * enum key of the same kernel and values it lists; its default accepted everywhere, another value refused
+ * where the enum key's value does not read it, naming both, and accepted where it does. */
+static void test_keys_read_only_with(void **state)
+{
+    (void)state;
+    int declared = 0;
+    for (int i = 0; i < kvb_op_count(); i++) {
+        const kvb_op *op = kvb_op_at(i);
+        for (int k = 0; k < op->n_scopes; k++) { /* each scope names a key of the kernel */
+            int known = 0;
+            for (int m = 0; m < op->n_params; m++) known |= !strcmp(op->params[m].name, op->scopes[k].key);
+            if (!known) fail_msg("%s: a scope of the unknown key %s", op->name, op->scopes[k].key);
+        }
+        for (int k = 0; k < op->n_params; k++) {
+            const char *w = kvb_param_only_with(op, &op->params[k]);
+            if (!w) continue;
+            declared++;
+            const char *eq = strchr(w, '=');
+            if (!eq || !eq[1]) fail_msg("%s %s: only_with '%s' is not key=a|b", op->name, op->params[k].name, w);
+            const kvb_param *cond = NULL;
+            for (int m = 0; m < op->n_params; m++)
+                if (strlen(op->params[m].name) == (size_t)(eq - w) && !strncmp(op->params[m].name, w, (size_t)(eq - w)))
+                    cond = &op->params[m];
+            if (!cond || cond->type != KVB_P_ENUM || !cond->choices || cond == &op->params[k])
+                fail_msg("%s %s: only_with '%s' names no other enum key with listed values", op->name, op->params[k].name, w);
+            for (const char *v = eq + 1; v; v = strchr(v, '|') ? strchr(v, '|') + 1 : NULL) {
+                const size_t n = strcspn(v, "|");
+                int listed = 0;
+                for (const char *x = cond->choices; x; x = strchr(x, '|') ? strchr(x, '|') + 1 : NULL)
+                    listed |= strcspn(x, "|") == n && !strncmp(x, v, n);
+                if (!listed) fail_msg("%s %s: only_with '%s': %.*s is not a value of %s", op->name, op->params[k].name, w,
+                                      (int)n, v, cond->name);
+            }
+        }
+    }
+    assert_true(declared >= 4); /* decode_step's role, budget, rank, hit */
+    assert_int_equal(parse("decode_step method=minikv model=tiny ctx=100 budget=64"), KVB_EINVAL);
+    assert_error_mentions("decode_step method=minikv: budget=64 out of range [2048, 2048]",
+                          "method=minikv does not read budget (rocketkv, shadowkv, omnikv do)", "leave it at its default");
+    assert_int_equal(parse("decode_step method=omnikv model=tiny ctx=1000 budget=64 hit=1"), KVB_EINVAL);
+    assert_error_mentions("hit=1 out of range [0.6, 0.6]: method=omnikv does not read hit (shadowkv does)");
+    assert_int_equal(parse("decode_step method=omnikv model=tiny ctx=1000 budget=64 role=filter"), KVB_OK);
+    assert_int_equal(parse("decode_step method=shadowkv model=tiny ctx=1000 budget=64 rank=32 hit=0.5"), KVB_OK);
+    assert_int_equal(parse("decode_step method=dense model=tiny ctx=100 budget=2048 hit=0.6 role=sparse"), KVB_OK);
+}
+
 /* Every kernel's declared keys agree with themselves: each default inside its range, an int key's
  * choices inside its range and its default one of them, so that a line of defaults always parses; and
  * each listed value is accepted with the other keys at their defaults (a list is what the kernel takes). */
@@ -415,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_unknown_and_duplicate_keys),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_int_choices),
+        cmocka_unit_test(test_keys_read_only_with),
         cmocka_unit_test(test_declared_defaults_are_allowed),
         cmocka_unit_test(test_out_of_range_sizes),
         cmocka_unit_test(test_integer_overflow),

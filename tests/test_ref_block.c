@@ -166,10 +166,10 @@ static void test_decode_step_refusals(void **state)
     assert_int_equal(kvb_case_parse("decode_step method=omnikv model=tiny B=1 ctx=0 all=1", "t", &c), KVB_EINVAL);
     assert_error_mentions("method=omnikv all=1: ctx=0 out of range [1, ");
     assert_int_equal(kvb_case_parse("decode_step method=dense role=filter model=tiny B=1 ctx=10", "t", &c), KVB_EINVAL);
-    assert_error_mentions("method=dense: role=filter: only method=omnikv has layer roles");
+    assert_error_mentions("method=dense: role=filter is not one of {sparse}: method=dense does not read role (omnikv does)");
     assert_int_equal(kvb_case_parse("decode_step method=rocketkv role=filter model=tiny B=1 ctx=1000 budget=256", "t",
                                     &c), KVB_EINVAL);
-    assert_error_mentions("method=rocketkv: role=filter: only method=omnikv has layer roles");
+    assert_error_mentions("method=rocketkv: role=filter is not one of {sparse}: method=rocketkv does not read role (omnikv does)");
     assert_int_equal(kvb_case_parse("decode_step method=omnikv role=filter model=tiny B=1 ctx=100 budget=10 all=1", "t",
                                     &c), KVB_EINVAL);
     assert_error_mentions("method=omnikv role=filter: all=1 out of range [0, 0]");
@@ -179,6 +179,11 @@ static void test_decode_step_refusals(void **state)
     assert_int_equal(kvb_case_parse("decode_step method=omnikv model=llama3-8b B=64 ctx=131072", "t", &c), KVB_EINVAL);
     assert_error_mentions("method=omnikv: K and V take");
     assert_error_mentions("at most B=44 fits at ctx=131072");
+    /* RocketKV's k = budget/2 past the tokens its kept cache holds: refused naming budget and ctx */
+    assert_int_equal(kvb_case_parse("decode_step method=rocketkv model=llama3-8b B=1 ctx=97 budget=16", "t", &c),
+                     KVB_EINVAL);
+    assert_error_mentions("method=rocketkv: budget=16: k = budget/2 = 8 tokens to attend out of range [1, 2]",
+                          "at ctx=97 the kept cache holds 1 prompt tokens");
     /* a key the method does not read is refused unless at its default: it would name a second id for the
      * same case */
     assert_int_equal(kvb_case_parse("decode_step method=dense model=tiny B=1 ctx=10 budget=256", "t", &c), KVB_EINVAL);

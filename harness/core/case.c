@@ -200,6 +200,57 @@ static void make_id(kvb_case *c)
         return kvb_fail(KVB_EINVAL, "%s: %s", where, msg_);                                      \
     } while (0)
 
+/* Whether `value` is one of the '|'-separated words of `list`. */
+static int listed(const char *list, const char *value)
+{
+    const size_t n = strlen(value);
+    for (const char *w = list; w; w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL)
+        if (strcspn(w, "|") == n && !strncmp(w, value, n)) return 1;
+    return 0;
+}
+
+const char *kvb_param_only_with(const kvb_op *op, const kvb_param *p)
+{
+    for (int i = 0; i < op->n_scopes; i++)
+        if (!strcmp(op->scopes[i].key, p->name)) return op->scopes[i].only_with;
+    return NULL;
+}
+
+/* A key read only with some values of an enum key (kvb_op.scopes) is refused at any other value
+ * than its default elsewhere, naming the key, the value it must keep and the values that read it. */
+static int check_only_with(const kvb_case *c, const char *where)
+{
+    const kvb_op *op = c->op;
+    for (int i = 0; i < op->n_params; i++) {
+        const kvb_param *p = &op->params[i];
+        const char *only_with = kvb_param_only_with(op, p);
+        if (!only_with || c->v[i] == p->def) continue;
+        const char *users = strchr(only_with, '=') + 1; /* the declaration's form is tested (test_case) */
+        const kvb_param *cond = &op->params[find_param(op, only_with, (size_t)(users - 1 - only_with))];
+        char cond_value[64], value[64], def[64], names[256];
+        param_choice(op, cond, (int)c->v[cond - op->params], cond_value, sizeof cond_value);
+        if (listed(users, cond_value)) continue;
+        format_value(op, p, c->v[i], value, sizeof value);
+        format_value(op, p, p->def, def, sizeof def);
+        size_t len = 0; /* "rocketkv|omnikv" as "rocketkv, omnikv" */
+        for (const char *u = users; *u && len + 3 < sizeof names; u++) {
+            if (*u == '|') names[len++] = ',', names[len++] = ' ';
+            else names[len++] = *u;
+        }
+        names[len] = '\0';
+        const char *verb = strchr(users, '|') ? "do" : "does";
+        if (p->type == KVB_P_ENUM)
+            FAIL("%s %s=%s: %s=%s is not one of {%s}: %s=%s does not read %s (%s %s): leave it at its default, one "
+                 "case has one id", op->name, cond->name, cond_value, p->name, value, def, cond->name, cond_value,
+                 p->name, names, verb);
+        FAIL("%s %s=%s: %s=%s out of range [%s, %s]: %s=%s does not read %s (%s %s): leave it at its default, one "
+             "case has one id", op->name, cond->name, cond_value, p->name, value, def, def, cond->name, cond_value,
+             p->name, names, verb);
+    }
+    return KVB_OK;
+}
+
+
 int kvb_case_parse(const char *line, const char *where, kvb_case *out)
 {
     /* the line ends at a comment or a line break; the text before it must fit, never cut short
@@ -304,6 +355,8 @@ int kvb_case_parse(const char *line, const char *where, kvb_case *out)
     }
     for (int i = 0; i < op->n_params; i++)
         if (!set[i]) c.v[i] = op->params[i].def;
+    int rc = check_only_with(&c, where);
+    if (rc) return rc;
     if (op->validate && op->validate(&c)) {
         char msg[3072];
         snprintf(msg, sizeof msg, "%s", kvb_last_error());

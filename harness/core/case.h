@@ -80,6 +80,8 @@ const char *kvb_tier_name(int tier);
 void kvb_list_kernels(char *buf, size_t n); /* "index_scan, gather_copy, ...": every kernel's name */
 /* A key's allowed values as text: "a|b|c" for an enum (an impl key's from the op's impl table), "{64, 128}"
  * for an int key with choices, else "[lo, hi]" in the case line's own number form. */
+/* "method=rocketkv|omnikv" when p is read only with those values of another key (kvb_op.scopes), else NULL */
+const char *kvb_param_only_with(const struct kvb_op *op, const kvb_param *p);
 void kvb_param_range_text(const struct kvb_op *op, const kvb_param *p, char *buf, size_t n);
 /* A value of the key as a case line spells it (an enum's choice, a float's shortest exact form). */
 void kvb_param_value_text(const struct kvb_op *op, const kvb_param *p, double v, char *buf, size_t n);

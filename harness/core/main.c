@@ -237,6 +237,8 @@ static void kernel_json(kvb_json *j, const kvb_op *op)
         kvb_param_value_text(op, p, p->def, text, sizeof text);
         kvb_json_str(j, "default", text);
         kvb_json_str(j, "help", p->help ? p->help : "");
+        const char *only_with = kvb_param_only_with(op, p);
+        if (only_with) kvb_json_str(j, "only_with", only_with); /* read only there; elsewhere the default */
         kvb_json_close(j);
     }
     kvb_json_close(j);
@@ -298,7 +300,9 @@ static int cmd_kernels(const kvb_options *o)
             char range[512], def[64];
             kvb_param_range_text(op, p, range, sizeof range);
             kvb_param_value_text(op, p, p->def, def, sizeof def);
-            printf("  %-14s %-24s default %-10s %s\n", p->name, range, def, p->help ? p->help : "");
+            const char *only_with = kvb_param_only_with(op, p);
+            printf("  %-14s %-24s default %-10s %s%s%s%s\n", p->name, range, def, p->help ? p->help : "",
+                   only_with ? " [read only with " : "", only_with ? only_with : "", only_with ? "]" : "");
         }
         for (int k = 0; k < op->n_impls; k++)
             printf("  impl=%-14s %s%s\n", op->impls[k].name, op->impls[k].about,

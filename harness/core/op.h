@@ -151,12 +151,21 @@ typedef struct kvb_impl {
     const char *about;         /* one line for `kvbench kernels` */
 } kvb_impl;
 
+/* A key read only where an enum key of the same kernel has some values: elsewhere it must stay at its
+ * default (another value would be a second id for the same case), which the parser holds. */
+typedef struct kvb_key_scope {
+    const char *key;
+    const char *only_with; /* "method=rocketkv|shadowkv|omnikv" */
+} kvb_key_scope;
+
 typedef struct kvb_op {
     const char *name;    /* the kernel name in case lines */
     const char *family;  /* kernels/<family>/, reference/<family>.c */
     const char *summary;
     const kvb_param *params;
     int n_params;
+    const kvb_key_scope *scopes;  /* keys read only with some values of another key (or NULL) */
+    int n_scopes;
     const kvb_impl *impls;        /* the implementations (NULL: one, "kernel", through launch) */
     int n_impls;
     kvb_tol tol;                  /* default tolerances for floating outputs */
@@ -194,6 +203,7 @@ const kvb_op *kvb_op_find(const char *name);
 int kvb_op_count(void);
 const kvb_op *kvb_op_at(int i);
 #define KVB_IMPLS(table) .impls = (table), .n_impls = (int)(sizeof(table) / sizeof((table)[0]))
+#define KVB_SCOPES(table) .scopes = (table), .n_scopes = (int)(sizeof(table) / sizeof((table)[0]))
 
 /* run.c: tensors and the generic device lifecycle */
 kvb_tensor *kvb_run_tensor(kvb_run *r, const char *name, kvb_dtype dt, int ndim, const int64_t *shape,

@@ -33,6 +33,12 @@ static int shape_rk(const kvb_case *c, step_case *s)
         snprintf(why, sizeof why, "%s", kvb_last_error());
         return kvb_fail(rc, "%s: %s", who, why);
     }
+    if (!s->all && kn.k > kn.prompt + s->gen + 1) /* the kept cache holds fewer tokens than k: name the case's keys */
+        return kvb_fail(KVB_EINVAL,
+                        "%s: budget=%d: k = budget/2 = %d tokens to attend out of range [1, %d]: at ctx=%d the kept "
+                        "cache holds %d prompt tokens (C = %d less room for %d generated) and gen + 1 = %d: a smaller "
+                        "budget or a longer context", who, s->budget, kn.k, kn.prompt + s->gen + 1, s->ctx, kn.prompt,
+                        kn.C, RK_M, s->gen + 1);
     (void)c;
     rocketkv_shape *sh = &s->rk;
     *sh = (rocketkv_shape){.B = s->B, .Hq = s->m->Hq, .Hkv = s->m->Hkv, .D = s->m->D, .cap_tokens = kn.C,

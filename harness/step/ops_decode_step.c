@@ -42,7 +42,7 @@ static const step_method *const METHODS[] = {&step_method_dense, &step_method_ro
 
 static const kvb_param step_params[] = {
     {"method", KVB_P_ENUM, 0, 0, 0, "dense|rocketkv|minikv|shadowkv|omnikv", "attention path (harness/step/decode_step_<method>.c)"},
-    {"role", KVB_P_ENUM, 0, 0, 0, "sparse|filter", "omnikv: the layer's role (reference/omnikv.h); other methods: none"},
+    {"role", KVB_P_ENUM, 0, 0, 0, "sparse|filter", "omnikv: the layer's role (reference/omnikv.h)"},
     {"model", KVB_P_ENUM, 0, 0, 0, BLOCK_PRESETS, "model preset (reference/step/block.h)"},
     {"B", KVB_P_INT, 1, 1, DECODE_MAX_B, NULL, "batch"},
     {"ctx", KVB_P_INT, 32768, 0, DECODE_MAX_L - 1, NULL, "prompt tokens"},
@@ -55,6 +55,15 @@ static const kvb_param step_params[] = {
     {"hit", KVB_P_FLOAT, 0.6, 0, 1, NULL, "shadowkv: fraction of the step's chunks already in the buffer"},
     {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"},
     {"impl", KVB_P_ENUM, 0, 0, 0, NULL, "implementation (the impl table)"},
+};
+
+/* The keys only some methods read: elsewhere the parser holds them at their defaults. (all=1 is refused
+ * with its reason by each method's shape that does not use it.) */
+static const kvb_key_scope step_scopes[] = {
+    {"role", "method=omnikv"},
+    {"budget", "method=rocketkv|shadowkv|omnikv"},
+    {"rank", "method=shadowkv"},
+    {"hit", "method=shadowkv"},
 };
 
 /* ---- shared with the methods' files ---- */
@@ -88,53 +97,13 @@ static int case_of(const kvb_case *c, step_case *s)
     s->L = (int64_t)s->ctx + s->gen + 1;
     s->budget = kvb_case_int(c, "budget"), s->all = kvb_case_int(c, "all");
     s->role = strcmp(kvb_case_enum(c, "role"), "filter") ? OMNIKV_ROLE_SPARSE : OMNIKV_ROLE_FILTER;
-    if (s->role == OMNIKV_ROLE_FILTER && METHODS[s->method] != &step_method_omnikv)
-        return kvb_fail(KVB_EINVAL, "decode_step method=%s: role=filter: only method=omnikv has layer roles",
-                        METHODS[s->method]->name);
     int rc = block_check(s->m, s->B, s->L, (int)s->L, NULL, "decode_step");
     return rc ? rc : METHODS[s->method]->shape(c, s);
 }
 
-/* The keys a method reads, of those only some methods read (all=1 is refused by each method's shape that
- * does not use it, with the reason). A key a method does not read must stay at its default: another
- * value would only name a second id for the same case. */
-static const char *keys_read_by(const char *method)
-{
-    if (!strcmp(method, "rocketkv") || !strcmp(method, "omnikv")) return " budget ";
-    if (!strcmp(method, "shadowkv")) return " budget rank hit ";
-    return " "; /* dense, minikv */
-}
-
-static int ignored_keys_at_default(const kvb_case *c)
-{
-    static const char *const method_keys[] = {"budget", "rank", "hit"};
-    const char *method = kvb_case_enum(c, "method");
-    for (int k = 0; k < NPARAMS(method_keys); k++) {
-        char word[16];
-        snprintf(word, sizeof word, " %s ", method_keys[k]);
-        if (strstr(keys_read_by(method), word)) continue;
-        for (int i = 0; i < NPARAMS(step_params); i++) {
-            const kvb_param *p = &step_params[i];
-            if (strcmp(p->name, method_keys[k]) || c->v[i] == p->def) continue;
-            char users[64] = "";
-            for (int m = 0; m < NPARAMS(METHODS); m++)
-                if (strstr(keys_read_by(METHODS[m]->name), word))
-                    snprintf(users + strlen(users), sizeof users - strlen(users), "%s%s", users[0] ? ", " : "",
-                             METHODS[m]->name);
-            return kvb_fail(KVB_EINVAL,
-                            "decode_step method=%s: %s=%g out of range [%g, %g]: method=%s does not read %s (%s %s): "
-                            "leave it at its default, one case has one id",
-                            method, p->name, c->v[i], p->def, p->def, method, p->name, users,
-                            strchr(users, ',') ? "do" : "does");
-        }
-    }
-    return KVB_OK;
-}
-
+/* role, budget, rank and hit: step_scopes */
 static int validate_step(const kvb_case *c)
 {
-    int rc = ignored_keys_at_default(c);
-    if (rc) return rc;
     step_case s;
     return case_of(c, &s);
 }
@@ -434,6 +403,7 @@ const kvb_op op_decode_step = {
                "minikv, shadowkv, omnikv)",
     .params = step_params,
     .n_params = NPARAMS(step_params),
+    KVB_SCOPES(step_scopes),
     .tol = {2e-2, 2e-2, 1e-2},
     .validate = validate_step,
     .host_pool_bytes = pool_bytes_step,

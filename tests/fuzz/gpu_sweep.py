@@ -87,6 +87,13 @@ def draw_line(rng, kernel):
     if "Hq" in values and "Hkv" in keys and rng.random() < 0.8:
         hkv = int(values.get("Hkv", keys["Hkv"]["default"]))
         values["Hq"] = str(min(int(keys["Hq"]["hi"]), hkv * rng.randint(1, 8)))
+    # a key read only with some values of another (decode_step's budget, rank, hit, role: "only_with") keeps
+    # its default where the drawn value of that key does not read it, as the parser requires
+    for key in kernel["keys"]:
+        if key["name"] in values and key.get("only_with"):
+            cond, users = key["only_with"].split("=", 1)
+            if values.get(cond, keys[cond]["default"]) not in users.split("|"):
+                del values[key["name"]]
     return " ".join([kernel["name"]] + ["%s=%s" % kv for kv in values.items()])
 
 
