@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         if (lane == 0) row_max[warp] = mx, row_inv[warp] = 1.f / sum;
     }
     __syncthreads();
-    kvb_dev::chain_release(); // the logits are requested: the chained top-k may be scheduled
+    kvb_dev::chain_release(); // the prefetched logits are requested: the chained top-k may be scheduled
 
 #pragma unroll
     for (int st = 0; st < STEPS; ++st) {
