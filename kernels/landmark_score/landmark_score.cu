@@ -274,7 +274,9 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         if (lane == 0) row_max[warp] = mx, row_inv[warp] = 1.f / sum;
     }
     __syncthreads();
-    kvb_dev::chain_release(); // the prefetched logits are requested: the chained top-k may be scheduled
+    // the chained top-k may be scheduled once the block has requested all its logits: here where every
+    // step's were prefetched, after the last step's loads otherwise
+    if (PRE == STEPS) kvb_dev::chain_release();
 
 #pragma unroll
     for (int st = 0; st < STEPS; ++st) {
@@ -297,6 +299,7 @@ __global__ void __launch_bounds__(THREADS) landmark_normalize_kernel(NormalizeAr
         else
             for (int i = 0; i < 4 && l + i < end; ++i) m[l + i] = x[i];
     }
+    if (PRE < STEPS) kvb_dev::chain_release();
 }
 
 int launch_normalize(const SplitPlan &pl, const lms_shape *s, float *m, const float *logits, const float2 *partials,
