@@ -253,13 +253,19 @@ __global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, 
 
     // a[c] = sum_h |q[h][c]| and sg[c] = sum_h q[h][c], in double with h ascending as the reference
     // does, so the channel scores (a rounded to fp32) and the signs are bit for bit the reference's.
+    // The thread of channel c reads q[h][c] of the G heads itself (all G loads before any is used), so
+    // no barrier separates the loads from the sums.
     const uint16_t *qg = a.q + bh * G * D;
-    for (int i = threadIdx.x; i < G * D; i += THREADS) scr.q[i / D][i % D] = bf16_bits_to_float(qg[i]);
-    __syncthreads();
     for (int c = threadIdx.x; c < D; c += THREADS) {
+        float qc[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) qc[h] = bf16_bits_to_float(qg[h * D + c]);
         double abs_sum = 0, sum = 0;
 #pragma unroll
-        for (int h = 0; h < G; ++h) abs_sum += fabs((double)scr.q[h][c]), sum += (double)scr.q[h][c];
+        for (int h = 0; h < G; ++h) {
+            scr.q[h][c] = qc[h];
+            abs_sum += fabs((double)qc[h]), sum += (double)qc[h];
+        }
         scr.key[c] = order_key((float)abs_sum);
         sm.use_max[c] = sum > 0; // sg == 0 takes kmin
     }
