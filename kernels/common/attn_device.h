@@ -217,7 +217,9 @@ __device__ __forceinline__ void dense_qk(float (&s)[4], const uint32_t (&qb)[D /
 
 // The contiguous step: tokens tok0 .. tok0 + nvalid - 1. Not rows_load with i -> tok0 + i: with that
 // (and a reworked merge), ptxas issued half the V loads after the softmax, and dense decode_attn ran
-// slower (kernels/decode/NOTES.md).
+// slower (kernels/decode/NOTES.md). The K and V row loads are written out here and in rows_load: as
+// shared inline helpers they changed the schedule of every decode_attn_kernel (SASS: 29 local-memory
+// loads where there are 11 in decode_attn_kernel<128, 2, 0>).
 template <int D, int VMAP>
 __device__ __forceinline__ void dense_load(DenseRegs<D> &r, const __nv_bfloat16 *__restrict__ K,
                                            const __nv_bfloat16 *__restrict__ V, int64_t tok0, int nvalid, int lane)
