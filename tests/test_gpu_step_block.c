@@ -37,6 +37,12 @@ static void test_refusals(void **state)
     assert_error_mentions("block_linear: in=100 is not a multiple of 8");
     assert_int_equal(block_linear(NULL, FAKE(kvb_bf16), FAKE(kvb_bf16), 1, 64, 64, 0, FAKE(kvb_bf16), 0), KVB_EINVAL);
     assert_error_mentions("block_linear: cublas, x, W or y is NULL");
+    assert_int_equal(block_prefetch_l2(NULL, 64, 0), KVB_EINVAL);
+    assert_error_mentions("block_prefetch_l2: p is NULL");
+    assert_int_equal(block_prefetch_l2(FAKE(char) + 8, 64, 0), KVB_EINVAL);
+    assert_error_mentions("block_prefetch_l2: p must be 16-byte aligned and bytes=64 a multiple of 16");
+    assert_int_equal(block_prefetch_l2(FAKE(char), 40, 0), KVB_EINVAL);
+    assert_error_mentions("bytes=40 a multiple of 16 in [16, 2^40]");
 }
 
 static int no_stage(void *ctx, cudaStream_t s) { (void)ctx, (void)s; return KVB_OK; }

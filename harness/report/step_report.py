@@ -21,13 +21,14 @@ import re
 import sys
 
 OP = "decode_step"
-# The block's stages outside attention; any other stage is the method's attention path.
-PRE_STAGES = ["rmsnorm1", "qkv_proj", "rope"]
+# The block's stages outside attention; any other stage is the method's attention path. o_weights_to_l2
+# (o_proj's weights read into L2 on the side stream beside a path that asks for it) is the block's.
+PRE_STAGES = ["rmsnorm1", "qkv_proj", "rope", "o_weights_to_l2"]
 POST_STAGES = ["o_proj", "rmsnorm2", "gate_up_proj", "silu_mul", "down_proj"]
 # stages.dat groups, in column order; "attention" takes whatever no other group names.
 GROUPS = [
     ("norms", ["rmsnorm1", "rmsnorm2"]),
-    ("projections", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+    ("projections", ["qkv_proj", "o_weights_to_l2", "o_proj", "gate_up_proj", "down_proj"]),
     ("rope+silu", ["rope", "silu_mul"]),
     ("attention", None),
 ]

@@ -160,7 +160,9 @@ static int attention_rk(kvb_run *r, step_priv *p, int which, block_attention *a)
         .u = step_dev(r, "u"), .pages = step_dev(r, "pages"),
         .ws_score = step_dev(r, "ws_score"), .ws_attn = step_dev(r, "ws_attn"),
     };
-    *a = (block_attention){rocketkv_block_add_stages, &plans[which]};
+    /* at B = 1 the path is ~30 us of dependent kernels over ~9 MB: o_proj's weights read into L2 beside it
+     * (measured faster there, slower at B = 8: kernels/step/NOTES.md) */
+    *a = (block_attention){rocketkv_block_add_stages, &plans[which], p->s.rk.B == 1};
     return rocketkv_path_prepare(&plans[which], &p->s.rk, &b);
 }
 #endif

@@ -10,6 +10,7 @@
 #include "kernels/step/block.h"
 #include "kernels/common/kvb_cuda.h"
 #include "kernels/common/kvb_device.cuh"
+#include "kernels/common/kvb_grid.h"
 
 namespace {
 
@@ -100,6 +101,30 @@ __global__ void silu_mul_kernel(const uint16_t *gate_up, int ffn, int64_t total,
     }
 }
 
+// [p, p + bytes) read once through L2 (16-byte loads cached in L2 only, ld.global.cg), so that the next
+// reader finds the lines there. The loads' values feed a store that runs only for vecs < 0 (never: the host
+// checks), which keeps the compiler from dropping them.
+constexpr int PREFETCH_THREADS = 256, PREFETCH_UNROLL = 4;
+__device__ uint32_t prefetch_sink; // never written for an accepted input
+__global__ void __launch_bounds__(PREFETCH_THREADS) l2_prefetch_kernel(const uint4 *p, int64_t vecs)
+{
+    const int64_t stride = (int64_t)gridDim.x * PREFETCH_THREADS;
+    uint32_t acc = 0;
+    int64_t i = (int64_t)blockIdx.x * PREFETCH_THREADS + threadIdx.x;
+    for (; i + (PREFETCH_UNROLL - 1) * stride < vecs; i += PREFETCH_UNROLL * stride) {
+        uint4 v[PREFETCH_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PREFETCH_UNROLL; u++) v[u] = __ldcg(p + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < PREFETCH_UNROLL; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < vecs; i += stride) {
+        const uint4 v = __ldcg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (vecs < 0) prefetch_sink = acc;
+}
+
 int check_rows(const char *who, int rows, int n, const char *n_name)
 {
     KVB_CHECK_RANGE(who, "rows", rows, 1, 1 << 20);
@@ -149,6 +174,19 @@ extern "C" int block_silu_mul(const kvb_bf16 *gate_up, int rows, int ffn, kvb_bf
     const int64_t total = (int64_t)rows * ffn;
     const int blocks = (int)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
     CUDA_TRY(launch_chained(silu_mul_kernel, blocks, 256, 0, stream, (const uint16_t *)gate_up, ffn, total, (uint16_t *)y));
+    return KVB_OK;
+}
+
+extern "C" int block_prefetch_l2(const void *p, size_t bytes, cudaStream_t stream)
+{
+    const char *who = "block_prefetch_l2";
+    if (!p) return kvb_fail(KVB_EINVAL, "%s: p is NULL", who);
+    if ((uintptr_t)p % 16 || bytes % 16 || bytes == 0 || bytes > ((size_t)1 << 40))
+        return kvb_fail(KVB_EINVAL, "%s: p must be 16-byte aligned and bytes=%zu a multiple of 16 in [16, 2^40]", who,
+                        bytes);
+    const int sms = kvb_sm_count();
+    l2_prefetch_kernel<<<sms > 0 ? sms : 132, PREFETCH_THREADS, 0, stream>>>((const uint4 *)p, (int64_t)(bytes / 16));
+    CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }
 

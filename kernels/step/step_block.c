@@ -46,6 +46,7 @@ static int st_attend(void *ctx, cudaStream_t s)
 {
     return decode_attn(P->q, P->buf.K, P->buf.V, P->buf.len, P->buf.len_host, P->att, &P->d, P->buf.attn_ws, s);
 }
+static int st_prefetch_o(void *ctx, cudaStream_t s) { return block_prefetch_l2(P->buf.w.o, P->o_prefetch_bytes, s); }
 static int st_oproj(void *ctx, cudaStream_t s)
 {
     return block_linear(P->buf.cublas, P->att, P->buf.w.o, P->B, P->m->Hq * P->m->D, P->m->hidden, 1, P->h, s);
@@ -97,8 +98,20 @@ int block_step_plan_make(block_step_plan *p, const char *name, const block_prese
     static const stage dense[] = {{"kv_append", st_append}, {"attention", st_attend}};
     static const stage after[] = {{"o_proj", st_oproj},         {"rmsnorm2", st_norm2}, {"gate_up_proj", st_gate_up},
                                   {"silu_mul", st_silu},        {"down_proj", st_down}};
+    int last_before = -1;
     for (size_t i = 0; i < sizeof before / sizeof before[0]; i++)
-        if (kvb_step_add(&p->step, before[i].name, 0, -1, before[i].fn, p) < 0) return KVB_EINVAL;
+        if ((last_before = kvb_step_add(&p->step, before[i].name, 0, -1, before[i].fn, p)) < 0) return KVB_EINVAL;
+    /* where the path asks: o_proj's weights into L2 on the side stream while the path runs, up to 3/4 of
+     * the L2 */
+    int dev = 0, l2 = 0;
+    if (buf->attn && buf->attn->prefetch_o && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0) {
+        const size_t o_bytes = sizeof(kvb_bf16) * (size_t)m->Hq * m->D * m->hidden, cap = (size_t)l2 / 4 * 3;
+        p->o_prefetch_bytes = (o_bytes < cap ? o_bytes : cap) & ~(size_t)15;
+        if (p->o_prefetch_bytes &&
+            kvb_step_add(&p->step, "o_weights_to_l2", 1, last_before, st_prefetch_o, p) < 0)
+            return KVB_EINVAL;
+    }
     if (buf->attn) {
         if ((rc = buf->attn->add_stages(buf->attn->ctx, &p->step, p->q, p->knew, p->vnew, p->att))) return rc;
     } else {

@@ -29,6 +29,9 @@ typedef struct block_attention {
     int (*add_stages)(void *ctx, kvb_step *step, const kvb_bf16 *q, const kvb_bf16 *knew, const kvb_bf16 *vnew,
                       kvb_bf16 *att);
     void *ctx;
+    /* 1: o_proj's weights are read into L2 on the side stream while this path runs (a path of long
+     * latency-bound chains over few bytes, where the DRAM idles; kernels/step/NOTES.md says where) */
+    int prefetch_o;
 } block_attention;
 
 typedef struct block_buffers { /* device pointers unless *_host */
@@ -55,6 +58,7 @@ typedef struct block_step_plan {
     decode_layout d;
     block_buffers buf;
     kvb_bf16 *z, *qkv, *q, *knew, *vnew, *att, *h, *gu, *act; /* carved from scratch */
+    size_t o_prefetch_bytes; /* o_proj's weights read into L2 beside the attention path (0: not) */
     kvb_step step;
 } block_step_plan;
 
