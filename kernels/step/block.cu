@@ -184,8 +184,8 @@ extern "C" int block_prefetch_l2(const void *p, size_t bytes, cudaStream_t strea
     if ((uintptr_t)p % 16 || bytes % 16 || bytes == 0 || bytes > ((size_t)1 << 40))
         return kvb_fail(KVB_EINVAL, "%s: p must be 16-byte aligned and bytes=%zu a multiple of 16 in [16, 2^40]", who,
                         bytes);
-    const int sms = kvb_sm_count();
-    l2_prefetch_kernel<<<sms > 0 ? sms : 132, PREFETCH_THREADS, 0, stream>>>((const uint4 *)p, (int64_t)(bytes / 16));
+    const int sms = kvb_sm_count(); // 0 (unreadable): one block, a valid grid-stride plan on any GPU
+    l2_prefetch_kernel<<<sms > 0 ? sms : 1, PREFETCH_THREADS, 0, stream>>>((const uint4 *)p, (int64_t)(bytes / 16));
     CUDA_TRY(cudaGetLastError());
     return KVB_OK;
 }

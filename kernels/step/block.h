@@ -33,11 +33,11 @@ int block_silu_mul(const kvb_bf16 *gate_up, int rows, int ffn, kvb_bf16 *y, cuda
 int block_linear(void *cublas, const kvb_bf16 *x, const kvb_bf16 *W, int rows, int in, int out, int accumulate,
                  kvb_bf16 *y, cudaStream_t stream);
 int block_cublas_create(void **cublas, void **workspace);
-
-/* [p, p + bytes) into L2 ahead of its reader (bulk prefetches, no result): p 16-byte aligned, bytes a
- * multiple of 16. A hint: the reader is correct whether or not the lines are there. */
-int block_prefetch_l2(const void *p, size_t bytes, cudaStream_t stream);
 void block_cublas_destroy(void *cublas, void *workspace);
+
+/* [p, p + bytes) read once through L2 ahead of its reader (loads whose values are dropped): p 16-byte
+ * aligned, bytes a multiple of 16. A hint: the reader is correct whether or not the lines are there. */
+int block_prefetch_l2(const void *p, size_t bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
