@@ -30,11 +30,12 @@ const char *kvb_test_cases_dir(void)
 }
 
 static int g_rounds = 1;
+static int g_cases_elsewhere; /* KVB_TEST_GPU_CASES=0: the round's `kvbench check --determinism` runs them */
 
 static void run_gpu_case(void **state)
 {
     const kvb_case *c = *state;
-    if (!kvb_gpu_available()) skip();
+    if (!kvb_gpu_available() || g_cases_elsewhere) skip();
     kvb_run r;
     if (kvb_run_setup(&r, c, NULL) != KVB_OK) fail_msg("%s: setup: %s", c->id, kvb_last_error());
     /* a failure is reported after the teardown: cmocka's fail_msg jumps out, and a run left set up keeps
@@ -68,6 +69,11 @@ int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, in
         return 1;
     }
     g_rounds = rounds;
+    const char *env = getenv("KVB_TEST_GPU_CASES");
+    g_cases_elsewhere = env && !strcmp(env, "0");
+    if (g_cases_elsewhere)
+        printf("%s: KVB_TEST_GPU_CASES=0: the check-tier cases are skipped here (left to `kvbench check "
+               "--determinism`)\n", group);
     struct CMUnitTest *tests = calloc((size_t)(all.n + n_fixed), sizeof *tests);
     int n = 0;
     for (int i = 0; i < n_fixed; i++) tests[n++] = fixed[i];

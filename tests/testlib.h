@@ -25,7 +25,8 @@ const char *kvb_test_cases_dir(void);
 /* A GPU test program's main: the `fixed` tests (API rejections, which need no device), then one test
  * per check-tier case of cases/ whose family is listed in `families` (NULL-terminated), each
  * validated `rounds` times on the same device state (workspaces must be reusable) and skipped, and
- * counted as skipped, without a device. Returns cmocka's status. */
+ * counted as skipped, without a device or with env KVB_TEST_GPU_CASES=0 (a GPU round whose check phase
+ * runs the whole check tier with --determinism, which covers both launches). Returns cmocka's status. */
 int kvb_test_run_gpu_cases(const char *group, const struct CMUnitTest *fixed, int n_fixed,
                            const char *const *families, int rounds);
 

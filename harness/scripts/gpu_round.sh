@@ -3,7 +3,12 @@
 # phases, each timed in OUT/round.log:
 #   device    OUT/device.txt: the GPU, driver, clocks, memory, power limit (nvidia-smi), kvbench --version
 #   tests     OUT/tests.log: the test programs and CLI tests (GPU tests included)     [TESTS=0 skips]
-#   check     OUT/check.json, check.log: `kvbench check` over the check tier (or the FILTERs)
+#   check     OUT/check.json, check.log: `kvbench check --determinism` over the check tier (or the
+#             FILTERs): each case validated, launched again and held to the same bits   [CHECK=0 skips]
+# The test programs' GPU tests run every check-tier case of their families and validate it twice on one
+# device state; where this round's check runs the whole tier (CHECK=1, no FILTER, no SHARD) its second
+# launch covers that, and the test programs skip those cases (KVB_TEST_GPU_CASES=0; their fixed GPU
+# tests still run), so that the round runs the tier once, not twice.
 #   sanitize  OUT/sanitize/: compute-sanitizer's four tools over the sanitize tier, side by side;
 #             OUT/sanitize.txt: their verdicts                                          [SANITIZE=0 skips]
 #   peers     OUT/peers.json: the external peers (torch_peers.py), when PyTorch is there [PEERS=0 skips]
@@ -109,12 +114,17 @@ device_facts() {
     } >"$out/device.txt" 2>&1
 }
 # the phase's status is the tests' (not the filter's: a pipeline's status is its last command's)
+gpu_cases=1
+[ "${CHECK:-1}" = 1 ] && [ $# -eq 0 ] && [ -z "${SHARD:-}" ] && gpu_cases=0
 run_tests() {
-    KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 | grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"
+    KVB_TEST_GPU_CASES=$gpu_cases KVB_CASES="$cases" bash tests/run_tests.sh bin 2>&1 |
+        grep -vE '^\[ (RUN|      OK) ' >"$out/tests.log"
     return "${PIPESTATUS[0]}"
 }
 shard=(${SHARD:+--shard "$SHARD"})
-run_check() { "$kv" check --cases "$cases" --json "$out/check.json" "${shard[@]}" "$@" >"$out/check.log" 2>&1; }
+run_check() {
+    "$kv" check --determinism --cases "$cases" --json "$out/check.json" "${shard[@]}" "$@" >"$out/check.log" 2>&1
+}
 run_sanitize() {
     SANITIZE_PARALLEL=1 KVBENCH="$kv" KVB_CASES="$cases" bash "$here/sanitize.sh" "$out/sanitize" >"$out/sanitize.txt" 2>&1
 }
