@@ -118,6 +118,29 @@ static void test_int2_api_rejects_before_launch(void **state)
     assert_error_mentions("int2_dequantize: L=1000 out of range [T + R = 1034, inf)");
 }
 
+/* The production INT2 kernel (v3) and the MiniKV step built on it say why their launches may differ in bits
+ * (check --determinism then validates the relaunch); v2, whose split is static, is held to the same bits.
+ * Setup only: the references run on the host, no device is needed. */
+static void test_int2_v3_documents_its_bits(void **state)
+{
+    (void)state;
+    static const struct { const char *line; int varies; } cases[] = {
+        {"int2_decode_attn B=1 Hq=8 Hkv=8 D=128 gs=16 T=128 R=4 impl=kernel", 1},
+        {"int2_decode_attn B=1 Hq=8 Hkv=8 D=128 gs=16 T=128 R=4 impl=v2", 0},
+        {"decode_step method=minikv model=tiny B=1 ctx=200 impl=eager", 1},
+        {"decode_step method=dense model=tiny B=1 ctx=200", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvb_case c;
+        assert_int_equal(kvb_case_parse(cases[i].line, "test", &c), KVB_OK);
+        kvb_run r;
+        assert_int_equal(kvb_run_setup(&r, &c, NULL), KVB_OK);
+        const int varies = r.nondeterministic != NULL;
+        kvb_run_teardown(&r);
+        if (varies != cases[i].varies) fail_msg("%s: nondeterministic %s", cases[i].line, varies ? "set" : "not set");
+    }
+}
+
 static void test_int2_v2_plan(void **state)
 {
     (void)state;
@@ -134,6 +157,7 @@ int main(void)
         cmocka_unit_test(test_sparse_api_rejects_before_launch),
         cmocka_unit_test(test_int2_api_rejects_before_launch),
         cmocka_unit_test(test_int2_v2_plan),
+        cmocka_unit_test(test_int2_v3_documents_its_bits),
     };
     return kvb_test_run_gpu_cases("gpu decode and int2", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else

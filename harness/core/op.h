@@ -123,6 +123,8 @@ typedef struct kvb_run {
     cudaStream_t stream, stream2;
     const kvb_ceilings *ceil;
     char note[256];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
+    const char *nondeterministic; /* set by the op's setup where two launches may differ in bits, saying why
+                                     (`check --determinism` then demands that the relaunch validate) */
     int ref_ready;     /* the op's setup returned KVB_OK: every input and reference holds computed data (a
                           sampled reference on the slices it covers); 0 after a setup that failed part way */
     int out_ready;     /* t->out holds a finished download of every output */

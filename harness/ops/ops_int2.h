@@ -57,6 +57,10 @@ int2_layout int2_op_layout(const kvb_case *c);
 void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uint64_t seed, const char *name, int key);
 /* q: N(0, 1), std 3 for dist=peaked. */
 void int2_op_fill_q(kvb_tensor *q, const kvb_case *c, uint64_t seed);
+/* Why two launches of int2_decode_attn (v3) may differ in bits (kvb_run.nondeterministic): its warps claim
+ * a segment's 64-token steps from a shared counter, so which warp sums which steps, and so the order of the
+ * fp32 sums, changes from launch to launch. v1 and v2 split the steps statically and are bitwise stable. */
+extern const char int2_v3_bits_vary[];
 /* The run's int2_priv (r->priv, a block of the run), with the case's layout. */
 int2_priv *int2_op_priv_new(kvb_run *r);
 /* Kq, Ks, Kz (keys), Vq, Vs, Vz (values) with the given role, and the residual Kr, Vr when with_res; the fp16

@@ -117,6 +117,9 @@ static int (*attn_launch(const kvb_case *c))(kvb_run *)
     return attn_impls[0].launch;
 }
 
+const char int2_v3_bits_vary[] = "int2_decode_attn v3's warps claim their 64-token steps from a shared counter, "
+                                 "so the order of its fp32 sums varies between launches";
+
 static int setup_attn(kvb_run *r)
 {
     int2_priv *p = int2_op_priv_new(r);
@@ -125,6 +128,7 @@ static int setup_attn(kvb_run *r)
     const int64_t heads = (int64_t)l->B * l->Hkv, n_src = l->T + l->R;
     int (*const launch)(kvb_run *) = attn_launch(r->c);
     const int dense = launch == launch_dense_bf16, dequant = launch == launch_dequant_dense;
+    if (launch == launch_attn) r->nondeterministic = int2_v3_bits_vary;
     const int dist = int2_op_dist(r->c);
     int64_t sq[3] = {l->B, l->Hq, l->D}, skv[4] = {l->B, l->Hkv, n_src, l->D}, sl[1] = {l->B};
     kvb_tensor *q = kvb_run_tensor(r, "q", KVB_BF16, 3, sq, KVB_IN);

@@ -19,6 +19,7 @@
 
 #include "harness/step/decode_step.h"
 #include "harness/ops/ops.h"
+#include "harness/ops/ops_int2.h"
 #if KVB_HAVE_CUDA
 #include "kernels/step/step_minikv.h"
 #endif
@@ -66,6 +67,7 @@ static int setup_mk(kvb_run *r, step_priv *p)
 {
     const int2_layout *l = &p->s.mk;
     const int2_layout after = int2_after_append(l);
+    r->nondeterministic = int2_v3_bits_vary; /* every impl's attention is int2_decode_attn v3 */
     snprintf(r->note, sizeof r->note, "kept %lld of %d tokens, %d generated: %lld in 2 bits + %d bf16, then %lld + %d "
              "after the append%s", (long long)p->s.mk_kept, p->s.ctx, p->s.gen, (long long)l->T, l->R, (long long)after.T, after.R,
              after.T > l->T ? " (a flush)" : "");
