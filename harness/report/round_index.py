@@ -106,7 +106,11 @@ def main():
     tests = re.findall(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$", read(os.path.join(res, "tests.log")), re.M)
     if tests:
         p, f, s = tests[-1]
-        lines.append("- `tests.log`: the test programs on the GPU: %s passed, %s failed%s." % (p, f, ", %s skipped" % s if s else ""))
+        elsewhere = "KVB_TEST_GPU_CASES=0" in read(os.path.join(res, "tests.log"))
+        lines.append("- `tests.log`: the test programs on the GPU: %s passed, %s failed%s%s." % (
+            p, f, ", %s skipped" % s if s else "",
+            " (their per-case tests of the check tier left to the check, which runs it with --determinism)"
+            if elsewhere else ""))
     lines.append("- `pct_of_ceiling.png`: each case's % of its ceiling with its peers (`make plots`).")
     notes = read(os.path.join(res, "round_notes.md")).strip()  # the publisher's notes on this round, if any
     if notes:
