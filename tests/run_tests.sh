@@ -17,6 +17,12 @@ root=$(cd "$here/.." && pwd)
 jobs=${KVB_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
 [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
 export KVB_TEST_JOBS=$jobs # the leak check runs its per-case processes as many at a time
+# The parts' references are OpenMP over every core, several processes at once: libgomp's idle threads spin
+# 300000 rounds at each barrier by default, time taken from the other processes' working threads. A short
+# spin measured (2 cores, `bash tests/run_tests.sh` of a CPU-only build): 99-103 s by default, 86-89 s at
+# 10000 (85-90 s with OMP_WAIT_POLICY=passive, which made a reference alone 48% slower; 10000 left it as it
+# was). A value set by the caller stays.
+[ "$jobs" -gt 1 ] && export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
 
 count() { # count LABEL TEXT: the number cmocka printed after "[  LABEL ]", or 0
     local n
