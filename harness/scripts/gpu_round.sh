@@ -4,11 +4,13 @@
 #   device    OUT/device.txt: the GPU, driver, clocks, memory, power limit (nvidia-smi), kvbench --version
 #   tests     OUT/tests.log: the test programs and CLI tests (GPU tests included)     [TESTS=0 skips]
 #   check     OUT/check.json, check.log: `kvbench check --determinism` over the check tier (or the
-#             FILTERs): each case validated, launched again and held to the same bits   [CHECK=0 skips]
-# The test programs' GPU tests run every check-tier case of their families and validate it twice on one
-# device state; where this round's check runs the whole tier (CHECK=1, no FILTER, no SHARD) its second
-# launch covers that, and the test programs skip those cases (KVB_TEST_GPU_CASES=0; their fixed GPU
-# tests still run), so that the round runs the tier once, not twice.
+#             FILTERs): each case validated, launched again and held to the same bits (where the
+#             kernel says why its bits vary, the relaunch validated)                   [CHECK=0 skips]
+# The test programs' GPU tests run every check-tier case of their families and validate it two times
+# (gather_copy three) on one device state; where this round's check runs the whole tier (CHECK=1, no
+# FILTER, no SHARD) its relaunch covers that, and the test programs skip those cases
+# (KVB_TEST_GPU_CASES=0; their fixed GPU tests still run), so that the round runs the tier once, not
+# twice: on the H200, tests 81 s and check 195 s, where they took 244-433 s and 150-175 s.
 #   sanitize  OUT/sanitize/: compute-sanitizer's four tools over the sanitize tier, side by side;
 #             OUT/sanitize.txt: their verdicts                                          [SANITIZE=0 skips]
 #   peers     OUT/peers.json: the external peers (torch_peers.py), when PyTorch is there [PEERS=0 skips]
