@@ -33,7 +33,11 @@ def check_counts(path):
     for c in cases:
         v = c.get("status", "?")
         verdict[v] = verdict.get(v, 0) + 1
-    return len(cases), verdict
+    # check --determinism: "deterministic" on every case launched twice; false where the kernel declared
+    # its bits vary ("nondeterministic", the reason) and the relaunch was validated instead
+    relaunched = [c for c in cases if "deterministic" in c]
+    varying = [c for c in relaunched if not c["deterministic"]]
+    return len(cases), verdict, len(relaunched), len(varying)
 
 
 def main():
@@ -83,8 +87,13 @@ def main():
     lines.append("")
     cc = check_counts(os.path.join(res, "check.json"))
     if cc:
-        n, v = cc
-        lines.append("- `check.json`: %d check cases: %s." % (n, ", ".join("%d %s" % (k, name) for name, k in sorted(v.items()))))
+        n, v, relaunched, varying = cc
+        det = ""
+        if relaunched:
+            det = "; with `--determinism`, %d launched twice: %d bitwise equal, %d whose kernel declares its bits vary" \
+                  " (`nondeterministic`, the reason) with the second launch validated" % (relaunched, relaunched - varying, varying)
+        lines.append("- `check.json`: %d check cases: %s%s." % (
+            n, ", ".join("%d %s" % (k, name) for name, k in sorted(v.items())), det))
     san = [l for l in read(os.path.join(res, "sanitize.txt")).splitlines() if l.startswith("sanitize ")]
     if san:
         verdicts = []
