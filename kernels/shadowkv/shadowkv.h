@@ -16,7 +16,9 @@
  * so U*SV = Kpre V_r V_r^T, the projection on the top-r right singular subspace, which is the optimal
  * rank-r approximation when V_r is exact (Eckart-Young). Why the Gram matrix: S >> N (32K x 1024),
  * so one pass over Kpre (34 GFLOP) reduces the problem to an N x N eigenproblem; its fp32 rounding
- * (about eps * lambda_max per eigenvalue) moves the subspace only at second order in the error.
+ * (about eps * lambda_max per eigenvalue) moves the subspace only at second order in the error while
+ * the r-th singular value is well above sqrt(eps) * s_max (~3.5e-4); a cut below that is not resolved
+ * (kernels/shadowkv/NOTES.md, Open).
  * Outputs fp32 (the 1.02x bound is judged on them) and bf16 (as stored).
  *
  * Chunks, landmarks and outliers (steps 2-4), per (b, h):

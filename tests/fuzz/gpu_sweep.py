@@ -67,6 +67,10 @@ def draw_float(rng, key):
 # enum values whose cases fail by design: int2's bad-input distribution (a NaN key the quantizer must
 # refuse; tests/cli_test.sh holds that case and its expected failure)
 FAIL_BY_DESIGN = {("dist", "nonfinite")}
+# pairs of values that fail together by design: int2_decode_attn's v1 and dequant_dense round the
+# dequantized keys to 16 bits and are outside the tolerance on dist=spiky (kernels/int2/NOTES.md); a
+# draw that holds both gets the key's default for the second
+FAIL_BY_DESIGN_PAIRS = {(("impl", "v1"), ("dist", "spiky")), (("impl", "dequant_dense"), ("dist", "spiky"))}
 
 
 def draw_line(rng, kernel):
@@ -87,6 +91,9 @@ def draw_line(rng, kernel):
     if "Hq" in values and "Hkv" in keys and rng.random() < 0.8:
         hkv = int(values.get("Hkv", keys["Hkv"]["default"]))
         values["Hq"] = str(min(int(keys["Hq"]["hi"]), hkv * rng.randint(1, 8)))
+    for (k1, v1), (k2, v2) in FAIL_BY_DESIGN_PAIRS:
+        if values.get(k1) == v1 and values.get(k2) == v2:
+            del values[k2]
     # a key read only with some values of another (decode_step's budget, rank, hit, role: "only_with") keeps
     # its default where the drawn value of that key does not read it, as the parser requires
     for key in kernel["keys"]:
