@@ -13,6 +13,7 @@
 #include "harness/core/gpu.h"
 #include "kernels/shadowkv/shadowkv.h"
 #include "kernels/shadowkv/small_eig.h"
+#include "reference/shadowkv.h"
 #endif
 
 #if KVB_HAVE_CUDA
@@ -112,6 +113,60 @@ static void test_small_eig_known(void **state)
     free(I), free(Z);
 }
 
+/* A cut below fp32's resolution of the Gram matrix: Kpre = A diag(s) B with 32 singular values of 1 and 32
+ * from 2e-3 down to 1e-3 (lambda_r / lambda_1 ~ 2e-6 at r = 48, under SHADOWKV_FP32_RESOLVED), A the first
+ * N columns of an S x S Householder reflection and B an N x N one. Every Gram path must take the fp64
+ * fallback there and meet the bound; a cut inside the large ones (r = 16) must not take it. */
+static void test_lowrank_fp64_cut(void **state)
+{
+    (void)state;
+    if (!kvb_gpu_available()) skip();
+    enum { S = 512, HKV = 1, D = 64, N = HKV * D };
+    static float K[S * N], Uref[S * N], SVref[N * N];
+    double u[S], v[N], sig[N], sref[N], un = 0, vn = 0, norm = 0;
+    for (int i = 0; i < S; i++) u[i] = 1.0 + 0.013 * i, un += u[i] * u[i];
+    for (int i = 0; i < N; i++) v[i] = 1.0 - 0.021 * i, vn += v[i] * v[i];
+    for (int j = 0; j < N; j++) sig[j] = j < 32 ? 1.0 : 2e-3 - 1e-3 * (j - 32) / 31.0;
+    for (int t = 0; t < S; t++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0;
+            for (int j = 0; j < N; j++)
+                acc += ((t == j) - 2 * u[t] * u[j] / un) * sig[j] * ((j == n) - 2 * v[j] * v[n] / vn);
+            K[(size_t)t * N + n] = (float)acc, norm += acc * acc;
+        }
+    norm = sqrt(norm);
+    assert_int_equal(ref_shadowkv_lowrank(K, S, HKV, D, 1, Uref, SVref, sref), KVB_OK);
+    const struct { shadowkv_eig eig; int r, fp64; } runs[] = {{SHADOWKV_EIG_TOP_R, 48, 1}, {SHADOWKV_EIG_ALL, 48, 1},
+                                                             {SHADOWKV_EIG_RANDOMIZED, 48, 1},
+                                                             {SHADOWKV_EIG_RANDOMIZED, 16, 0}, {SHADOWKV_EIG_TOP_R, 16, 0}};
+    for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++) {
+        const int r = runs[i].r;
+        cudaStream_t st = kvb_stream_create();
+        shadowkv_lowrank_plan p;
+        assert_int_equal(shadowkv_lowrank_plan_make(&p, S, HKV, D, r, runs[i].eig, st), KVB_OK);
+        float *dK = kvb_dmalloc(sizeof K), *dU = kvb_dmalloc(sizeof(float) * S * r), *dSV = kvb_dmalloc(sizeof(float) * N * r);
+        kvb_bf16 *dU16 = kvb_dmalloc(sizeof(kvb_bf16) * S * r), *dSV16 = kvb_dmalloc(sizeof(kvb_bf16) * N * r);
+        int *dinfo = kvb_dmalloc(sizeof(int)), fallbacks = 0;
+        void *ws = kvb_dmalloc(p.workspace_bytes);
+        kvb_h2d(dK, K, sizeof K, st);
+        assert_int_equal(shadowkv_lowrank(&p, dK, dU, dSV, dU16, dSV16, dinfo, ws, &fallbacks, NULL, st), KVB_OK);
+        kvb_d2h(Uref, dU, sizeof(float) * S * r, st), kvb_d2h(SVref, dSV, sizeof(float) * N * r, st);
+        kvb_sync(st);
+        double err;
+        assert_int_equal(ref_shadowkv_lowrank_error(K, S, HKV, D, r, Uref, SVref, &err), KVB_OK);
+        const double opt = shadowkv_optimal_error(sref, N, r);
+        if (err > 1.02 * opt + 1e-5 * norm)
+            fail_msg("eig=%d r=%d: error %.6g above 1.02 x optimal %.6g + 1e-5 x %.6g (fallbacks %d)", (int)runs[i].eig, r,
+                     err, opt, norm, fallbacks);
+        if (!!(fallbacks & SHADOWKV_FALLBACK_FP64) != runs[i].fp64)
+            fail_msg("eig=%d r=%d: fallbacks %d, the fp64 one expected %s", (int)runs[i].eig, r, fallbacks,
+                     runs[i].fp64 ? "taken" : "not taken");
+        kvb_dfree(dK), kvb_dfree(dU), kvb_dfree(dSV), kvb_dfree(dU16), kvb_dfree(dSV16), kvb_dfree(dinfo), kvb_dfree(ws);
+        shadowkv_lowrank_plan_free(&p);
+        kvb_stream_destroy(st);
+    }
+}
+
 static void test_landmarks_refuse(void **state)
 {
     (void)state;
@@ -137,7 +192,8 @@ int main(void)
     static const char *const families[] = {"shadowkv", NULL};
 #if KVB_HAVE_CUDA
     const struct CMUnitTest fixed[] = {cmocka_unit_test(test_lowrank_plan_refuses), cmocka_unit_test(test_landmarks_refuse),
-                                       cmocka_unit_test(test_small_eig_refuses), cmocka_unit_test(test_small_eig_known)};
+                                       cmocka_unit_test(test_small_eig_refuses), cmocka_unit_test(test_small_eig_known),
+                                       cmocka_unit_test(test_lowrank_fp64_cut)};
     return kvb_test_run_gpu_cases("gpu shadowkv", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else
     return kvb_test_run_gpu_cases("gpu shadowkv", NULL, 0, families, 2);

@@ -122,7 +122,7 @@ typedef struct kvb_run {
     int on_gpu;        /* device buffers exist */
     cudaStream_t stream, stream2;
     const kvb_ceilings *ceil;
-    char note[256];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
+    char note[384];    /* shown with the result, e.g. "reference on 2 of 8 (b,h) slices" */
     const char *nondeterministic; /* set by the op's setup where two launches may differ in bits, saying why
                                      (`check --determinism` then demands that the relaunch validate) */
     int ref_ready;     /* the op's setup returned KVB_OK: every input and reference holds computed data (a

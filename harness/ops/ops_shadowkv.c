@@ -95,8 +95,9 @@ typedef struct lowrank_priv {
     double *s;           /* LAPACKE's singular values, descending */
     double optimal, norm; /* the optimal rank-r error, ||Kpre||_F */
     double ratio32, ratio16;
-    int fallbacks;       /* impl=kernel's last run: SHADOWKV_FALLBACK_QR (Householder QR: a rank-deficient
-                            subspace), SHADOWKV_FALLBACK_EIG (syevd: the small eigensolver's check failed) */
+    int fallbacks;       /* the last run's: SHADOWKV_FALLBACK_QR (Householder QR: a rank-deficient subspace),
+                            SHADOWKV_FALLBACK_EIG (syevd: the small eigensolver's check failed),
+                            SHADOWKV_FALLBACK_FP64 (the cut below fp32's resolution of G: fp64 Gram, syevdx) */
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_stages stages; /* the last stage-timed launch's phases (bench) */
 #endif
@@ -225,18 +226,20 @@ static int setup_lowrank(kvb_run *r)
     return lowrank_setup(r, p);
 }
 
-/* The note's words for impl=kernel's fallbacks (shadowkv_lowrank's *fallbacks; none without CUDA) */
-static const char *lowrank_fallback_note(int fallbacks)
+/* The note's words for the fallbacks of the last run (shadowkv_lowrank's *fallbacks; none without CUDA),
+ * into buf */
+static const char *lowrank_fallback_note(int fallbacks, char *buf, size_t n)
 {
+    buf[0] = 0;
 #if KVB_HAVE_CUDA
-    static const char *const words[4] = {"", "; Cholesky QR rank-deficient: Householder QR ran",
-                                         "; eig check failed: syevd ran",
-                                         "; Householder QR ran; eig check failed: syevd ran"};
-    return words[fallbacks & (SHADOWKV_FALLBACK_QR | SHADOWKV_FALLBACK_EIG)];
+    const char *qr = "; Cholesky QR rank-deficient: Householder QR ran", *eig = "; eig check failed: syevd ran";
+    const char *fp64 = "; the r-th eigenvalue below fp32's resolution of G: fp64 Gram and syevdx ran";
+    snprintf(buf, n, "%s%s%s", fallbacks & SHADOWKV_FALLBACK_QR ? qr : "", fallbacks & SHADOWKV_FALLBACK_EIG ? eig : "",
+             fallbacks & SHADOWKV_FALLBACK_FP64 ? fp64 : "");
 #else
-    (void)fallbacks;
-    return "";
+    (void)fallbacks, (void)n;
 #endif
+    return buf;
 }
 
 /* Every slice: the device's fp32 factors against the bound, and the bf16 ones reported. */
@@ -258,12 +261,13 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
     const double bound = LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm;
     p->ratio32 = p->optimal > 0 ? e32 / p->optimal : 0;
     p->ratio16 = p->optimal > 0 ? e16 / p->optimal : 0;
+    char fallback_words[192];
     snprintf(r->note, sizeof r->note,
              "||Kpre - U*SV||_F / optimal: fp32 factors %.5f (bound 1.02), bf16 factors %.5f; optimal %.6g, "
              "||Kpre||_F %.6g%s%s",
              p->ratio32, p->ratio16, p->optimal, p->norm,
              p->reused ? "; singular values of the previous case's identical input" : "",
-             lowrank_fallback_note(p->fallbacks));
+             lowrank_fallback_note(p->fallbacks, fallback_words, sizeof fallback_words));
     if (e32 > bound)
         return kvb_fail(KVB_EINVAL,
                         "shadowkv_lowrank: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F %.6g "

@@ -40,10 +40,11 @@ constexpr int CHOLQR_CALLS = CHOLQR_PASSES_EARLY * (SHADOWKV_RR_ITERS - 1) + CHO
 // fp64), C [k, k] (its Gram matrix, then the Cholesky factor R), potrf's work, chol_info [2 * iterations]
 // (each potrf's status); gesvdr At [N, S]
 // (Kpre transposed: gesvdr overwrites its input), sigma [k], Vr [N, k] (the right singular vectors) and
-// gesvdr's own device workspace.
+// gesvdr's own device workspace; the Gram paths' fp64 fallback Gd [N, N] (then its eigenvectors), Wd [N],
+// Kd [chunk, N] (rows of Kpre in fp64) and Dsyevdx's work.
 struct lowrank_ws {
     float *G, *W, *work, *Vs, *Q, *Y, *T, *tau, *At, *sigma, *Vr, *hi, *lo, *X, *Zs, *eig_check;
-    double *Yd, *C, *chol_work;
+    double *Yd, *C, *chol_work, *Gd, *Wd, *Kd, *dwork;
     int *chol_info;
     void *svd_work, *small_eig;
 };
@@ -74,6 +75,9 @@ static lowrank_ws lowrank_carve(const shadowkv_lowrank_plan *p, void *ws, size_t
     const size_t at = p->eig == SHADOWKV_EIG_GESVDR ? N * (size_t)p->S : 0;
     w.At = take(at), w.sigma = take(k), w.Vr = take(N * k);
     w.svd_work = take((p->svd_dev_bytes + sizeof(float) - 1) / sizeof(float));
+    const bool gram = p->eig != SHADOWKV_EIG_GESVDR;
+    auto take_d = [&](size_t doubles) { return (double *)take_bytes(gram ? doubles * sizeof(double) : 0); };
+    w.Gd = take_d(N * N), w.Wd = take_d(N), w.Kd = take_d((size_t)p->chunk * N), w.dwork = take_d((size_t)p->d_eig_lwork);
     *bytes = (size_t)(b - (char *)ws);
     return w;
 }
@@ -178,6 +182,15 @@ extern "C" int shadowkv_lowrank_plan_make(shadowkv_lowrank_plan *p, int S, int H
         p->eig_lwork = qr > orth ? (qr > small ? qr : small) : (orth > small ? orth : small);
         CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(cs, CUBLAS_FILL_MODE_UPPER, p->k, NULL, p->k, &p->chol_lwork));
     }
+    if (eig != SHADOWKV_EIG_GESVDR) {
+        // the fp64 fallback (SHADOWKV_FP32_RESOLVED): Dsyevdx of the r largest, and rows of Kpre converted
+        // 32 MB at a time (at least one row) for the updates of G
+        CUSOLVER_TRY(cusolverDnDsyevdx_bufferSize(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                                  CUBLAS_FILL_MODE_LOWER, p->N, NULL, p->N, 0.0, 0.0, p->N - r + 1,
+                                                  p->N, NULL, NULL, &p->d_eig_lwork));
+        const int64_t rows = ((int64_t)32 << 20) / ((int64_t)p->N * (int64_t)sizeof(double));
+        p->chunk = (int)(rows < 1 ? 1 : rows < S ? rows : S);
+    }
     lowrank_carve(p, NULL, &p->workspace_bytes);
     return KVB_OK;
 }
@@ -195,21 +208,22 @@ extern "C" void shadowkv_lowrank_plan_free(shadowkv_lowrank_plan *p)
 // j-th largest (j < r) is column m-1-j: s_j = sqrt(lambda) (a negative lambda is rounding: 0),
 //   Vs[n, j] = v[n] / s_j (0 when s_j = 0)   -> U = Kpre Vs in one GEMM
 //   SV[h, j, d] = s_j v[h*D + d]             (fp32 and bf16)
-__global__ void lowrank_factors_kernel(const float *__restrict__ V, const float *__restrict__ W, int m, int N, int D,
-                                       int r, float *__restrict__ Vs, float *__restrict__ SV,
-                                       __nv_bfloat16 *__restrict__ SV16)
+// (T: float from the fp32 solvers, double from the fp64 fallback; the factors are fp32 either way)
+template <typename T>
+__global__ void lowrank_factors_kernel(const T *__restrict__ V, const T *__restrict__ W, int m, int N, int D, int r,
+                                       float *__restrict__ Vs, float *__restrict__ SV, __nv_bfloat16 *__restrict__ SV16)
 {
     const int64_t total = (int64_t)N * r;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int j = (int)(i / N), n = (int)(i % N);
         const int col = m - 1 - j;
-        const float s = sqrtf(fmaxf(W[col], 0.f));
-        const float v = V[(int64_t)col * N + n];
-        Vs[(int64_t)j * N + n] = s > 0.f ? v / s : 0.f;
+        const T s = sqrt(W[col] > T(0) ? W[col] : T(0));
+        const T v = V[(int64_t)col * N + n];
+        Vs[(int64_t)j * N + n] = s > T(0) ? (float)(v / s) : 0.f;
         const int h = n / D, d = n % D;
         const int64_t o = ((int64_t)h * r + j) * D + d;
-        SV[o] = s * v;
-        SV16[o] = __float2bfloat16_rn(s * v);
+        SV[o] = (float)(s * v);
+        SV16[o] = __float2bfloat16_rn((float)(s * v));
     }
 }
 
@@ -296,6 +310,47 @@ static int subspace_householder(const shadowkv_lowrank_plan *p, const lowrank_ws
         CUSOLVER_TRY(cusolverDnSorgqr(cs, N, k, k, w.Y, N, w.tau, w.work, p->eig_lwork, info));
         CUDA_TRY(cudaMemcpyAsync(w.Q, w.Y, (size_t)nq * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     }
+    return KVB_OK;
+}
+
+// Whether fp32 resolved the cut: lambda_r / lambda_1 above SHADOWKV_FP32_RESOLVED (the solvers' m values
+// ascending: lambda_1 at m - 1, lambda_r at m - r; a NaN does not compare above). The two values are read
+// on the host: every Gram path has synchronized with it in its eigensolver already.
+static int lowrank_cut_resolved(const float *lambda, int m, int r, bool *resolved, cudaStream_t stream)
+{
+    float top = 0.f, cut = 0.f;
+    CUDA_TRY(cudaMemcpyAsync(&top, lambda + (m - 1), sizeof top, cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY(cudaMemcpyAsync(&cut, lambda + (m - r), sizeof cut, cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY(cudaStreamSynchronize(stream));
+    *resolved = cut > (float)SHADOWKV_FP32_RESOLVED * top;
+    return KVB_OK;
+}
+
+// The eigenpairs again from a fp64 Gram matrix (the cut below fp32's resolution): Kpre's rows converted
+// p->chunk at a time, Gd += Kd Kd^T by Dsyrk (lower triangle), then Dsyevdx of the r largest: their
+// vectors in Gd's first r columns, their values in Wd, ascending.
+static int lowrank_fp64(const shadowkv_lowrank_plan *p, const lowrank_ws &w, const float *Kpre, int *info,
+                        cudaStream_t stream)
+{
+    cublasHandle_t cb = (cublasHandle_t)p->cublas;
+    cusolverDnHandle_t cs = (cusolverDnHandle_t)p->cusolver;
+    const int N = p->N, S = p->S, r = p->r;
+    const double one = 1.0, zero = 0.0;
+    for (int s0 = 0; s0 < S; s0 += p->chunk) {
+        const int rows = S - s0 < p->chunk ? S - s0 : p->chunk;
+        const int64_t n = (int64_t)rows * N, blocks = (n + 255) / 256;
+        cast_kernel<float, double><<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(
+            Kpre + (int64_t)s0 * N, n, w.Kd);
+        CUDA_TRY(cudaGetLastError());
+        CUBLAS_TRY(cublasDsyrk(cb, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, N, rows, &one, w.Kd, N, s0 ? &one : &zero,
+                               w.Gd, N));
+    }
+    int m = 0;
+    CUSOLVER_TRY(cusolverDnDsyevdx(cs, CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, N, w.Gd,
+                                   N, 0.0, 0.0, N - r + 1, N, &m, w.Wd, w.dwork, p->d_eig_lwork, info));
+    if (m != r)
+        return kvb_fail(KVB_EDEVICE, "shadowkv_lowrank: the fp64 fallback's syevdx returned %d eigenpairs, asked for r=%d",
+                        m, r);
     return KVB_OK;
 }
 
@@ -437,11 +492,26 @@ extern "C" int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpr
         CUSOLVER_TRY(cusolverDnSsyevd(cs, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, N, w.G, N, w.W, w.work,
                                       p->eig_lwork, info));
     }
-    CUDA_TRY(ev.mark(3, stream));
     const int threads = 256;
     const int64_t nv = (int64_t)N * r;
-    lowrank_factors_kernel<<<(unsigned)((nv + threads - 1) / threads), threads, 0, stream>>>(
-        V, lambda, m, N, p->D, r, w.Vs, SV, (__nv_bfloat16 *)SV16);
+    const unsigned fblocks = (unsigned)((nv + threads - 1) / threads);
+    bool resolved = true; // the cut, by SHADOWKV_FP32_RESOLVED (gesvdr, the peer, is taken as it is)
+    if (p->eig != SHADOWKV_EIG_GESVDR) {
+        const int rc = lowrank_cut_resolved(lambda, m, r, &resolved, stream);
+        if (rc) return rc;
+    }
+    if (!resolved) {
+        const int rc = lowrank_fp64(p, w, Kpre, info, stream);
+        if (rc) return rc;
+        if (fallbacks) *fallbacks |= SHADOWKV_FALLBACK_FP64;
+        lowrank_factors_kernel<double><<<fblocks, threads, 0, stream>>>(w.Gd, w.Wd, r, N, p->D, r, w.Vs, SV,
+                                                                         (__nv_bfloat16 *)SV16);
+        CUDA_TRY(cudaGetLastError());
+    }
+    CUDA_TRY(ev.mark(3, stream));
+    if (resolved)
+        lowrank_factors_kernel<float><<<fblocks, threads, 0, stream>>>(V, lambda, m, N, p->D, r, w.Vs, SV,
+                                                                        (__nv_bfloat16 *)SV16);
     CUDA_TRY(cudaGetLastError());
     // U^T (column-major r x S, i.e. U row-major [S, r]) = Vs^T A. The randomized path has A's tf32 split
     // from the Gram matrix: 3xTF32 as there (Vs = hi + lo into Q and Y, free once V is read; A's lo Vs_lo

@@ -60,6 +60,13 @@ typedef enum {
 #define SHADOWKV_RR_ITERS 3
 #define SHADOWKV_FALLBACK_QR 1  /* shadowkv_lowrank's *fallbacks bits */
 #define SHADOWKV_FALLBACK_EIG 2
+#define SHADOWKV_FALLBACK_FP64 4
+/* The Gram paths' cut that fp32 resolves: lambda_r / lambda_1 above this (sigma_r / sigma_1 above ~3.2e-3,
+ * some 85 eps of fp32 in lambda). Below it fp32's rounding of G (about eps * lambda_1 per entry) is of
+ * the size of the eigenvalues at the cut, which it can then neither order nor keep (a random-shape
+ * input measured 1.117x of the optimal error through syevdx, 1.387x through the randomized path), and
+ * the factorization runs again from a fp64 Gram matrix with a fp64 eigensolver. */
+#define SHADOWKV_FP32_RESOLVED 1e-5
 
 /* Host plan of one factorization shape: handles bound to `stream`, the eigensolver's workspace size. */
 typedef struct shadowkv_lowrank_plan {
@@ -73,6 +80,8 @@ typedef struct shadowkv_lowrank_plan {
     void *svd_params;        /* gesvdr: cusolverDnParams_t */
     void *svd_host_work;     /* gesvdr: its host workspace (malloc'd by the plan) */
     size_t svd_host_bytes, svd_dev_bytes;
+    int d_eig_lwork;         /* Gram paths: doubles of the fp64 fallback's eigensolver (Dsyevdx) */
+    int chunk;               /* Gram paths: rows of Kpre the fp64 fallback converts per update of G */
     size_t workspace_bytes;  /* device workspace the launch needs */
 } shadowkv_lowrank_plan;
 
@@ -94,10 +103,13 @@ typedef struct shadowkv_lowrank_stages {
 /* Enqueue the factorization of Kpre [S, Hkv*D] fp32 (finite: the caller checks, as the reference does)
  * into U [S, r], SV [Hkv, r, D] (fp32) and their bf16 copies U16, SV16; *info (device int) receives the
  * eigensolver's status (0: converged). workspace: p->workspace_bytes of device memory. *fallbacks (may
- * be NULL) receives the randomized path's fallbacks (0: none): SHADOWKV_FALLBACK_QR where its Cholesky
- * QR met a rank-deficient product and the iteration ran again with Householder QR;
- * SHADOWKV_FALLBACK_EIG where the small eigensolver's check failed and syevd solved the projected matrix. *stages (may be NULL) receives the phases' device
- * times; the call then also waits for its last phase. */
+ * be NULL) receives the fallbacks taken (0: none): on the randomized path SHADOWKV_FALLBACK_QR where its
+ * Cholesky QR met a rank-deficient product and the iteration ran again with Householder QR;
+ * SHADOWKV_FALLBACK_EIG where the small eigensolver's check failed and syevd solved the projected matrix;
+ * on every Gram path, SHADOWKV_FALLBACK_FP64 where lambda_r / lambda_1 was not above
+ * SHADOWKV_FP32_RESOLVED and the factors came from the fp64 Gram matrix and eigensolver. *stages (may be
+ * NULL) receives the phases' device times (the fp64 fallback in eig_ms); the call then also waits for its
+ * last phase. */
 int shadowkv_lowrank(const shadowkv_lowrank_plan *p, const float *Kpre, float *U, float *SV, kvb_bf16 *U16,
                      kvb_bf16 *SV16, int *info, void *workspace, int *fallbacks, shadowkv_lowrank_stages *stages,
                      cudaStream_t stream);
