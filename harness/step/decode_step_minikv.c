@@ -185,7 +185,7 @@ static int attention_mk(kvb_run *r, step_priv *p, int which, block_attention *a)
     minikv_path *paths = p->ms;
     if (!paths) p->ms = paths = kvb_run_alloc(r, 2 * sizeof *paths, "minikv step plans");
     const int2_cache c = device_cache(r, 0);
-    *a = (block_attention){minikv_block_add_stages, &paths[which], 0};
+    *a = (block_attention){minikv_block_add_stages, &paths[which], 0, 0};
     const int2_native n = {step_dev(r, "native_rec"), step_dev(r, "native_km")};
     return minikv_path_prepare(&paths[which], &p->s.mk, &c, &n, step_dev(r, "attn_ws"));
 }

@@ -267,7 +267,7 @@ static int attention_ok(kvb_run *r, step_priv *p, int which, block_attention *a)
         b.idx = step_dev(r, "idx"), b.idx_host = kvb_run_find(r, "idx")->h;
         b.cnt = step_dev(r, "cnt"), b.cnt_host = kvb_run_find(r, "cnt")->h;
     }
-    *a = (block_attention){omnikv_block_add_stages, &st->path[which], 0};
+    *a = (block_attention){omnikv_block_add_stages, &st->path[which], 0, 0};
     return omnikv_path_prepare(&st->path[which], &sh, &b);
 }
 #endif

@@ -162,7 +162,7 @@ static int attention_rk(kvb_run *r, step_priv *p, int which, block_attention *a)
     };
     /* at B = 1 the path is ~30 us of dependent kernels over ~9 MB: o_proj's weights read into L2 beside it
      * (measured faster there, slower at B = 8: kernels/step/NOTES.md) */
-    *a = (block_attention){rocketkv_block_add_stages, &plans[which], p->s.rk.B == 1};
+    *a = (block_attention){rocketkv_block_add_stages, &plans[which], p->s.rk.B == 1, 0};
     return rocketkv_path_prepare(&plans[which], &p->s.rk, &b);
 }
 #endif

@@ -479,7 +479,7 @@ static int attention_skv(kvb_run *r, step_priv *p, int which, block_attention *a
         .ws_score = step_dev(r, "ws_score"), .ws_v = step_dev(r, "ws_v"), .ws_k = step_dev(r, "ws_k"),
         .ws_attn = step_dev(r, "ws_attn"),
     };
-    *a = (block_attention){shadowkv_block_add_stages, &q->path[which], 0};
+    *a = (block_attention){shadowkv_block_add_stages, &q->path[which], 0, 1};
     return shadowkv_path_prepare(&q->path[which], &p->s.skv, &b);
 }
 #endif

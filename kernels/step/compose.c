@@ -123,7 +123,9 @@ int kvb_step_capture(kvb_step *p)
     if (e != cudaSuccess)
         return kvb_fail(KVB_EDEVICE, "%s: cudaStreamEndCapture failed: %s (a stage made a call a graph cannot hold)",
                         p->name, cudaGetErrorString(e));
-    e = cudaGraphInstantiateWithFlags(&p->graph, g, 0);
+    /* the kernel nodes run at the priorities of the streams they were captured from (a side stream of the
+     * greatest priority, block_attention.side_first), not all at the launch stream's */
+    e = cudaGraphInstantiateWithFlags(&p->graph, g, cudaGraphInstantiateFlagUseNodePriority);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
         p->graph = NULL;

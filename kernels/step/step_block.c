@@ -92,6 +92,14 @@ int block_step_plan_make(block_step_plan *p, const char *name, const block_prese
     if (buf->q) p->q = buf->q;
     if (buf->knew) p->knew = buf->knew;
     if (buf->vnew) p->vnew = buf->vnew;
+    if (buf->attn && buf->attn->side_first && s1 != s0) { /* captured, the nodes keep the priority (compose.c) */
+        int least = 0, greatest = 0;
+        cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&p->side, cudaStreamNonBlocking, greatest);
+        if (e != cudaSuccess)
+            return kvb_fail(KVB_EDEVICE, "%s: the side stream of the greatest priority: %s", who, cudaGetErrorString(e));
+        s1 = p->side;
+    }
     kvb_step_init(&p->step, name, s0, s1);
     typedef struct { const char *name; kvb_stage_fn fn; } stage;
     static const stage before[] = {{"rmsnorm1", st_norm1}, {"qkv_proj", st_qkv}, {"rope", st_rope}};
@@ -125,4 +133,9 @@ int block_step_plan_make(block_step_plan *p, const char *name, const block_prese
 
 int block_step_enqueue(block_step_plan *p) { return kvb_step_enqueue(&p->step); }
 
-void block_step_plan_destroy(block_step_plan *p) { kvb_step_destroy(&p->step); }
+void block_step_plan_destroy(block_step_plan *p)
+{
+    kvb_step_destroy(&p->step);
+    if (p->side) cudaStreamDestroy(p->side);
+    p->side = NULL;
+}

@@ -32,6 +32,10 @@ typedef struct block_attention {
     /* 1: o_proj's weights are read into L2 on the side stream while this path runs (a path of long
      * latency-bound chains over few bytes, where the DRAM idles; kernels/step/NOTES.md says where) */
     int prefetch_o;
+    /* 1: the side stream's stages are scheduled ahead of the main stream's (the block's plan makes its own
+     * side stream of the greatest priority): ShadowKV, whose side stream holds the misses' fetch over the
+     * host link, the step's critical path, while the next chunk's selection fills the SMs */
+    int side_first;
 } block_attention;
 
 typedef struct block_buffers { /* device pointers unless *_host */
@@ -59,6 +63,7 @@ typedef struct block_step_plan {
     block_buffers buf;
     kvb_bf16 *z, *qkv, *q, *knew, *vnew, *att, *h, *gu, *act; /* carved from scratch */
     size_t o_prefetch_bytes; /* o_proj's weights read into L2 beside the attention path (0: not) */
+    cudaStream_t side;       /* the side stream of the greatest priority (block_attention.side_first), or NULL */
     kvb_step step;
 } block_step_plan;
 
