@@ -363,6 +363,32 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
     return kvb_par_return(&err);
 }
 
+int ref_int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, int64_t L, const int2_layout *l)
+{
+    const char *who = "ref_int2_dequantize";
+    int rc = int2_layout_check(l, who);
+    if (rc) return rc;
+    if (L < l->T + l->R)
+        return kvb_fail(KVB_EINVAL, "%s: L=%lld out of range [T + R = %lld, inf)", who, (long long)L,
+                        (long long)(l->T + l->R));
+    const int D = l->D;
+    const int64_t heads = (int64_t)l->B * l->Hkv;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < heads; bh++) {
+        for (int64_t t = 0; t < l->T; t++)
+            for (int d = 0; d < D; d++) { /* exact in double, then the kernel's two roundings: fp32, bf16 */
+                const int64_t at = (bh * L + t) * D + d;
+                K[at] = kvb_float_to_bf16((float)key_at(c, l, bh, d, t, NULL));
+                V[at] = kvb_float_to_bf16((float)value_at(c, l, bh, t, d, NULL));
+            }
+        for (int t = 0; t < l->R; t++) {
+            memcpy(K + (bh * L + l->T + t) * D, c->Kr + (bh * l->Rcap + t) * D, sizeof(kvb_bf16) * (size_t)D);
+            memcpy(V + (bh * L + l->T + t) * D, c->Vr + (bh * l->Rcap + t) * D, sizeof(kvb_bf16) * (size_t)D);
+        }
+    }
+    return KVB_OK;
+}
+
 /* ---- the kernel-native layout (int2.h) ---- */
 
 static int native_check(const int2_layout *l, const char *who)

@@ -149,6 +149,11 @@ int ref_int2_av(const float *p, const int2_cache *c, float *out, double *mag, co
 int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, const int2_layout *l,
                          const uint8_t *slices);
 
+/* The cache as bf16 rows K, V [B, Hkv, L, D] (L >= T + R; rows past T + R are not written), as the
+ * int2_dequantize kernel writes them: code * scale + zero rounded to fp32 (the kernel's fmaf, one rounding of
+ * the exact value), then to bf16 (nearest even); the R residual tokens copied. */
+int ref_int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, int64_t L, const int2_layout *l);
+
 /* ---- the kernel-native layout of int2_decode_attn v3 (a layout of the decode kernel's own,
  * with a bit-exact converter in both directions) ----
  * The same codes and metadata, ordered so that each 64-token step of one (b, kv head) is two

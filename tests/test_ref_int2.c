@@ -283,6 +283,20 @@ static void test_attention_exact_data_matches_dense(void **state)
     int32_t len[1] = {N};
     assert_int_equal(ref_decode_attn(q, K, V, len, o_dense, &dl, NULL), KVB_OK);
     assert_memory_equal(o_int2, o_dense, sizeof o_int2);
+    /* the cache as bf16 rows (dequant_dense's reference): these codes are exact, so the rows are K and V,
+     * the residual copied behind the quantized tokens; rows past T + R are left as they were */
+    enum { L = N + 3 };
+    kvb_bf16 *Kd = malloc(sizeof(kvb_bf16) * HKV * L * D), *Vd = malloc(sizeof(kvb_bf16) * HKV * L * D);
+    memset(Kd, 0x7f, sizeof(kvb_bf16) * HKV * L * D), memset(Vd, 0x7f, sizeof(kvb_bf16) * HKV * L * D);
+    assert_int_equal(ref_int2_dequantize(&c, Kd, Vd, L, &l), KVB_OK);
+    for (int h = 0; h < HKV; h++) {
+        assert_memory_equal(Kd + h * L * D, K + h * N * D, sizeof(kvb_bf16) * N * D);
+        assert_memory_equal(Vd + h * L * D, V + h * N * D, sizeof(kvb_bf16) * N * D);
+        assert_int_equal(Kd[(h * L + N) * D], 0x7f7f);
+    }
+    assert_int_equal(ref_int2_dequantize(&c, Kd, Vd, N - 1, &l), KVB_EINVAL);
+    assert_error_mentions("ref_int2_dequantize: L=68 out of range [T + R = 69, inf)");
+    free(Kd), free(Vd);
     free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
 }
 

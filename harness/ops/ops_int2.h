@@ -10,9 +10,9 @@
  *             key outliers by channel)
  *   spiky     outlier, and one value in 512 x16 on top (groups with extreme ranges; scores up to ~60).
  *             For the quantizer (bit-exact), the dot products (tolerance relative to sum |a_k| (|c_k s_k| + |z_k|)) and
- *             decode attention v3 and v2 (exact codes, q s_g as two fp16 halves). Kernels that round the
- *             dequantized keys to 16 bits (v1, dequant_dense) exceed the attention tolerance there: their
- *             attention cases use outlier
+ *             decode attention v3 and v2 (exact codes, q s_g as two fp16 halves). v1, which rounds the
+ *             dequantized keys to fp16, exceeds the attention tolerance there: its attention cases use
+ *             outlier (dequant_dense is judged against its own bf16 cache, ops_int2_decode.c)
  *   grid      multiples of 1/2 in [0, 3] (so groups spanning [0, 3] have scale 1 and exact ties at .5,
  *             rounded to even), every 7th key channel and value token constant (scale 0)
  *   nonfinite normal with one NaN key and one Inf value planted: the quantizer rejects it (bad input)
