@@ -363,14 +363,20 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
     return kvb_par_return(&err);
 }
 
-int ref_int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, int64_t L, const int2_layout *l)
+int int2_dequantize_check(const int2_layout *l, int64_t L, const char *who)
 {
-    const char *who = "ref_int2_dequantize";
     int rc = int2_layout_check(l, who);
     if (rc) return rc;
     if (L < l->T + l->R)
         return kvb_fail(KVB_EINVAL, "%s: L=%lld out of range [T + R = %lld, inf)", who, (long long)L,
                         (long long)(l->T + l->R));
+    return KVB_OK;
+}
+
+int ref_int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, int64_t L, const int2_layout *l)
+{
+    int rc = int2_dequantize_check(l, L, "ref_int2_dequantize");
+    if (rc) return rc;
     const int D = l->D;
     const int64_t heads = (int64_t)l->B * l->Hkv;
 #pragma omp parallel for schedule(static)

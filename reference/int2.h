@@ -90,6 +90,9 @@ int int2_attn_check(const int2_layout *l, const char *who);
 /* A span of tokens to quantize: the layout, n and t0 multiples of gs, t0 + n <= Tcap, n <= src_len. */
 int int2_span_check(const int2_layout *l, int64_t src_len, int64_t n, int64_t t0, const char *who);
 
+/* Dequantizing into bf16 rows of L tokens: the layout and L >= T + R. */
+int int2_dequantize_check(const int2_layout *l, int64_t L, const char *who);
+
 /* An append: the layout, R + 1 <= Rcap, and room for a flush (T + 128 <= Tcap) when R + 1 >= 128. */
 int int2_append_check(const int2_layout *l, const char *who);
 

@@ -325,11 +325,8 @@ extern "C" int int2_dequantize(const int2_cache *c, kvb_bf16 *K, kvb_bf16 *V, in
                                cudaStream_t stream)
 {
     const char *who = "int2_dequantize";
-    int rc = int2_layout_check(l, who);
+    int rc = int2_dequantize_check(l, L, who);
     if (rc) return rc;
-    if (L < l->T + l->R)
-        return kvb_fail(KVB_EINVAL, "%s: L=%lld out of range [T + R = %lld, inf)", who, (long long)L,
-                        (long long)(l->T + l->R));
     if (!K || !V) return kvb_fail(KVB_EINVAL, "%s: K or V is NULL", who);
     const CachePtrs p = ptrs_of(c);
     const int64_t heads = (int64_t)l->B * l->Hkv;
