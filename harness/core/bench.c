@@ -473,10 +473,10 @@ static void print_summary(FILE *f, bench_ctx *b, int n, const kvb_ceilings *ceil
     if (ceil->measured)
         fprintf(f, "\n%s. Ceilings this run: H2D pinned memcpy %.1f GB/s, zero-copy kernel %.1f GB/s, D2D memcpy %.0f GB/s "
                    "(read+write), copy kernel %.0f GB/s, read kernel %.0f GB/s (read only), bf16 GEMM %.0f TFLOP/s, timing "
-                   "floor (empty kernel) %.2f us. %% of ceiling: the ceiling's time for the same work over the case's "
-                   "median, timed the same way at the same size: one contiguous pinned copy of the host bytes, one device "
-                   "copy of the device bytes (copies), one streaming read of the device bytes (read-mostly kernels), or "
-                   "the FLOPs at the measured bf16 GEMM rate.\n",
+                   "floor (empty kernel) %.2f us. %% of ceiling: the ceiling's fastest time (of its repeats) for the same "
+                   "work over the case's median, timed the same way at the same size: one contiguous pinned copy of the "
+                   "host bytes, one device copy of the device bytes (copies), one streaming read of the device bytes "
+                   "(read-mostly kernels), or the FLOPs at the measured bf16 GEMM rate.\n",
                 gpu, ceil->h2d_memcpy_GBps, ceil->h2d_zero_copy_GBps, ceil->d2d_memcpy_GBps, ceil->d2d_kernel_GBps,
                 ceil->read_GBps, ceil->bf16_mma_TFLOPs, ceil->launch_floor_us);
     if (peers && peers->n) fprintf(f, "\nExternal peers from %s, timed on this GPU in this round.\n", peers->source);

@@ -42,7 +42,7 @@ static double time_copy(void *dst, const void *src, size_t bytes, int kind, cuda
 {
     copy_ctx c = {dst, src, bytes, s, kind};
     kvb_timed t = {NULL, copy_work, &c, s, 0};
-    return kvb_time_median(&t, n);
+    return kvb_time_best(&t, n);
 }
 
 typedef struct gemm_ctx {
@@ -113,7 +113,7 @@ int kvb_ceilings_measure(kvb_ceilings *c)
     gemm_work(&g); /* warm-up: heuristics, kernel load */
     kvb_sync(s);
     kvb_timed tg = {NULL, gemm_work, &g, s, 0};
-    t = kvb_time_median(&tg, 10);
+    t = kvb_time_best(&tg, 10);
     c->bf16_mma_TFLOPs = 2.0 * g.n * (double)g.n * g.n / t * 1e-12;
     CUBLAS_CHECK(cublasDestroy(g.h));
     kvb_dfree(g.a), kvb_dfree(g.b), kvb_dfree(g.c);

@@ -1,5 +1,6 @@
 /* ceilings.h: this device's copy and read bandwidths and matrix rate, measured in the same run as the cases
- * so that every result can be stated as a fraction of a ceiling (README.md, Method, "Ceilings").
+ * so that every result can be stated as a fraction of a ceiling (README.md, Method, "Ceilings"). Each is the
+ * fastest of its repeats (a bound: the case's median is held against the best the ceiling's own kernel did).
  * Bandwidths count bytes read plus bytes written for device copies, and bytes moved for
  * host-device copies.
  */
@@ -29,11 +30,11 @@ int kvb_ceilings_measure(kvb_ceilings *c);
 void kvb_ceilings_print(const kvb_ceilings *c);
 void kvb_ceilings_json(const kvb_ceilings *c, kvb_json *j);
 
-/* Median time of one contiguous copy of `bytes` (pinned host to device, or device to device),
+/* Fastest time of one contiguous copy of `bytes` (pinned host to device, or device to device),
  * timed like the cases. Cached by size. */
 double kvb_h2d_contiguous_seconds(size_t bytes);
 double kvb_d2d_contiguous_seconds(size_t bytes);
-/* Median time of the read-only kernel streaming `bytes` of device memory (the read ceiling). */
+/* Fastest time of the read-only kernel streaming `bytes` of device memory (the read ceiling). */
 double kvb_read_contiguous_seconds(size_t bytes);
 
 /* The time the ceiling a cost is stated against needs for that cost's work (0 when none applies):

@@ -379,7 +379,8 @@ static int write_summary(FILE *f, const input *in, int n_in, const item *it, int
         fprintf(f, measured == 1 ? " " : "\n");
     }
     if (measured)
-        fprintf(f, "%s%% of ceiling: the ceiling's time for the same work over the case's median, timed the same way at "
+        fprintf(f, "%s%% of ceiling: the ceiling's fastest time (of its repeats) for the same work over the case's median, "
+                   "timed the same way at "
                    "the same size: one contiguous pinned copy of the host bytes, one device copy of the device bytes "
                    "(copies), one streaming read of the device bytes (read-mostly kernels), or the FLOPs at the measured "
                    "bf16 GEMM rate%s.\n",

@@ -55,7 +55,8 @@ void kvb_stats(const double *samples, int n, kvb_sample_stats *st)
     kvb_xfree(s);
 }
 
-double kvb_time_median(const kvb_timed *t, int n)
+/* n samples of t, summarized */
+static kvb_sample_stats time_stats(const kvb_timed *t, int n)
 {
     double *s = kvb_xalloc((size_t)n, sizeof(double), "timing samples");
     if (!s) kvb_guard_fail();
@@ -63,5 +64,8 @@ double kvb_time_median(const kvb_timed *t, int n)
     kvb_sample_stats st;
     kvb_stats(s, n, &st);
     kvb_xfree(s);
-    return st.median;
+    return st;
 }
+
+double kvb_time_median(const kvb_timed *t, int n) { return time_stats(t, n).median; }
+double kvb_time_best(const kvb_timed *t, int n) { return time_stats(t, n).min; }

@@ -30,5 +30,8 @@ double kvb_time_once(const kvb_timed *t); /* seconds */
 void kvb_time_samples(const kvb_timed *t, int n, double *samples);
 void kvb_stats(const double *samples, int n, kvb_sample_stats *st);
 double kvb_time_median(const kvb_timed *t, int n);
+/* The fastest of n samples: for the ceilings, which bound what a case can reach, so that noise in the
+ * ceiling's own run cannot put a case above it. */
+double kvb_time_best(const kvb_timed *t, int n);
 
 #endif
