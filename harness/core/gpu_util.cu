@@ -130,6 +130,8 @@ extern "C" void kvb_read_host_kernel(void *dst, const void *src_pinned, size_t b
 // Streams n16 16-byte words and reduces them (XOR) to one word per block: reads only, as a read-mostly
 // kernel (decode attention, scoring, top-k) moves its bytes. Eight independent 16-byte loads per
 // thread are in flight per iteration, so memory latency is covered at any size that fills the GPU.
+// On the H200 no variant read faster at 2-4 GiB (a contiguous chunk a block, L2::256B prefetch, 16 loads
+// in flight, 8 x 256 threads an SM: profiles/read_ceiling_variants.cu, results/h200/ab/read-ceiling-variants).
 __global__ void __launch_bounds__(512) read16_kernel(const uint4 *__restrict__ src, size_t n16, uint32_t *sink)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;

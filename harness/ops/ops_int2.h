@@ -12,7 +12,7 @@
  *             For the quantizer (bit-exact), the dot products (tolerance relative to sum |a_k| (|c_k s_k| + |z_k|)) and
  *             decode attention v3 and v2 (exact codes, q s_g as two fp16 halves). v1, which rounds the
  *             dequantized keys to fp16, exceeds the attention tolerance there: its attention cases use
- *             outlier (dequant_dense is judged against its own bf16 cache, ops_int2_decode.c)
+ *             outlier (dequant_dense, judged against its own bf16 cache in ops_int2_decode.c, passes spiky)
  *   grid      multiples of 1/2 in [0, 3] (so groups spanning [0, 3] have scale 1 and exact ties at .5,
  *             rounded to even), every 7th key channel and value token constant (scale 0)
  *   nonfinite normal with one NaN key and one Inf value planted: the quantizer rejects it (bad input)
