@@ -1,10 +1,13 @@
 /* test_clocks.c: what a timing was taken under (nvml_probe.h, the bench summary's clocks section):
  * NVML's clock-event reason bits named, the rule that flags a loop timed under a falling or limited
- * clock, and the summary's rows and its one line without NVML. Pure functions: no device, no NVML. */
+ * clock, and the summary's rows and its one line without NVML; and the samples' statistics (timing.h:
+ * the cases' median, the ceilings' fastest repeat). Pure functions: no device, no NVML. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "harness/core/cli.h"
+#include "harness/core/timing.h"
 #include "tests/testlib.h"
 
 static void test_reason_names(void **state)
@@ -147,6 +150,30 @@ static void test_probe_without_device(void **state)
     kvb_nvml_close();
 }
 
+/* the statistics of a timing loop's samples: the order they came in does not matter, an even count's
+ * median is the mean of the middle two, and min is the fastest sample (what a ceiling reports) */
+static void test_sample_stats(void **state)
+{
+    (void)state;
+    const double odd[] = {3e-6, 1e-6, 5e-6, 2e-6, 4e-6};
+    kvb_sample_stats st;
+    kvb_stats(odd, 5, &st);
+    assert_int_equal(st.n, 5);
+    assert_true(st.min == 1e-6 && st.max == 5e-6 && st.median == 3e-6);
+    assert_true(fabs(st.mean - 3e-6) < 1e-18);
+    assert_true(fabs(st.stddev - sqrt(2.5) * 1e-6) < 1e-15); /* sample stddev: sum of squares 10e-12 over n - 1 */
+    assert_true(fabs(st.noise - st.stddev / st.mean) < 1e-12);
+    const double even[] = {8.0, 2.0, 6.0, 4.0};
+    kvb_stats(even, 4, &st);
+    assert_true(st.median == 5.0 && st.min == 2.0 && st.max == 8.0);
+    const double one = 7.0;
+    kvb_stats(&one, 1, &st);
+    assert_true(st.median == 7.0 && st.min == 7.0 && st.stddev == 0 && st.noise == 0);
+    kvb_stats(NULL, 0, &st); /* no samples: all zero, not a read past the end */
+    assert_int_equal(st.n, 0);
+    assert_true(st.median == 0 && st.min == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_flag_rule),
         cmocka_unit_test(test_summary_section),
         cmocka_unit_test(test_probe_without_device),
+        cmocka_unit_test(test_sample_stats),
     };
     return cmocka_run_group_tests_name("clocks", tests, NULL, NULL);
 }
