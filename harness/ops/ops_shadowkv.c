@@ -113,6 +113,24 @@ typedef struct lowrank_priv {
 #endif
 } lowrank_priv;
 
+/* The two conditions on factors with error err (||Kpre - U*SV||_F), `whose` naming them in the failure:
+ * at most 1.02 x the optimum + fp32's resolution, and at least half the energy the optimum removes */
+static int lowrank_judge(const lowrank_priv *p, double err, const char *whose)
+{
+    if (err > LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm)
+        return kvb_fail(KVB_EINVAL,
+                        "shadowkv_lowrank: %s: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F "
+                        "%.6g (ratio %.5f)",
+                        whose, err, p->optimal, p->norm, err / (p->optimal > 0 ? p->optimal : 1));
+    const double norm2 = p->norm * p->norm, removed = norm2 - err * err, optimal_removed = norm2 - p->optimal * p->optimal;
+    if (removed < LOWRANK_MIN_REMOVED * optimal_removed)
+        return kvb_fail(KVB_EINVAL,
+                        "shadowkv_lowrank: %s: they remove %.6g of ||Kpre||_F^2 = %.6g, under 0.5 x the %.6g the "
+                        "optimal rank-%d factors remove",
+                        whose, removed, norm2, optimal_removed, p->r);
+    return KVB_OK;
+}
+
 /* dist=lowrank: Kpre = A diag(sigma) Bm + 0.02 E with A [S, R0], Bm [R0, N], E [S, N] seeded N(0, 1). */
 static void fill_lowrank(kvb_run *r, float *K, int S, int N, uint64_t seed)
 {
@@ -213,12 +231,10 @@ static int lowrank_setup(kvb_run *r, lowrank_priv *p)
         double sum = 0;
         for (int i = 0; i < ns; i++) sum += p->s[i] * p->s[i];
         p->norm = sqrt(sum);
-        /* the reference's own factors meet the bound (a check of the check) */
+        /* the reference's own factors pass the check (a check of the check) */
         double err;
         rc = ref_shadowkv_lowrank_error(K->h, S, p->Hkv, p->D, R, U, SV, &err);
-        if (rc == KVB_OK && err > LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm)
-            rc = kvb_fail(KVB_EINVAL, "shadowkv_lowrank: the reference's own factors miss the bound: %.6g > 1.02 x %.6g",
-                          err, p->optimal);
+        if (rc == KVB_OK) rc = lowrank_judge(p, err, "the reference's own factors");
     }
     kvb_run_free(r, U), kvb_run_free(r, SV);
     if (rc == KVB_OK) lowrank_memo_keep(p, dist, r->seed, ns);
@@ -264,7 +280,6 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
     rc = ref_shadowkv_lowrank_error(K->h, p->S, p->Hkv, p->D, p->r, U, SV, &e16);
     kvb_run_free(r, U), kvb_run_free(r, SV);
     if (rc) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: bf16 factors: %s", kvb_last_error());
-    const double bound = LOWRANK_BOUND * p->optimal + LOWRANK_FP32_FLOOR * p->norm;
     p->ratio32 = p->optimal > 0 ? e32 / p->optimal : 0;
     p->ratio16 = p->optimal > 0 ? e16 / p->optimal : 0;
     char fallback_words[192];
@@ -274,18 +289,7 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
              p->ratio32, p->ratio16, p->optimal, p->norm,
              p->reused ? "; singular values of the previous case's identical input" : "",
              lowrank_fallback_note(p->fallbacks, fallback_words, sizeof fallback_words));
-    if (e32 > bound)
-        return kvb_fail(KVB_EINVAL,
-                        "shadowkv_lowrank: ||Kpre - U*SV||_F = %.6g above 1.02 x optimal %.6g + 1e-5 x ||Kpre||_F %.6g "
-                        "(ratio %.5f)",
-                        e32, p->optimal, p->norm, e32 / (p->optimal > 0 ? p->optimal : 1));
-    const double removed = p->norm * p->norm - e32 * e32, optimal_removed = p->norm * p->norm - p->optimal * p->optimal;
-    if (removed < LOWRANK_MIN_REMOVED * optimal_removed)
-        return kvb_fail(KVB_EINVAL,
-                        "shadowkv_lowrank: the factors remove %.6g of ||Kpre||_F^2 = %.6g, under 0.5 x the %.6g the "
-                        "optimal rank-%d factors remove",
-                        removed, p->norm * p->norm, optimal_removed, p->r);
-    return KVB_OK;
+    return lowrank_judge(p, e32, "the fp32 factors");
 }
 
 static int out_check_lowrank(kvb_run *r) { return lowrank_out_check(r, r->priv); }
