@@ -282,11 +282,13 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
     if (rc) return kvb_fail(KVB_EINVAL, "shadowkv_lowrank: bf16 factors: %s", kvb_last_error());
     p->ratio32 = p->optimal > 0 ? e32 / p->optimal : 0;
     p->ratio16 = p->optimal > 0 ? e16 / p->optimal : 0;
+    const double norm2 = p->norm * p->norm, optimal_removed = norm2 - p->optimal * p->optimal;
     char fallback_words[192];
     snprintf(r->note, sizeof r->note,
-             "||Kpre - U*SV||_F / optimal: fp32 factors %.5f (bound 1.02), bf16 factors %.5f; optimal %.6g, "
-             "||Kpre||_F %.6g%s%s",
-             p->ratio32, p->ratio16, p->optimal, p->norm,
+             "||Kpre - U*SV||_F / optimal: fp32 factors %.5f (bound 1.02), bf16 factors %.5f; energy removed %.4f "
+             "of the optimum's (at least 0.5); optimal %.6g, ||Kpre||_F %.6g%s%s",
+             p->ratio32, p->ratio16, optimal_removed > 0 ? (norm2 - e32 * e32) / optimal_removed : 1.0, p->optimal,
+             p->norm,
              p->reused ? "; singular values of the previous case's identical input" : "",
              lowrank_fallback_note(p->fallbacks, fallback_words, sizeof fallback_words));
     return lowrank_judge(p, e32, "the fp32 factors");
