@@ -354,7 +354,8 @@ static int launch_lapacke(kvb_run *r) { (void)r; return KVB_EDEVICE; }
 /* Work: the Gram matrix (S N^2 multiply-adds, half of them by symmetry: S N (N+1) FLOPs), the
  * eigensolver (about 9 N^3 for a dense symmetric one), U = Kpre Vs (2 S N r). Bytes: Kpre read twice,
  * U written in fp32 and bf16. A latency-bound eigensolver: no ceiling; the goal is a ratio to
- * torch.linalg.svd of the same run (5x faster); torch.svd_lowrank and impl=lapacke are beside it. */
+ * torch.svd_lowrank of the same run (5x faster, kernels/shadowkv/NOTES.md); torch.linalg.svd and
+ * impl=lapacke are beside it. */
 static void cost_lowrank(const kvb_run *r, kvb_cost *c)
 {
     const lowrank_priv *p = r->priv;
@@ -363,9 +364,9 @@ static void cost_lowrank(const kvb_run *r, kvb_cost *c)
     c->bytes_dev = 2.0 * S * N * 4 + S * R * 6 + N * R * 6;
     c->ceiling = KVB_CEIL_NONE;
     if (!strcmp(kvb_run_impl(r), "lapacke")) return;
-    c->goal_peer = "torch_linalg_svd";
+    c->goal_peer = "torch_svd_lowrank";
     c->goal_peer_ratio = 0.2;
-    c->goal_text = "5x faster than torch.linalg.svd";
+    c->goal_text = "5x faster than torch.svd_lowrank";
 #if KVB_HAVE_CUDA
     c->workspace_bytes = (double)p->plan.workspace_bytes;
 #endif
