@@ -1,32 +1,32 @@
 # written by harness/report/plot_report.py with plot.dat; loaded by harness/report/plots.gp
 gpu = "NVIDIA H200"
-runs = "bench 740fac5 2026-12-01 02:32"
+runs = "bench 814b8fd 2026-12-01 04:06"
 array run_lines[1]
-run_lines[1] = "bench 740fac5 2026-12-01 02:32"
+run_lines[1] = "bench 814b8fd 2026-12-01 04:06"
 n_cases = 56
-max_pct = 98.22
+max_pct = 98.01
 n_over = 0
 n_skipped = 2
 n_panels = 6
 array panel_title[6]
 array panel_rows[6]
 array panel_cols[6]
-panel_title[1] = "device read (measured: read 4545 GB/s)"
+panel_title[1] = "device read (measured: read 4630 GB/s)"
 panel_rows[1] = 23
 panel_cols[1] = "6 7 8 9 13 14 15"
-panel_title[2] = "bf16 matrix rate (measured: GEMM 802 TFLOP/s)"
+panel_title[2] = "bf16 matrix rate (measured: GEMM 793 TFLOP/s)"
 panel_rows[2] = 2
 panel_cols[2] = "10 16 17"
 panel_title[3] = "pinned H2D copy (measured: H2D 55 GB/s)"
 panel_rows[3] = 3
 panel_cols[3] = "11 12"
-panel_title[4] = "device copy (measured: copy 4290 GB/s)"
+panel_title[4] = "device copy (measured: copy 4262 GB/s)"
 panel_rows[4] = 1
 panel_cols[4] = "8"
-panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4545 GB/s)"
+panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4630 GB/s)"
 panel_rows[5] = 23
 panel_cols[5] = "18 19 20"
-panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4545 GB/s, H2D 55 GB/s)"
+panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4630 GB/s, H2D 55 GB/s)"
 panel_rows[6] = 4
 panel_cols[6] = ""
 n_cols = 15
