@@ -100,6 +100,26 @@ def test_single_file_has_no_run_column(tmp):
     assert "| run |" not in text, text
 
 
+def test_fixed_part_against_the_weights(tmp):
+    # 400 MB of weights a block at 4000 GB/s: 100 us. Block stages 140 us (high 1.40x); the path
+    # (attention + kv_append) 45 us, so the step minus the path is 115 us (1.15x) or 95 us (0.95x)
+    stages = {"rmsnorm1": 5, "qkv_proj": 20, "rope": 5, "kv_append": 5, "attention": 40, "o_proj": 15,
+              "rmsnorm2": 5, "gate_up_proj": 55, "silu_mul": 5, "down_proj": 30}
+    cases = []
+    for B, median in ((1, 160.0), (8, 140.0)):
+        c = case("dense", B, 32768, median, 126.0, model_weight_bytes=32 * 400e6,
+                 tokens_per_s=B / (median * 1e-6 * 32))
+        c.update({"stage_us_" + k: float(v) for k, v in stages.items()})
+        c["label"] = "stages: " + ", ".join("%s %d us" % kv for kv in stages.items())
+        cases.append(c)
+    with open(os.path.join(tmp, "bench.json"), "w") as f:
+        json.dump({"context": {"gpu": "TEST GPU", "ceiling_read_GBps": "4000.0"}, "benchmarks": cases}, f)
+    rows = rows_after(report([os.path.join(tmp, "bench.json")], tmp), "## The block's fixed part")
+    # ctx B weights_MB weights_us step-path block over goal met
+    assert rows[0] == ["32K", "1", "400.0", "100.0", "115.0", "140.0", "1.15-1.40", "<= 1.1x", "no"], rows
+    assert rows[1][4] == "95.0" and rows[1][6] == "0.95-1.40" and rows[1][8] == "between", rows
+
+
 def main():
     tests = [v for k, v in sorted(globals().items()) if k.startswith("test_")]
     passed = failed = 0
