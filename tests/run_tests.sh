@@ -83,7 +83,7 @@ part_step_report() {
         [ -n "$p" ] || { p=0; f=1; echo "step_report tests did not report"; }
         echo "$p ${f:-1} 0" >"$counts"
     else
-        echo "step_report tests: no python3, 4 skipped"
+        echo "step_report tests: no python3, 5 skipped"
         echo "0 0 3" >"$counts"
     fi
 }

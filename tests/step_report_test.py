@@ -120,6 +120,17 @@ def test_fixed_part_against_the_weights(tmp):
     assert rows[1][4] == "95.0" and rows[1][6] == "0.95-1.40" and rows[1][8] == "between", rows
 
 
+def test_projections_alone_against_their_goal(tmp):
+    lin = [{"name": "block_linear B=%d in=%d out=%d accumulate=%d seed=1 impl=kernel/manual_time" % (B, i, o, a),
+            "run_type": "iteration", "median_us": med, "goal_us": goal, "pct_of_ceiling": pct}
+           for B, i, o, a, med, goal, pct in ((8, 4096, 4096, 1, 16.0, 8.0, 45.0), (1, 4096, 28672, 0, 55.0, 56.0, 92.0))]
+    write(os.path.join(tmp, "bench.json"), [case("dense", 1, 32768, 180.0, 126.0)] + lin)
+    rows = rows_after(report([os.path.join(tmp, "bench.json")], tmp), "## The block's projections alone")[1:]  # [0]: header
+    # sorted by B, then the largest weights first
+    assert rows[0] == ["1", "4096 x 28672", "234.9", "55.0", "92.0%", "0.98x", "yes"], rows
+    assert rows[1] == ["8", "4096 x 4096 + residual", "33.6", "16.0", "45.0%", "2.00x", "no"], rows
+
+
 def main():
     tests = [v for k, v in sorted(globals().items()) if k.startswith("test_")]
     passed = failed = 0

@@ -100,6 +100,10 @@ ROUND_CASES = [
     for method, role in (("dense", "sparse"), ("minikv", "sparse"), ("omnikv", "filter"), ("omnikv", "sparse"), ("rocketkv", "sparse"))
     for b, ctx in ((1, 32768), (1, 131072), (8, 32768), (8, 131072))
     if (b, ctx) != (1, 32768) or role == "filter"
+] + [
+    # the block's four projections alone at B = 1, 8, 16, 48 (the bench tier's block_linear cases): the
+    # step report's table of each against its 90%-of-read goal
+    "block_linear",
 ]
 
 # op.h kvb_ceiling_kind, in enum order

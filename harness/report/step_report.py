@@ -125,6 +125,14 @@ def load_cases(path, run=""):
     return doc.get("context", {}), cases
 
 
+def load_linear(path, run=""):
+    """The block's projections benched alone (block_linear cases) in a bench file."""
+    with open(path) as f:
+        doc = json.load(f)
+    return [{"run": run, "b": b, "params": parse_name(b["name"])[1]} for b in doc.get("benchmarks", [])
+            if b.get("name", "").startswith("block_linear ") and not is_aggregate(b)]
+
+
 def device_name(ctx):
     for k in ("gpu", "device", "gpu_name", "device_name"):
         if ctx.get(k):
@@ -317,6 +325,24 @@ def fixed_part_rows(cases, ctx):
     return rows
 
 
+def linear_rows(linear):
+    """Each projection alone (block_linear, its goal the bench's: 90% of the read rate)."""
+    def key(c):
+        p = c["params"]
+        return (c["run"], int(p.get("B", 0)), -int(p.get("out", 0)) * int(p.get("in", 0)))
+    rows = []
+    for c in sorted(linear, key=key):
+        b, p = c["b"], c["params"]
+        med, goal = b.get("median_us"), b.get("goal_us")
+        wmb = int(p.get("in", 0)) * int(p.get("out", 0)) * 2 / 1e6
+        rows.append(([c["run"]] if c["run"] else []) + [
+            p.get("B", ""), "%s x %s%s" % (p.get("in", ""), p.get("out", ""), " + residual" if p.get("accumulate") == "1" else ""),
+            "%.1f" % wmb, us(med), "%.1f%%" % b["pct_of_ceiling"] if "pct_of_ceiling" in b else "–",
+            "%.2fx" % (med / goal) if med and goal else "–",
+            ("yes" if med <= goal else "no") if med and goal else "–"])
+    return rows
+
+
 def omnikv_rows(cases):
     """OmniKV's model step from one block per role: for each (model, B, ctx, gen, budget) with a filter
     and a sparse case and the dense case of the same workload (impl=kernel), t_omnikv = n_dense t_dense +
@@ -441,15 +467,9 @@ def shown_path(p):
     return p if rel.startswith("..") else rel
 
 
-def write_tables(path, src, ctx, cases):
-    out = ["# decode_step report: %s" % device_name(ctx), "",
-           "Source: %s" % ", ".join("`%s`" % shown_path(s) for s in src), ""]
-    if ctx.get("kvbench_git_revision") or ctx.get("date"):
-        out += ["Run: %s, kvbench %s." % (ctx.get("date", "?"), ctx.get("kvbench_git_revision", "?")), ""]
-    kernel = sorted((c for c in cases if c["impl"] == "kernel"), key=row_key)
-    others = sorted({c["impl"] for c in cases if c["impl"] != "kernel"})
-    methods = methods_in_order(c for c in cases if c["impl"] == "kernel")  # the JSON's order
-
+def per_method_sections(cases, kernel, others, methods):
+    """Each method's step against its bound, its throughput pivot and its stage breakdown."""
+    out = []
     out += ["## Step time per method (impl=kernel)", "",
             "Bound: the step's bytes at the device read ceiling (goal: 1.2x it). tokens/s: B tokens per "
             "step of 32 such blocks. Speedup and bound ratio against dense at the same model, ctx, B, gen. "
@@ -483,6 +503,20 @@ def write_tables(path, src, ctx, cases):
         if "canonical" in src_note:
             out += ["(stage order: no label listed it; the block's canonical order)", ""]
         out += [breakdown_table(mc, m), ""]
+    return out
+
+
+def write_tables(path, src, ctx, cases, linear=()):
+    out = ["# decode_step report: %s" % device_name(ctx), "",
+           "Source: %s" % ", ".join("`%s`" % shown_path(s) for s in src), ""]
+    if ctx.get("kvbench_git_revision") or ctx.get("date"):
+        out += ["Run: %s, kvbench %s." % (ctx.get("date", "?"), ctx.get("kvbench_git_revision", "?")), ""]
+    kernel = sorted((c for c in cases if c["impl"] == "kernel"), key=row_key)
+    others = sorted({c["impl"] for c in cases if c["impl"] != "kernel"})
+    methods = methods_in_order(c for c in cases if c["impl"] == "kernel")  # the JSON's order
+
+    if methods:
+        out += per_method_sections(cases, kernel, others, methods)
 
     run_col = ["run"] if multi_run(cases) else []
     skv = shadowkv_rows(cases)
@@ -509,6 +543,15 @@ def write_tables(path, src, ctx, cases):
                 "carries its gap). Met: yes where the high one is within the goal, no where the low one is not.", "",
                 md_table(["ctx", "B", "weights MB", "weights at read us", "step - attention path us",
                           "block stages us", "over weights", "goal", "met"], fixed), ""]
+
+    if linear:
+        out += ["## The block's projections alone against the read rate (block_linear)", "",
+                "Each projection of the block benched alone as the step runs it (cublasGemmEx), bf16 weights "
+                "[out, in] read once; goal (kernels/step/NOTES.md): at least 90% of the device read rate, from "
+                "the same run's ceiling.", "",
+                md_table((["run"] if any(c["run"] for c in linear) else []) +
+                         ["B", "in x out", "weights MB", "us", "% of read", "of goal time", "met"],
+                         linear_rows(linear)), ""]
 
     composed, per_role = omnikv_rows(cases)
     if composed or per_role:
@@ -577,18 +620,19 @@ def main(argv):
         sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
         return 2
     src, outdir = argv[1:-1], argv[-1]
-    ctx, cases = {}, []
+    ctx, cases, linear = {}, [], []
     for path in src:
         c_ctx, c_cases = load_cases(path, run_name(path) if len(src) > 1 else "")
         ctx = ctx or c_ctx
         cases += c_cases
-    if not cases:
-        sys.stderr.write("step_report: no %s cases in %s\n" % (OP, " ".join(src)))
+        linear += load_linear(path, run_name(path) if len(src) > 1 else "")
+    if not cases and not linear:
+        sys.stderr.write("step_report: no %s or block_linear cases in %s\n" % (OP, " ".join(src)))
         return 1
     os.makedirs(outdir, exist_ok=True)
-    write_tables(os.path.join(outdir, "tables.md"), src, ctx, cases)
+    write_tables(os.path.join(outdir, "tables.md"), src, ctx, cases, linear)
     write_stages_dat(os.path.join(outdir, "stages.dat"), cases)
-    print("step_report: %d cases -> %s/tables.md, %s/stages.dat" % (len(cases), outdir, outdir))
+    print("step_report: %d cases -> %s/tables.md, %s/stages.dat" % (len(cases) + len(linear), outdir, outdir))
     return 0
 
 
