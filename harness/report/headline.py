@@ -104,6 +104,10 @@ ROUND_CASES = [
     # the block's four projections alone at B = 1, 8, 16, 48 (the bench tier's block_linear cases): the
     # step report's table of each against its 90%-of-read goal
     "block_linear",
+] + [
+    # the prefill factorization's in-suite peers at its goal shape: the exact Gram + syevdx path and
+    # cuSOLVER's randomized SVD (kernels/shadowkv/NOTES.md)
+    "shadowkv_lowrank S=32768 Hkv=8 D=128 r=160 dist=normal seed=1 impl=" + impl for impl in ("syevdx", "gesvdr")
 ]
 
 # op.h kvb_ceiling_kind, in enum order
