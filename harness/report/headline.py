@@ -10,9 +10,10 @@ table is printed; with --write it replaces the text between the markers
     <!-- headline:begin --> ... <!-- headline:end -->           in README.md
     <!-- figures:begin FAMILY --> ... <!-- figures:end -->      in kernels/FAMILY/NOTES.md
 --cases prints the case filters of the headline rows and of their in-suite peers, then ROUND_CASES (what
-the round also benches for the paper-style step tables, harness/report/step_report.py, which publish.sh
-writes to results/<gpu>/steps/), one per line, for `kvbench bench` (harness/scripts/gpu_round.sh reads
-them).
+the round also benches: the cases of the paper-style step tables, harness/report/step_report.py, which
+publish.sh writes to results/<gpu>/steps/, and the goal shapes of kernels whose goals hold at every bench
+shape, a kernel named whole for its bench tier), one per line, for `kvbench bench`
+(harness/scripts/gpu_round.sh reads them).
 
 Every row names a case by its kernel and the keys that pick it out of the bench tier; its peer is an
 in-suite implementation of the same shape (impl=NAME, timed in the same run) or an external peer
@@ -104,6 +105,12 @@ ROUND_CASES = [
     # the block's four projections alone at B = 1, 8, 16, 48 (the bench tier's block_linear cases): the
     # step report's table of each against its 90%-of-read goal
     "block_linear",
+] + [
+    # every bench shape of the selection path's kernels, whose goals hold at each of them (the top-k's
+    # 3 reads + 10 us, the sparse attention's read rate at every budget, the scorings with their page
+    # top-k, RocketKV's decode against dense), and the INT2 quantizer's 70% of the copy rate
+    "topk", "sparse_attn_idx", "sparse_attn_pages", "hybrid_score", "quest_score", "rocketkv_decode",
+    "int2_quantize",
 ] + [
     # the prefill factorization's in-suite peers at its goal shape: the exact Gram + syevdx path and
     # cuSOLVER's randomized SVD (kernels/shadowkv/NOTES.md)
@@ -259,7 +266,11 @@ def main():
         sys.exit(__doc__)
     results = os.path.abspath(args[0])
     if "--cases" in sys.argv:
+        # a kernel named whole in ROUND_CASES brings its bench tier, which holds its headline cases
+        whole = {f for f in ROUND_CASES if " " not in f}
         for _, filt, peer in ROWS:
+            if filt.split()[0] in whole:
+                continue
             print(filt)
             if peer and peer.startswith("impl="):
                 print(with_impl(filt, peer[5:]))

@@ -15,8 +15,8 @@
 #             OUT/sanitize.txt: their verdicts                                          [SANITIZE=0 skips]
 #   peers     OUT/peers.json: the external peers (torch_peers.py), when PyTorch is there [PEERS=0 skips]
 #   bench     OUT/bench.json, summary.md: `kvbench bench` with those peers over the headline cases, their
-#             in-suite peers and the step cases of the paper-style tables (harness/report/headline.py
-#             --cases), or BENCH_CASES=tier for the
+#             in-suite peers, the step cases of the paper-style tables and the bench tier of the kernels
+#             whose goals hold at every bench shape (harness/report/headline.py --cases), or BENCH_CASES=tier for the
 #             whole bench tier, or the FILTERs when given                               [BENCH=0 skips]
 # The phases run one after the other. Tests, check and sanitize side by side measured far slower on an
 # H200 machine of 16 cores (results/h200/ab/round-side-by-side): the check 233 of its 819 cases in
