@@ -96,9 +96,8 @@ def fold_chunks(order, stages):
     return list(folded), folded
 
 
-def load_cases(path, run=""):
-    with open(path) as f:
-        doc = json.load(f)
+def load_cases(doc, run=""):
+    """A bench file's decode_step cases (doc: its parsed JSON)."""
     cases = []
     for b in doc.get("benchmarks", []):
         if not b.get("name", "").startswith(OP + " ") or is_aggregate(b):
@@ -125,10 +124,8 @@ def load_cases(path, run=""):
     return doc.get("context", {}), cases
 
 
-def load_linear(path, run=""):
+def load_linear(doc, run=""):
     """The block's projections benched alone (block_linear cases) in a bench file."""
-    with open(path) as f:
-        doc = json.load(f)
     return [{"run": run, "b": b, "params": parse_name(b["name"])[1]} for b in doc.get("benchmarks", [])
             if b.get("name", "").startswith("block_linear ") and not is_aggregate(b)]
 
@@ -622,10 +619,13 @@ def main(argv):
     src, outdir = argv[1:-1], argv[-1]
     ctx, cases, linear = {}, [], []
     for path in src:
-        c_ctx, c_cases = load_cases(path, run_name(path) if len(src) > 1 else "")
+        with open(path) as f:
+            doc = json.load(f)
+        run = run_name(path) if len(src) > 1 else ""
+        c_ctx, c_cases = load_cases(doc, run)
         ctx = ctx or c_ctx
         cases += c_cases
-        linear += load_linear(path, run_name(path) if len(src) > 1 else "")
+        linear += load_linear(doc, run)
     if not cases and not linear:
         sys.stderr.write("step_report: no %s or block_linear cases in %s\n" % (OP, " ".join(src)))
         return 1
