@@ -650,45 +650,54 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D;
     const uint16_t *qg = a.q + bh * G * D;
-    for (int i = threadIdx.x; i < G * D; i += THREADS) {
-        const float v = bf16_bits_to_float(qg[i]);
-        sm.qpos[i % D][i / D] = fmaxf(v, 0.f);
-        sm.qneg[i % D][i / D] = fminf(v, 0.f);
+    // A step is one channel group of one tile: channel group * SLOTS + this thread's slot. Where D is
+    // not a multiple of SLOTS the last group's padded channels copy zeros (below) and meet zero queries
+    // here, so they add exactly 0 and the step needs no branch.
+    const int groups = (D + S::SLOTS - 1) / S::SLOTS;
+    for (int i = threadIdx.x; i < G * groups * S::SLOTS; i += THREADS) {
+        const int c = i / G, h = i % G;
+        const float v = c < D ? bf16_bits_to_float(qg[h * D + c]) : 0.f;
+        sm.qpos[c][h] = fmaxf(v, 0.f);
+        sm.qneg[c][h] = fminf(v, 0.f);
     }
     __syncthreads();
 
     const TileRun run = tile_run(a.per_block, a.tiles);
-    // A step is one channel group of one tile: channel group * SLOTS + this thread's slot. The copy
-    // cursor runs QUEST_STAGES - 1 steps ahead of the step consumed and advances by additions only (a
-    // division by the runtime group count each step had cost about a third of the loop's instructions).
-    const int groups = (D + S::SLOTS - 1) / S::SLOTS, steps = run.count * groups;
+    // The copy cursor runs QUEST_STAGES - 1 steps ahead of the step consumed, as row pointers and a
+    // shared-memory address advanced by additions (a division by the runtime group count a step had
+    // cost about a third of the loop's instructions). A copy that is not valid (a padded channel, a
+    // page past the row, a step past the block's run) zero-fills its stage (from the tensor's start).
+    const int steps = run.count * groups;
     const uint64_t policy = l2_evict_first_policy();
-    uint4 *mine = ring + threadIdx.x; // stage k, tensor t at mine[(2k + t) * THREADS]
-    const int64_t row_stride = (int64_t)S::SLOTS * a.cap; // from one channel group to the next
-    int next = 0, next_group = 0, next_stage = 0;         // the copy cursor: step, its group, its ring stage
+    const uint32_t ring0 = smem_u32(ring + threadIdx.x);              // stage k, tensor t at + (2k + t) THREADS 16 B
+    constexpr uint32_t STAGE_BYTES = 2 * THREADS * sizeof(uint4);
+    const int64_t row_stride = (int64_t)S::SLOTS * a.cap;             // from one channel group to the next
+    const int64_t tile_back = TILE - (int64_t)groups * row_stride;    // from past a tile's last group to the next tile
+    int next = 0, next_group = 0, next_c = S::slot();
     int next_page = run.first * TILE + S::first_page();
     int64_t next_off = (bh * D + S::slot()) * a.cap + next_page;
+    uint32_t next_dst = ring0;
     auto issue = [&]() {
-        if (next < steps) {
-            const bool valid = next_group * S::SLOTS + S::slot() < D && next_page < a.n_pages;
-            const int64_t off = valid ? next_off : 0;
-            cp_async16_hint(smem_u32(mine + 2 * next_stage * THREADS), a.kmax + off, valid, policy);
-            cp_async16_hint(smem_u32(mine + (2 * next_stage + 1) * THREADS), a.kmin + off, valid, policy);
-            ++next;
-            next_stage = next_stage == QUEST_STAGES - 1 ? 0 : next_stage + 1;
-            if (++next_group < groups) {
-                next_off += row_stride;
-            } else { // the next tile's first group
-                next_group = 0;
-                next_page += TILE;
-                next_off += TILE - (int64_t)(groups - 1) * row_stride;
-            }
-        }
+        const bool valid = next < steps && next_c < D && next_page < a.n_pages;
+        const int64_t off = valid ? next_off : 0;
+        cp_async16_hint(next_dst, a.kmax + off, valid, policy);
+        cp_async16_hint(next_dst + THREADS * sizeof(uint4), a.kmin + off, valid, policy);
         cp_async_commit();
+        ++next;
+        next_dst = next_dst == ring0 + (QUEST_STAGES - 1) * STAGE_BYTES ? ring0 : next_dst + STAGE_BYTES;
+        next_off += row_stride;
+        next_c += S::SLOTS;
+        if (++next_group == groups) { // the next tile's first group
+            next_group = 0;
+            next_c = S::slot();
+            next_page += TILE;
+            next_off += tile_back;
+        }
     };
 #pragma unroll
     for (int s = 0; s < QUEST_STAGES - 1; ++s) issue();
 
+    const uint4 *mine = ring + threadIdx.x;
     int buf = 0, stage = 0;
     for (int t = 0; t < run.count; ++t) {
         float acc[G][8];
@@ -696,19 +705,16 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
         for (int h = 0; h < G; ++h)
 #pragma unroll
             for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
-        for (int group = 0; group < groups; ++group) {
-            const int c = group * S::SLOTS + S::slot();
+        for (int c = S::slot(); c < groups * S::SLOTS; c += S::SLOTS) {
             cp_async_wait<QUEST_STAGES - 2>();
-            if (c < D) {
-                float mx[8], mn[8];
-                unpack_bf16x8(mine[2 * stage * THREADS], mx);
-                unpack_bf16x8(mine[(2 * stage + 1) * THREADS], mn);
+            float mx[8], mn[8];
+            unpack_bf16x8(mine[2 * stage * THREADS], mx);
+            unpack_bf16x8(mine[(2 * stage + 1) * THREADS], mn);
 #pragma unroll
-                for (int p = 0; p < 8; ++p) {
-                    const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
+            for (int p = 0; p < 8; ++p) {
+                const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
 #pragma unroll
-                    for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
-                }
+                for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
             }
             issue();
             stage = stage == QUEST_STAGES - 1 ? 0 : stage + 1;
