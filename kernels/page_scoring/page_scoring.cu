@@ -664,8 +664,8 @@ __global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(Qu
 
     const TileRun run = tile_run(a.per_block, a.tiles);
     // The copy cursor runs QUEST_STAGES - 1 steps ahead of the step consumed, as row pointers and a
-    // shared-memory address advanced by additions (a division by the runtime group count a step had
-    // cost about a third of the loop's instructions). A copy that is not valid (a padded channel, a
+    // shared-memory address advanced by additions (a division by the runtime group count each step
+    // would cost about a third of the loop's instructions). A copy that is not valid (a padded channel, a
     // page past the row, a step past the block's run) zero-fills its stage (from the tensor's start).
     const int steps = run.count * groups;
     const uint64_t policy = l2_evict_first_policy();
