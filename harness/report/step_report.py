@@ -8,8 +8,8 @@ ShadowKV's Table 3; a per-stage latency breakdown, as in its Table 13; ShadowKV'
 paper's batch against dense's at its largest; OmniKV's model step composed from its layer roles;
 dense against the PyTorch peers) and OUTDIR/stages.dat (stage groups per case, for
 harness/report/step_stages.gp).
-Several files: each is a run, named by its file name up to the first '_' (run3_bench.json: run3;
-run6_filter_bench.json and run6_dense_bench.json: both run6, one device session). A method is set
+Several files: each is a run, named by its file name up to the first '_' (b_bench.json: run b;
+a_filter_bench.json and a_dense_bench.json: both run a, one call on one machine). A method is set
 beside dense only within its run, so every ratio comes from one run.
 Why a script and not the C summary: these tables join cases (a method against dense at the same
 ctx and B), which the per-case summary cannot. Every number printed comes from the JSON.
