@@ -157,8 +157,8 @@ constexpr int HYB_KC = 16; // channels per k-chunk (the mma's k)
 
 template <int G, int WT>
 struct HybTile {
-    static_assert(WT == 64 || WT == 16, "warp tiles of 64 (WIDE) or 16 (NARROW) pages");
-    static constexpr int TILE = WARPS * WT;         // pages per block tile: 512 or 128
+    static_assert(WT == 128 || WT == 64 || WT == 16, "warp tiles of 128 (LONG), 64 (WIDE) or 16 (NARROW) pages");
+    static constexpr int TILE = WARPS * WT;         // pages per block tile: 1024, 512 or 128
     static constexpr int MT = WT / 16;              // m16 tiles per step
     static constexpr int U = WT / 8;                // 16-byte units per row of a stage
     static constexpr int ROWB = WT * 2;             // bytes per row of a stage
@@ -166,11 +166,14 @@ struct HybTile {
     static constexpr int PIECES = HYB_KC * U / 32;  // cp.async per lane and stage: 4 or 1
     // stages per warp: 2 KB x 4 (G <= 4; 3 x 6 KB in flight per warp) or x 3 (G >= 5, whose larger
     // static shared memory leaves 3 x 48 KB), or 512 B x 8 (narrow)
-    static constexpr int STAGES = WT == 64 ? (G <= 4 ? 4 : 3) : 8;
+    // long tiles: 4 KB x 3 (2 x 8 KB in flight per warp, 2 blocks a SM)
+    static constexpr int STAGES = WT == 128 ? 3 : WT == 64 ? (G <= 4 ? 4 : 3) : 8;
+    static constexpr int MIN_BLOCKS = WT == 128 ? 2 : 3; // blocks per SM asked of ptxas
     static constexpr int RING = WARPS * STAGES * STAGE; // dynamic shared memory per block: 64, 48 or 32 KB
     // Unit u of row k of a stage lies at unit u ^ swz(k): the 8 rows (same u, consecutive k) that one
     // ldmatrix phase reads fall in 8 different 16-byte bank groups (8 / U rows share a 128-byte line).
-    __device__ static int swz(int k) { return (k / (8 / U)) & (U - 1); }
+    // Rows of 256 bytes (long tiles): unit u of row k at u ^ (k mod 8).
+    __device__ static int swz(int k) { return U >= 8 ? (k & 7) : (k / (8 / U)) & (U - 1); }
     __device__ static uint32_t at(int k, int u) { return (uint32_t)(k * ROWB + ((u ^ swz(k)) << 4)); }
 };
 
@@ -216,7 +219,7 @@ struct HybridSmem {
 // Pass 1: the channel choice of this (b, KV head), then z for the block's tiles (written to a.z) and
 // the block's (max, sum n_j exp(z - max)) per query head (written to a.part).
 template <int G, int WT>
-__global__ void __launch_bounds__(THREADS, 3) hybrid_score_kernel(HybridArgs a, int64_t head0)
+__global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_score_kernel(HybridArgs a, int64_t head0)
 {
     using T = HybTile<G, WT>;
     constexpr int NT = HybridSmem<G>::NT;
@@ -783,6 +786,10 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
 // more blocks (Quest: twice, hybrid: four times).
 bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
+// Hybrid's long tiles (128 pages a warp: each row's copy 256 contiguous bytes, where wide tiles copy
+// one 128-byte line of each of 16 rows) when they give every resident block slot two tiles or more.
+bool long_tiles(int resident, int64_t heads, int n_pages, int tile) { return heads * tiles_of(n_pages, tile) >= 2 * (int64_t)resident; }
+
 // Pass 2 with the page top-k as clusters of C blocks a head (hybrid_normalize_select_cluster_kernel), each
 // block holding chunk order keys in shared memory (past the default 48 KB: opted in); a plain launch
 // (launch_cluster says why).
@@ -805,16 +812,19 @@ int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned he
 template <int G>
 int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *selected, cudaStream_t stream)
 {
+    using Long = HybTile<G, 128>;
     using Wide = HybTile<G, 64>;
     using Narrow = HybTile<G, 16>;
-    static int known[64], known_narrow[64]; // per instantiation and device
-    int resident = 0, resident_narrow = 0;
+    static int known[64], known_narrow[64], known_long[64]; // per instantiation and device
+    int resident = 0, resident_narrow = 0, resident_long = 0;
     int rc = resident_blocks(hybrid_score_kernel<G, 64>, Wide::RING, known, &resident);
-    if (rc || (rc = resident_blocks(hybrid_score_kernel<G, 16>, Narrow::RING, known_narrow, &resident_narrow)))
+    if (rc || (rc = resident_blocks(hybrid_score_kernel<G, 16>, Narrow::RING, known_narrow, &resident_narrow)) ||
+        (rc = resident_blocks(hybrid_score_kernel<G, 128>, Long::RING, known_long, &resident_long)))
         return rc;
     const bool narrow = narrow_tiles(resident, heads, a.n_pages, Wide::TILE);
-    a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : Wide::TILE);
-    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &a.blocks);
+    const bool longer = !narrow && long_tiles(resident_long, heads, a.n_pages, Long::TILE);
+    a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : longer ? Long::TILE : Wide::TILE);
+    plan_blocks(narrow ? resident_narrow : longer ? resident_long : resident, heads, a.tiles, &a.per_block, &a.blocks);
     const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
     const int cluster = pages && a.n_pages > kvb_select::SMEM_ROW_N ? topk_cluster_blocks((int)heads, a.n_pages) : 1;
     *selected = pages && (a.n_pages <= kvb_select::SMEM_ROW_N || cluster > 1);
@@ -822,6 +832,7 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
         if (narrow) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 16>, grid, THREADS, Narrow::RING, stream, a, h0));
+        else if (longer) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 128>, grid, THREADS, Long::RING, stream, a, h0));
         else CUDA_TRY(launch_chained(hybrid_score_kernel<G, 64>, grid, THREADS, Wide::RING, stream, a, h0));
         if (cluster > 1) return launch_normalize_select_cluster<G>(a, h0, n, cluster, n_sel, pages, stream);
         if (*selected)
