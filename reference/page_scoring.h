@@ -46,8 +46,9 @@ typedef struct page_layout {
 } page_layout;
 
 static inline int page_count(int L, int P) { return (int)(((int64_t)L + P - 1) / P); }
-/* the default capacity: ceil(L / P) rounded up to a multiple of 8 */
-static inline int page_cap_default(int L, int P) { return (page_count(L, P) + 7) / 8 * 8; }
+/* the default capacity: ceil(L / P) rounded up to a multiple of 64, so that every bf16 row starts on a
+ * 128-byte line (the scoring kernels' row copies then touch no line more than their bytes need) */
+static inline int page_cap_default(int L, int P) { return (page_count(L, P) + 63) / 64 * 64; }
 /* tokens of page j (the last one may be partial) */
 static inline int page_tokens(const page_layout *s, int j)
 {

@@ -15,7 +15,7 @@
  *
  * Keys: P, r, k of hybrid_score are 0 by default: the RocketKV knobs (rocketkv_budget) from the token
  * budget T = `budget` at prompt length Lmax (0: L), with k = T/2 tokens attended; a non-zero key
- * overrides its knob. cap = 0: ceil(L/P) rounded up to a multiple of 8.
+ * overrides its knob. cap = 0: ceil(L/P) rounded up to a multiple of 64 (128-byte rows).
  *
  * Inputs (seeded, counter-based; never all zeros), `input=`:
  *   outlier (default)  q ~ N(0, 1), and per (b, KV head) 8 channels (seeded) where all G query heads are
@@ -53,7 +53,7 @@
 #define K_HKV {"Hkv", KVB_P_INT, 8, 1, PAGE_MAX_HKV, NULL, "KV heads (Hq = G * Hkv, G in [1, 8])"}
 #define K_D {"D", KVB_P_INT, 128, 1, PAGE_MAX_D, NULL, "head dimension (a multiple of 8)"}
 #define K_L {"L", KVB_P_INT, 32768, 1, PAGE_MAX_L, NULL, "tokens in the cache"}
-#define K_CAP {"cap", KVB_P_INT, 0, 0, PAGE_MAX_PAGES + 8, NULL, "metadata capacity in pages (row stride); 0: ceil(L/P) rounded up to 8"}
+#define K_CAP {"cap", KVB_P_INT, 0, 0, PAGE_MAX_PAGES + 8, NULL, "metadata capacity in pages (row stride); 0: ceil(L/P) rounded up to 64"}
 #define K_INPUT {"input", KVB_P_ENUM, 0, 0, 0, "outlier|normal|ties", "input distribution (see ops_page_scoring.c)"}
 #define K_SEED {"seed", KVB_P_INT, 1, 0, 1e15, NULL, "input seed"}
 
