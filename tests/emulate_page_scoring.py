@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring/page_scoring.cu's index
-math, written to check it without a GPU: the block plan (plan_blocks, wide / narrow tiles); hybrid pass 1 on
+math, written to check it without a GPU: the block plan (plan_blocks, long / wide / narrow tiles); hybrid pass 1 on
 the tensor cores: each warp's (tile, 16-channel chunk) steps, its lanes' cp.async copies into the swizzled
 stage layout, its ring (a stage is read only after the copy of that step landed in it and before the next
 copy overwrites it; shared memory never written reads as nan), ldmatrix .x4 .trans from the lanes' row
@@ -105,7 +105,7 @@ def lse_merge(m, s, m2, s2):
     return M, f32(s)
 
 
-HYB_WT = (64, 16)  # hybrid pass 1: pages per warp tile (wide, narrow); a block tile is WARPS of them
+HYB_WT = (128, 64, 16)  # hybrid pass 1: pages per warp tile (long, wide, narrow); a block tile is WARPS of them
 HYB_KC = 16        # channels per k-chunk (the mma's k)
 
 
@@ -116,17 +116,24 @@ class HybTile:
         self.WT, self.TILE, self.MT, self.U = wt, WARPS * wt, wt // 16, wt // 8
         self.ROWB, self.STAGE = wt * 2, HYB_KC * wt * 2
         self.PIECES = HYB_KC * self.U // 32
-        self.STAGES = (4 if G <= 4 else 3) if wt == 64 else 8
+        self.ROWS_PER_COPY = 32 // self.U  # rows a copy instruction takes, U lanes each
+        self.STAGES = 3 if wt == 128 else (4 if G <= 4 else 3) if wt == 64 else 8
 
     def at(self, k, u):
         """byte offset in a stage of unit u of row k"""
-        swz = (k // (8 // self.U)) & (self.U - 1)
+        swz = (k & 7) if self.U >= 8 else (k // (8 // self.U)) & (self.U - 1)
         return k * self.ROWB + ((u ^ swz) << 4)
 
 
-def hyb_tile_choice(resident, heads, n_pages, G):
-    wide = HybTile(HYB_WT[0]).TILE
-    return HybTile(HYB_WT[1] if heads * ((n_pages + wide - 1) // wide) < resident else HYB_WT[0], G)
+def hyb_tile_choice(resident, resident_long, heads, n_pages, G):
+    """(tile, its resident block slots): narrow where wide tiles leave slots empty, long where every long
+    tile slot gets two tiles or more"""
+    tiles = lambda wt: heads * ((n_pages + WARPS * wt - 1) // (WARPS * wt))
+    if tiles(HYB_WT[1]) < resident:
+        return HybTile(HYB_WT[2], G), resident
+    if tiles(HYB_WT[0]) >= 2 * resident_long:
+        return HybTile(HYB_WT[0], G), resident_long
+    return HybTile(HYB_WT[1], G), resident
 
 
 def ldmatrix_x4_trans(stage, addr):
@@ -158,9 +165,10 @@ def mma_m16n8k16(c, a, b):
 def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
     n = (L + P - 1) // P
     heads = B * Hkv
-    T = hyb_tile_choice(resident, heads, n, G)
+    # long tiles' kernel fits 2 blocks a SM where the others fit 3
+    T, slots = hyb_tile_choice(resident, resident * 2 // 3, heads, n, G)
     tiles = (n + T.TILE - 1) // T.TILE
-    per_block, blocks = plan_blocks(resident, heads, tiles)
+    per_block, blocks = plan_blocks(slots, heads, tiles)
     NT = (G + 3) // 4
     n_kc = (r + HYB_KC - 1) // HYB_KC
     z = np.full((heads, G, cap), np.nan, dtype=np.float32)
@@ -168,8 +176,10 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
     channels = np.zeros((heads, r), dtype=np.int32)
     lane = np.arange(32)
     g, t = lane // 4, lane % 4
-    ck, cl = lane // 2, (lane % 2) * 8
-    cp_off = [T.at(ck, 2 * p + lane % 2) for p in range(T.PIECES)]
+    # copies: piece p of lane l is unit l % U of row p (32 / U) + l / U (U lanes a row, a row's bytes contiguous)
+    cu, cl = lane % T.U, (lane % T.U) * 8
+    ck = [p * T.ROWS_PER_COPY + lane // T.U for p in range(T.PIECES)]
+    cp_off = [T.at(ck[p], cu) for p in range(T.PIECES)]
     ld_off = [T.at((lane // 16) * 8 + lane % 8, 2 * mt + (lane // 8) % 2) for mt in range(T.MT)]
     for bh in range(heads):
         qg = q[bh * G:(bh + 1) * G].astype(np.float64)  # [G, D] bf16 values
@@ -213,9 +223,9 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
                     if st["is"] >= steps:
                         return
                     stage = stages[st["is"] % T.STAGES]
-                    k = st["kc"] * HYB_KC + ck
+                    page = st["page"]  # this lane's unit of every row it copies
                     for p in range(T.PIECES):
-                        page = st["page"] + 16 * p
+                        k = st["kc"] * HYB_KC + ck[p]
                         valid = (k < r) & (page < n)
                         assert (np.minimum(page, cap - 8) >= 0).all()
                         for l in range(32):
@@ -440,6 +450,9 @@ def main():
                                            # wide tiles, warps 1-7 without pages in the last tile
         (1, 1, 3, 256, 600, 1, 256, 1),    # D = r = 256 (16 chunks), two wide tiles in one block
         (1, 1, 8, 32, 1040, 2, 16, 3),     # G = 8, r = 16 (one chunk, no padding), narrow tiles
+        (1, 2, 4, 128, 9220, 3, 62, 3),    # long tiles (2 heads x 4 of them >= 2 x 2 slots), a last tile of
+                                           # 2 pages (warps 1-7 without pages in it), several tiles a block
+        (1, 1, 7, 64, 6150, 3, 33, 2),     # G = 7, long tiles (3 of them >= 2 x 1 slot; one block), r past a chunk
     ]
     for (B, Hkv, G, D, L, P, r, resident) in shapes:
         n = (L + P - 1) // P

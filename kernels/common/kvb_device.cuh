@@ -26,6 +26,16 @@ namespace kvb_dev {
 // The 32-bit shared-memory address of a generic pointer into shared memory.
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// The first 128-byte line of a dynamic shared-memory region that starts after a kernel's static shared
+// memory (its launch asks SMEM_LINE more bytes). A cp.async ring must start on such a line: where a
+// 16-byte copy lands across a 32-byte boundary of shared memory, the L2 serves its sector twice (ncu on
+// an H200: twice the sector requests and half of them hits; kernels/page_scoring/NOTES.md).
+constexpr int SMEM_LINE = 128;
+__device__ __forceinline__ unsigned char *smem_line_start(unsigned char *p)
+{
+    return p + ((0u - smem_u32(p)) & (unsigned)(SMEM_LINE - 1));
+}
+
 // 4 bytes to, 16 bytes from a shared-memory address (smem_u32), where the address arithmetic (a swizzle)
 // is done on the 32-bit shared window.
 __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }

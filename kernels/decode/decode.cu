@@ -109,7 +109,7 @@ __host__ __device__ constexpr size_t front_bytes()
 template <int D, int S, int SRC>
 size_t smem_bytes(int B)
 {
-    return 128 + front_bytes<D, S, SRC>() + sizeof(int64_t) * (size_t)(B + 1); // 128: the ring's alignment
+    return SMEM_LINE + front_bytes<D, S, SRC>() + sizeof(int64_t) * (size_t)(B + 1); // the ring on a line
 }
 
 // The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
@@ -177,9 +177,8 @@ template <int D, int S, int SRC>
 __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    // the ring on a 128-byte line: a row copy whose 16-byte units straddle 32-byte boundaries of shared
-    // memory costs the L2 two requests for each of its sectors
-    unsigned char *smem = smem_raw + ((0u - smem_u32(smem_raw)) & 127u);
+    // the ring on a 128-byte line: the static part before it (the scan's storage) is not a multiple of 32 bytes
+    unsigned char *smem = smem_line_start(smem_raw);
     MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
     int64_t *pre = reinterpret_cast<int64_t *>(smem + front_bytes<D, S, SRC>()); // steps before sequence b, all heads
     __shared__ int flag_s;

@@ -169,10 +169,9 @@ struct HybTile {
     // long tiles: 4 KB x 3 (2 x 8 KB in flight per warp, 2 blocks a SM)
     static constexpr int STAGES = WT == 128 ? 3 : WT == 64 ? (G <= 4 ? 4 : 3) : 8;
     static constexpr int MIN_BLOCKS = WT == 128 ? 2 : 3; // blocks per SM asked of ptxas
-    // dynamic shared memory per block: 96, 64, 48 or 32 KB, and 128 bytes to start the ring on a 128-byte
-    // line (a copy whose 16-byte units land across a 32-byte boundary of shared memory costs the L2 two
-    // requests for its sector)
-    static constexpr int RING = WARPS * STAGES * STAGE + 128;
+    // dynamic shared memory per block: 96, 64, 48 or 32 KB, and a line to start the ring on one
+    // (smem_line_start: the static part before it is not a multiple of 32 bytes)
+    static constexpr int RING = WARPS * STAGES * STAGE + SMEM_LINE;
     // Unit u of row k of a stage lies at unit u ^ swz(k): the 8 rows (same u, consecutive k) that one
     // ldmatrix phase reads fall in 8 different 16-byte bank groups (8 / U rows share a 128-byte line).
     // Rows of 256 bytes (long tiles): unit u of row k at u ^ (k mod 8).
@@ -359,7 +358,7 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
     const int n_tiles = run.count - ((run.first + run.count - 1) * T::TILE + wp0 >= a.n_pages ? 1 : 0);
     const int steps = n_tiles * n_kc;
     const uint64_t policy = l2_evict_first_policy();
-    const uint32_t ring_w = ((smem_u32(ring) + 127u) & ~127u) + warp * (T::STAGES * T::STAGE); // this warp's ring
+    const uint32_t ring_w = smem_u32(smem_line_start(reinterpret_cast<unsigned char *>(ring))) + warp * (T::STAGES * T::STAGE);
     // Copies: a row's ROWB bytes are taken by U consecutive lanes (one 16-byte unit each), so an
     // instruction copies 32 / U whole rows (wide: 4 rows of one 128-byte line each, 4 sectors per L2
     // request; narrow: 16 rows of 32 bytes) and piece p the rows p (32 / U) + lane / U. A source offset
