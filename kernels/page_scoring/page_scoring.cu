@@ -14,8 +14,9 @@
 //
 // Hybrid pass 1 (design at hybrid_score_kernel): the r x pages product on the tensor cores (mma.sync
 // m16n8k16, the scaled queries split into a bf16 hi and lo column each); a block tile of 8 warps x 64
-// pages (16 for small contexts), each warp streaming its own 16-channel x 64-page stages through its
-// own cp.async ring, with no block barrier until the end.
+// pages (16 for small contexts, 128 where every block slot gets two such tiles), each warp streaming its
+// own 16-channel stages through its own cp.async ring (started on a 128-byte line), with no block
+// barrier until the end.
 //
 // Both: blocks take contiguous runs of tiles of one head, as many blocks as fill the GPU once
 // (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once per block
@@ -163,14 +164,14 @@ struct HybTile {
     static constexpr int U = WT / 8;                // 16-byte units per row of a stage
     static constexpr int ROWB = WT * 2;             // bytes per row of a stage
     static constexpr int STAGE = HYB_KC * ROWB;     // bytes per stage: 2 KB or 512 B
-    static constexpr int PIECES = HYB_KC * U / 32;  // cp.async per lane and stage: 4 or 1
+    static constexpr int PIECES = HYB_KC * U / 32;  // cp.async per lane and stage: 8, 4 or 1
     // stages per warp: 2 KB x 4 (G <= 4; 3 x 6 KB in flight per warp) or x 3 (G >= 5, whose larger
     // static shared memory leaves 3 x 48 KB), or 512 B x 8 (narrow)
     // long tiles: 4 KB x 3 (2 x 8 KB in flight per warp, 2 blocks a SM)
     static constexpr int STAGES = WT == 128 ? 3 : WT == 64 ? (G <= 4 ? 4 : 3) : 8;
     static constexpr int MIN_BLOCKS = WT == 128 ? 2 : 3; // blocks per SM asked of ptxas
     // dynamic shared memory per block: 96, 64, 48 or 32 KB, and a line to start the ring on one
-    // (smem_line_start: the static part before it is not a multiple of 32 bytes)
+    // (smem_line_start: at G <= 4 the static part before it is 16 bytes past a 32-byte boundary)
     static constexpr int RING = WARPS * STAGES * STAGE + SMEM_LINE;
     // Unit u of row k of a stage lies at unit u ^ swz(k): the 8 rows (same u, consecutive k) that one
     // ldmatrix phase reads fall in 8 different 16-byte bank groups (8 / U rows share a 128-byte line).
@@ -358,10 +359,11 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
     const int n_tiles = run.count - ((run.first + run.count - 1) * T::TILE + wp0 >= a.n_pages ? 1 : 0);
     const int steps = n_tiles * n_kc;
     const uint64_t policy = l2_evict_first_policy();
-    const uint32_t ring_w = smem_u32(smem_line_start(reinterpret_cast<unsigned char *>(ring))) + warp * (T::STAGES * T::STAGE);
+    const uint32_t ring0 = smem_u32(smem_line_start(reinterpret_cast<unsigned char *>(ring)));
+    const uint32_t ring_w = ring0 + warp * (T::STAGES * T::STAGE); // this warp's ring
     // Copies: a row's ROWB bytes are taken by U consecutive lanes (one 16-byte unit each), so an
-    // instruction copies 32 / U whole rows (wide: 4 rows of one 128-byte line each, 4 sectors per L2
-    // request; narrow: 16 rows of 32 bytes) and piece p the rows p (32 / U) + lane / U. A source offset
+    // instruction copies 32 / U whole rows (long: 2 rows of 256 bytes; wide: 4 rows of one 128-byte line
+    // each, 4 sectors per L2 request; narrow: 16 rows of 32 bytes) and piece p the rows p (32 / U) + lane / U. A source offset
     // is clamped into the row (cap - 8) where the piece is past n_pages (zero-filled, nothing read).
     constexpr int ROWS_PER_COPY = 32 / T::U;
     const int cu = lane % T::U, cl = cu * 8, last8 = a.cap - 8;
