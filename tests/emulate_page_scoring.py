@@ -5,7 +5,7 @@ the tensor cores: each warp's (tile, 16-channel chunk) steps, its lanes' cp.asyn
 stage layout, its ring (a stage is read only after the copy of that step landed in it and before the next
 copy overwrites it; shared memory never written reads as nan), ldmatrix .x4 .trans from the lanes' row
 addresses, the mma.sync m16n8k16 fragments (A, B, C by the PTX layouts) with the queries split into bf16 hi
-and lo columns, and the epilogue's z, (max, sum) per lane and their merges; the channel choice by the top-k
+and lo columns, and the epilogue's z (or its 16-bit codes below each long warp tile's largest), (max, sum) per lane and their merges; the channel choice by the top-k
 rule and its ascending compaction; the per-block softmax partials and their merge in pass 2; Quest's row
 slots, their sum per tile and q+ hi + q- lo; page_meta_build's piece / group / transposition layout and
 page_meta_append. It mirrors the CUDA code statement by statement (fp32 where the kernel is fp32; an mma's
@@ -23,6 +23,12 @@ THREADS, WARPS = 256, 8
 WIDE, NARROW = 256, 128  # Quest
 QUEST_STAGES = 6
 f32 = np.float32
+Z_STEP = f32(1 / 4096)  # z's 16-bit codes below their group's reference (page_scoring.cu, z_code)
+
+
+def z_code(below_ref):
+    c = f32(below_ref * f32(4096))
+    return 65535 if c >= 65535 else int(np.rint(c))  # round half to even, as __float2uint_rn
 
 
 def bf16_round(x):
@@ -162,16 +168,20 @@ def mma_m16n8k16(c, a, b):
     return (c.astype(np.float64) + A @ Bm).astype(np.float32)
 
 
-def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
+def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident, coded=False):
+    """coded: z as 16-bit codes below each long warp tile's largest z (the kernel's choice where fp32 z
+    would take more than half the L2: coded_z); the emulation takes it as given, on long tiles only"""
     n = (L + P - 1) // P
     heads = B * Hkv
     # long tiles' kernel fits 2 blocks a SM where the others fit 3
     T, slots = hyb_tile_choice(resident, resident * 2 // 3, heads, n, G)
+    assert not coded or T.WT == 128, "z's codes come with long tiles"
     tiles = (n + T.TILE - 1) // T.TILE
     per_block, blocks = plan_blocks(slots, heads, tiles)
     NT = (G + 3) // 4
     n_kc = (r + HYB_KC - 1) // HYB_KC
-    z = np.full((heads, G, cap), np.nan, dtype=np.float32)
+    z = np.full((heads, G, cap), np.nan, dtype=np.float32)  # fp32 z, or (coded) the 16-bit codes
+    zref = np.full((heads, G, (cap + 127) // 128), np.nan, dtype=np.float32)
     part = np.zeros((heads, blocks, G, 2), dtype=np.float32)
     channels = np.zeros((heads, r), dtype=np.int32)
     lane = np.arange(32)
@@ -254,6 +264,7 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
                         continue
                     chunk = 0
                     for nt in range(NT):
+                        lane_z, lane_mx = [], []
                         for l in range(32):
                             h = 4 * nt + t[l]
                             zs, njs, mx = [], [], -math.inf
@@ -265,8 +276,26 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
                                     nj = f32(min(P, L - j * P)) if j < n else f32(0)
                                     zs.append(zz), njs.append(nj)
                                     if h < G and j < n:
-                                        z[bh, h, j] = zz
+                                        if not coded:
+                                            z[bh, h, j] = zz
                                         mx = max(mx, zz)
+                            lane_z.append(zs), lane_mx.append(mx)
+                        for l in range(32 if coded else 0):  # the group's reference: the max over a head's 8 lanes
+                            h = 4 * nt + t[l]
+                            ref = max(lane_mx[k] for k in range(32) if t[k] == t[l])
+                            if h < G and ref != -math.inf:
+                                for mt in range(T.MT):
+                                    for hf in range(2):
+                                        j = page0 + mt * 16 + hf * 8 + g[l]
+                                        if j < n:
+                                            z[bh, h, j] = z_code(f32(ref - lane_z[l][2 * mt + hf]))
+                                if g[l] == 0:
+                                    zref[bh, h, page0 // T.WT] = ref
+                        for l in range(32):
+                            h = 4 * nt + t[l]
+                            zs, mx = lane_z[l], lane_mx[l]
+                            njs = [f32(min(P, L - j * P)) if j < n else f32(0)
+                                   for j in (page0 + mt * 16 + hf * 8 + g[l] for mt in range(T.MT) for hf in range(2))]
                             m0, s0 = run[nt, l]
                             M = max(m0, mx)
                             if M != -math.inf:
@@ -297,7 +326,12 @@ def hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident):
             lse[h] = f32(m + f32(math.log(ssum)))
         for j in range(n):
             assert not np.isnan(z[bh, :, j]).any(), f"z of page {j} not written (or a nan reached it)"
-            u[bh, j] = sum(f32(math.exp(f32(z[bh, h, j] - lse[h]))) for h in range(G))
+            if not coded:
+                u[bh, j] = sum(f32(math.exp(f32(z[bh, h, j] - lse[h]))) for h in range(G))
+                continue
+            refs = zref[bh, :, j // 128]
+            assert not np.isnan(refs).any(), f"the reference of page {j}'s group not written"
+            u[bh, j] = sum(f32(math.exp(f32(f32(refs[h] - lse[h]) - f32(Z_STEP * z[bh, h, j])))) for h in range(G))
     return u, channels
 
 
@@ -465,13 +499,15 @@ def main():
         x, y = bf16_round(rng.standard_normal((2, B * Hkv, D, cap)))
         kmin, kmax = np.minimum(x, y), np.maximum(x, y)
         kmin[:, :, n:], kmax[:, :, n:] = np.inf, -np.inf
-        u, ch = hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident)
         u_ref, ch_ref = hybrid_formula(q, kmin, kmax, B, Hkv, G, D, L, P, r)
-        assert (ch == ch_ref).all(), "channels differ"
-        err = np.abs(u - u_ref) / (1e-5 + 1e-3 * np.abs(u_ref))
-        print(f"hybrid B={B} Hkv={Hkv} G={G} D={D} L={L} P={P} r={r} resident={resident}: "
-              f"{err.max() * 100:.2f}% of the tolerance")
-        worst = max(worst, err.max())
+        T, _ = hyb_tile_choice(resident, resident * 2 // 3, B * Hkv, n, G)
+        for coded in ([False, True] if T.WT == 128 else [False]):
+            u, ch = hybrid_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, r, resident, coded)
+            assert (ch == ch_ref).all(), "channels differ"
+            err = np.abs(u - u_ref) / (1e-5 + 1e-3 * np.abs(u_ref))
+            print(f"hybrid B={B} Hkv={Hkv} G={G} D={D} L={L} P={P} r={r} resident={resident}{' z coded' if coded else ''}: "
+                  f"{err.max() * 100:.2f}% of the tolerance")
+            worst = max(worst, err.max())
         if L >= P:
             s = quest_emulated(q, kmin, kmax, B, Hkv, G, D, L, P, cap, resident)
             s_ref = quest_formula(q, kmin, kmax, B, Hkv, G, D, L, P)

@@ -33,6 +33,16 @@ inline int kvb_sm_count()
     return cached[dev];
 }
 
+// The device's L2 in bytes (0 if it cannot be read), cached per device.
+inline int kvb_l2_bytes()
+{
+    static int cached[64] = {};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cached[dev] && cudaDeviceGetAttribute(&cached[dev], cudaDevAttrL2CacheSize, dev) != cudaSuccess) cached[dev] = 0;
+    return cached[dev];
+}
+
 constexpr int64_t KVB_GRID_X_MAX = 2147483647;  // grid.x
 constexpr int64_t KVB_GRID_YZ_MAX = 65535;      // grid.y, grid.z
 

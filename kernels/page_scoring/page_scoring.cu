@@ -22,31 +22,12 @@
 // (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once per block
 // and the blocks end together.
 //
-// Occupancy (ptxas, sm_90a, 3 blocks per SM asked): hybrid pass 1, 64-page warp tiles: G <= 4: 67-70
-// registers, 7.5 KB static + 64 KB ring, up to 3 stages of 2 KB in flight per warp; G >= 5: 80
-// registers, 11.7 KB + 48 KB, 2 stages in flight; no spills -> 3 blocks (24 warps) per SM, 144 or 96 KB
-// in flight per SM. Quest G = 4: 79 registers, 25 KB + 48 KB -> 3 blocks per SM, 120 KB in flight;
-// G = 8: 2 blocks per SM.
-// Little's law at ~4.5 TB/s and ~1 us of latency wants ~35 KB in flight per SM.
-//
-// Napkin math (read ceiling ~4.5 TB/s; Llama-3-8B heads: Hkv = 8, G = 4, D = 128; B = 8, L = 128K,
-// T = 2048 -> knobs at Lmax = L: P = 3, r = 62, k = 1024; 43691 pages per head):
-//   hybrid floor: r rows x 2 B per page + 4 B of u = 128 B/page: 64 heads x 43691 x 128 B =
-//     358 MB -> ~80 us. Pass 1 also writes z (G x 4 B = 16 B/page) and pass 2 reads it back: 160 B/page
-//     if z went to DRAM and back (-> 80% of the floor rate at best); the metadata is streamed with an L2
-//     evict-first policy so that z (45 MB here, 11 MB at 32K) tends to stay in L2 between the passes.
-//     Pass 2 with the page top-k of 64 rows x 43691 as clusters of 2 blocks a head
-//     (hybrid_normalize_select_cluster_kernel): one launch, 39 us alone (ncu, H200), where pass 2 (18 us)
-//     and topk_rows (26 us) took two. Rows of at most 8192 pages (RocketKV's step: 4239 after SnapKV++)
-//     are normalized and selected in one launch by one block (hybrid_normalize_select_kernel): at B = 1
-//     pass 2 alone was ~8 us of a 52 us step, mostly its launch and dependency.
-//   Quest floor: 2 x D x 2 B = 512 B/page + 4 B: at P = 16, 8192 pages/head: 64 x 8192 x 516 B =
-//     270 MB -> 60 us.
-//   build (P = 3): reads 3 x 256 B per page, writes 2 x 256 B: 64 x 43691 x 1280 B = 3.6 GB -> ~0.9 ms
-//     at the copy rate; append is a few scattered 2-byte writes per channel: launch-bound.
-// Compute: Quest per 16-byte piece 8 x (2 min/max + 2G FMAs), below the memory time at G <= 8. Hybrid
-// with fp32 FMAs (8 G per piece plus the bf16 unpacking) was instruction-bound on an H200, hence the
-// tensor cores: one mma per 16 pages x 16 channels x 4 heads (hi and lo).
+// Budget (kernels/page_scoring/NOTES.md has the numbers and the registers): hybrid's floor is r rows x
+// 2 B per page + 4 B of u (128 B at r = 62: 358 MB, ~80 us at B = 8, 128K, T = 2048); pass 1 also writes
+// z and pass 2 reads it back, G x 4 B per page, or G x 2 B as codes where fp32 z would not stay in L2
+// (z_code); Quest's floor is 2 D x 2 B + 4 B per page. Pass 2 and the page top-k are one launch
+// (clusters of blocks a head for 8K-48K pages a row, one block a row up to 8192). Hybrid on fp32 FMAs
+// was instruction-bound on an H200, hence the tensor cores; Quest's 2G FMAs a page are not.
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -156,6 +137,22 @@ __device__ __forceinline__ void lse_warp_merge(float &m, float &s)
 // warps meet only at the end, for the (max, sum) partials.
 constexpr int HYB_KC = 16; // channels per k-chunk (the mma's k)
 
+// Where fp32 z would not stay in L2 between the passes (coded_z), z travels from pass 1 to pass 2 as
+// 16-bit codes: code = round((ref - z) / Z_STEP), at most 65535, where ref is the largest z of its
+// group (one head's pages of one long warp tile), kept as fp32 beside the codes. Pass 2 takes z = ref -
+// Z_STEP code: an error of at most Z_STEP / 2 = 2^-13 in z, a relative error of 1.2e-4 in exp(z - lse)
+// (u's rtol is 1e-3); a page more than 65535 Z_STEP = 16 below its group's largest contributes at most
+// e^-16 of that page's mass, which the code overstates by no more. Half the bytes of fp32 z, written
+// once and read once (2 B per page and head instead of 4).
+constexpr float Z_STEP = 1.f / 4096.f;
+constexpr int Z_GROUP = 128; // pages per group: the long warp tile's
+
+__device__ __forceinline__ uint16_t z_code(float below_ref)
+{
+    const float c = below_ref * (1.f / Z_STEP);
+    return c >= 65535.f ? (uint16_t)65535 : (uint16_t)__float2uint_rn(c);
+}
+
 template <int G, int WT>
 struct HybTile {
     static_assert(WT == 128 || WT == 64 || WT == 16, "warp tiles of 128 (LONG), 64 (WIDE) or 16 (NARROW) pages");
@@ -184,7 +181,10 @@ struct HybridArgs {
     const uint16_t *q, *kmin, *kmax;
     int Hkv, D, L, P, cap, n_pages, r;
     int tiles, per_block, blocks; // tiles per head, tiles per block, blocks per head
-    float *z;                     // [heads, G, cap]
+    float *z;                     // [heads, G, cap]: z as fp32 (CODED = false)
+    uint16_t *zc;                 // [heads, G, cap]: z as a code below its group's reference (z_code; CODED)
+    float *zref;                  // [heads, G, zref_stride]: each group's reference, the group's largest z
+    int zref_stride;              // CODED: a group is the 128 pages of one long warp tile
     float2 *part;                 // [heads, blocks, G]: (m, s) of each block
     float *u;                     // [heads, n_pages]
     int32_t *channels;            // [heads, r] or NULL
@@ -221,9 +221,10 @@ struct HybridSmem {
 
 // Pass 1: the channel choice of this (b, KV head), then z for the block's tiles (written to a.z) and
 // the block's (max, sum n_j exp(z - max)) per query head (written to a.part).
-template <int G, int WT>
+template <int G, int WT, bool CODED = false>
 __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_score_kernel(HybridArgs a, int64_t head0)
 {
+    static_assert(!CODED || WT == Z_GROUP, "z's codes are grouped by long warp tiles");
     using T = HybTile<G, WT>;
     constexpr int NT = HybridSmem<G>::NT;
     static_assert(sizeof(HybridScratch<G>) <= (size_t)T::RING, "the prologue's scratch fits in the ring");
@@ -443,11 +444,28 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
                     z[mt][hf] = acc[mt][nt][2 * hf] + acc[mt][nt][2 * hf + 1];
                     n_j[mt][hf] = j < a.n_pages ? (float)min(a.P, a.L - j * a.P) : 0.f;
                     if (h < G && j < a.n_pages) {
-                        a.z[(bh * G + h) * a.cap + j] = z[mt][hf];
+                        if (!CODED) a.z[(bh * G + h) * a.cap + j] = z[mt][hf];
                         mx = fmaxf(mx, z[mt][hf]);
                     }
                     acc[mt][nt][2 * hf] = acc[mt][nt][2 * hf + 1] = 0.f;
                 }
+            if (CODED) {
+                // the group's reference: the largest z of head h over the warp's WT pages (its 8 lanes)
+                float ref = mx;
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) ref = fmaxf(ref, __shfl_xor_sync(0xffffffffu, ref, o));
+                if (h < G && ref != -INFINITY) {
+                    uint16_t *zc = a.zc + (bh * G + h) * a.cap;
+#pragma unroll
+                    for (int mt = 0; mt < T::MT; ++mt)
+#pragma unroll
+                        for (int hf = 0; hf < 2; ++hf) {
+                            const int j = page0 + mt * 16 + hf * 8 + g;
+                            if (j < a.n_pages) zc[j] = z_code(ref - z[mt][hf]);
+                        }
+                    if (g == 0) a.zref[(bh * G + h) * a.zref_stride + page0 / WT] = ref;
+                }
+            }
             const float M = fmaxf(run_m[nt], mx);
             if (M != -INFINITY) { // a head beyond G, or no valid page yet: nothing to fold
                 float sum = run_m[nt] == -INFINITY ? 0.f : run_s[nt] * expf(run_m[nt] - M);
@@ -497,35 +515,66 @@ __device__ void head_lse(const HybridArgs &a, int64_t bh, float *lse)
     }
 }
 
-// u[j] = sum_h exp(z[h][j] - lse_h) of (b, KV head) bh
-template <int G>
-__device__ __forceinline__ float page_mass(const float *z, int cap, const float *lse, int j)
+// u[j] = sum_h exp(z[h][j] - lse_h) of (b, KV head) bh; CODED: z[h][j] = zref[h][group] - Z_STEP code[h][j]
+template <int G, bool CODED>
+__device__ __forceinline__ float page_mass(const HybridArgs &a, int64_t bh, const float *lse, int j)
 {
     float sum = 0.f;
+    if (!CODED) {
+        const float *z = a.z + bh * G * a.cap + j;
 #pragma unroll
-    for (int h = 0; h < G; ++h) sum += expf(z[(int64_t)h * cap + j] - lse[h]);
+        for (int h = 0; h < G; ++h) sum += expf(z[(int64_t)h * a.cap] - lse[h]);
+        return sum;
+    }
+    const uint16_t *zc = a.zc + bh * G * a.cap + j;
+    const float *ref = a.zref + bh * G * a.zref_stride + j / Z_GROUP;
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+        sum += expf((ref[(int64_t)h * a.zref_stride] - lse[h]) - Z_STEP * (float)zc[(int64_t)h * a.cap]);
     return sum;
 }
 
-// u[j..j+3] of (b, KV head) bh: one 16-byte load of z per head (z's rows are 16-byte aligned when the
-// workspace is: cap is a multiple of 8), all G issued before any is used
-template <int G>
-__device__ __forceinline__ float4 page_mass4(const float *z, int cap, const float *lse, int j)
+// u[j..j+3] of (b, KV head) bh (j a multiple of 4): one 16-byte load of z per head (z's rows are
+// 16-byte aligned when the workspace is: cap is a multiple of 8), all G issued before any is used;
+// CODED: one 8-byte load of codes and the group's reference per head (the quad is in one group), all 2G
+// issued before any is used
+template <int G, bool CODED>
+__device__ __forceinline__ float4 page_mass4(const HybridArgs &a, int64_t bh, const float *lse, int j)
 {
-    float4 zq[G];
+    if (!CODED) {
+        const float *z = a.z + bh * G * a.cap + j;
+        float4 zq[G];
 #pragma unroll
-    for (int h = 0; h < G; ++h) zq[h] = *reinterpret_cast<const float4 *>(z + (int64_t)h * cap + j);
+        for (int h = 0; h < G; ++h) zq[h] = *reinterpret_cast<const float4 *>(z + (int64_t)h * a.cap);
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            s.x += expf(zq[h].x - lse[h]), s.y += expf(zq[h].y - lse[h]);
+            s.z += expf(zq[h].z - lse[h]), s.w += expf(zq[h].w - lse[h]);
+        }
+        return s;
+    }
+    const uint16_t *zc = a.zc + bh * G * a.cap + j;
+    const float *ref = a.zref + bh * G * a.zref_stride + j / Z_GROUP;
+    uint2 cq[G];
+    float base[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        cq[h] = *reinterpret_cast<const uint2 *>(zc + (int64_t)h * a.cap);
+        base[h] = ref[(int64_t)h * a.zref_stride];
+    }
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-        s.x += expf(zq[h].x - lse[h]), s.y += expf(zq[h].y - lse[h]);
-        s.z += expf(zq[h].z - lse[h]), s.w += expf(zq[h].w - lse[h]);
+        const float c = base[h] - lse[h];
+        s.x += expf(c - Z_STEP * (float)(cq[h].x & 0xffffu)), s.y += expf(c - Z_STEP * (float)(cq[h].x >> 16));
+        s.z += expf(c - Z_STEP * (float)(cq[h].y & 0xffffu)), s.w += expf(c - Z_STEP * (float)(cq[h].y >> 16));
     }
     return s;
 }
 
 // Pass 2: lse_h from the blocks' partials, then u[j] = sum_h exp(z[h][j] - lse_h).
-template <int G>
+template <int G, bool CODED>
 __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a, int64_t head0)
 {
     __shared__ float lse[G];
@@ -536,36 +585,35 @@ __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a,
     __syncthreads();
     // Four consecutive pages a thread (page_mass4); a block's last partial quad page by page (z past
     // n_pages is never written), and all of it so where the workspace is not 16-byte aligned.
-    const float *z = a.z + bh * G * a.cap;
     const int begin = blockIdx.x * NORM_PAGES, end = min(a.n_pages, begin + NORM_PAGES);
-    const int quads = ((uintptr_t)a.z & 15) ? 0 : (end - begin) / 4;
+    const int quads = ((uintptr_t)(CODED ? (void *)a.zc : (void *)a.z) & 15) ? 0 : (end - begin) / 4;
     float *u = a.u + bh * a.n_pages;
     for (int i = threadIdx.x; i < quads; i += THREADS) {
         const int j = begin + 4 * i;
-        const float4 m = page_mass4<G>(z, a.cap, lse, j);
+        const float4 m = page_mass4<G, CODED>(a, bh, lse, j);
         u[j] = m.x, u[j + 1] = m.y, u[j + 2] = m.z, u[j + 3] = m.w; // u's rows (n_pages) need not be aligned
     }
-    for (int j = begin + 4 * quads + threadIdx.x; j < end; j += THREADS) u[j] = page_mass<G>(z, a.cap, lse, j);
+    for (int j = begin + 4 * quads + threadIdx.x; j < end; j += THREADS) u[j] = page_mass<G, CODED>(a, bh, lse, j);
 }
 
 // u of pages [lo, lo + m) of one head, written to u and kept as order keys in keys[0, m) for the
 // selection: four consecutive pages a thread (page_mass4; lo is a multiple of 4), the last partial quad
 // page by page, and all of it so where the workspace is not 16-byte aligned
-template <int G>
-__device__ __forceinline__ void masses_and_keys(const HybridArgs &a, const float *z, const float *lse, float *u,
+template <int G, bool CODED>
+__device__ __forceinline__ void masses_and_keys(const HybridArgs &a, int64_t bh, const float *lse, float *u,
                                                 uint32_t *keys, int lo, int m)
 {
     namespace ks = kvb_select;
-    const int quads = ((uintptr_t)a.z & 15) ? 0 : m / 4;
+    const int quads = ((uintptr_t)(CODED ? (void *)a.zc : (void *)a.z) & 15) ? 0 : m / 4;
     for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
         const int j = lo + 4 * i;
-        const float4 v = page_mass4<G>(z, a.cap, lse, j);
+        const float4 v = page_mass4<G, CODED>(a, bh, lse, j);
         u[j] = v.x, u[j + 1] = v.y, u[j + 2] = v.z, u[j + 3] = v.w; // u's rows (n_pages) need not be aligned
         keys[4 * i] = ks::order_key(v.x), keys[4 * i + 1] = ks::order_key(v.y);
         keys[4 * i + 2] = ks::order_key(v.z), keys[4 * i + 3] = ks::order_key(v.w);
     }
     for (int i = 4 * quads + threadIdx.x; i < m; i += ks::THREADS) {
-        const float v = page_mass<G>(z, a.cap, lse, lo + i);
+        const float v = page_mass<G, CODED>(a, bh, lse, lo + i);
         u[lo + i] = v;
         keys[i] = ks::order_key(v);
     }
@@ -575,7 +623,7 @@ __device__ __forceinline__ void masses_and_keys(const HybridArgs &a, const float
 // kvb_select::SMEM_ROW_N, e.g. RocketKV's step): one block of kvb_select::THREADS per (b, KV head)
 // computes u, writes it, keeps its order keys in shared memory and selects the pages from there. One
 // launch where pass 2 and topk_rows took two, and u is not read back.
-template <int G>
+template <int G, bool CODED>
 __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_kernel(HybridArgs a, int64_t head0,
                                                                                      int n_sel, int32_t *pages)
 {
@@ -589,7 +637,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     __syncthreads();
     // four consecutive pages a thread, as in pass 2 alone: a row of RocketKV's 4239 pages is 2-3 rounds
     // of G loads in flight, where page by page it was 8-9 rounds of one
-    masses_and_keys<G>(a, a.z + bh * G * a.cap, lse, a.u + bh * a.n_pages, row_keys, 0, a.n_pages);
+    masses_and_keys<G, CODED>(a, bh, lse, a.u + bh * a.n_pages, row_keys, 0, a.n_pages);
     __syncthreads();
     chain_release(); // after the row's reads: the attention's blocks wait only through the selection
     int32_t *out = pages + bh * n_sel;
@@ -602,7 +650,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
 // 128K): block r computes u of pages [r chunk, (r + 1) chunk), writes it, keeps its order keys in
 // shared memory, and the cluster selects from the parts (cluster_select_part). One launch and one read
 // of z where pass 2 and topk_rows took two launches, u written and read back.
-template <int G>
+template <int G, bool CODED>
 __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_cluster_kernel(HybridArgs a, int64_t head0,
                                                                                              int chunk, int n_sel, int32_t *pages)
 {
@@ -618,7 +666,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_c
     head_lse<G>(a, bh, lse);
     __syncthreads();
     const int lo = rank * chunk, m = max(0, min(chunk, a.n_pages - lo)); // chunk is a multiple of 4
-    masses_and_keys<G>(a, a.z + bh * G * a.cap, lse, a.u + bh * a.n_pages, part_keys, lo, m);
+    masses_and_keys<G, CODED>(a, bh, lse, a.u + bh * a.n_pages, part_keys, lo, m);
     chain_release(); // after the part's reads: the next kernel's blocks wait only through the selection
     int32_t *out = pages + bh * n_sel;
     if (n_sel == 0 || n_sel >= a.n_pages) { // the same in every block of the cluster: no cluster barrier
@@ -771,16 +819,28 @@ int resident_blocks(K kernel, size_t dyn_smem, int (&known)[64], int *out)
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 struct HybridWorkspace {
-    size_t z, part, topk, total;
+    size_t z, zref, part, topk, total;
 };
 
+// z's groups per (b, query head) row of zref
+int zref_stride(int cap) { return (cap + Z_GROUP - 1) / Z_GROUP; }
+
+// z as codes (CODED) where fp32 z would take more than half the L2, so that it would not stay there
+// between the passes (measured: faster at B=8 128K, 44.7 MB of z; slower at B=8 32K, 11.2 MB, and at B=1)
+bool coded_z(int64_t heads, int G, int n_pages)
+{
+    return (double)sizeof(float) * (double)heads * G * n_pages > 0.5 * kvb_l2_bytes();
+}
+
+// The workspace: z as fp32, or in the same bytes its codes (half of them), then zref, the partials, the top-k's
 HybridWorkspace hybrid_workspace(const page_layout *s)
 {
     const int64_t heads = (int64_t)s->B * s->Hkv;
     const int G = s->Hq / s->Hkv, n = page_count(s->L, s->P);
     HybridWorkspace w;
     w.z = 0;
-    w.part = align256(sizeof(float) * (size_t)heads * G * s->cap);
+    w.zref = align256(sizeof(float) * (size_t)heads * G * s->cap);
+    w.part = w.zref + align256(sizeof(float) * (size_t)heads * G * zref_stride(s->cap));
     w.topk = w.part + align256(sizeof(float2) * (size_t)heads * tiles_of(n, HybTile<1, 16>::TILE) * G); // blocks per head <= tiles
     w.total = w.topk + align256(topk_workspace_bytes((int)heads, n));
     return w;
@@ -797,16 +857,31 @@ bool long_tiles(int resident, int64_t heads, int n_pages, int tile) { return hea
 // Pass 2 with the page top-k as clusters of C blocks a head (hybrid_normalize_select_cluster_kernel), each
 // block holding chunk order keys in shared memory (past the default 48 KB: opted in); a plain launch
 // (launch_cluster says why).
-template <int G>
+template <int G, bool CODED>
 int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned heads, int C, int n_sel, int32_t *pages,
                                     cudaStream_t stream)
 {
     const int chunk = kvb_select::cluster_chunk(a.n_pages, C);
     const size_t bytes = sizeof(uint32_t) * (size_t)chunk;
-    CUDA_TRY(cudaFuncSetAttribute(hybrid_normalize_select_cluster_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)bytes));
-    CUDA_TRY(launch_cluster(hybrid_normalize_select_cluster_kernel<G>, heads * (unsigned)C, C, kvb_select::THREADS, bytes,
-                            stream, a, h0, chunk, n_sel, pages));
+    const auto kernel = hybrid_normalize_select_cluster_kernel<G, CODED>;
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    CUDA_TRY(launch_cluster(kernel, heads * (unsigned)C, C, kvb_select::THREADS, bytes, stream, a, h0, chunk, n_sel,
+                            pages));
+    return KVB_OK;
+}
+
+// Pass 2 (normalize, and select where `selected`: as clusters of `cluster` blocks, else one block a row)
+template <int G, bool CODED>
+int launch_pass2(const HybridArgs &a, int64_t h0, unsigned n, int cluster, bool selected, int n_sel, int32_t *pages,
+                 cudaStream_t stream)
+{
+    if (cluster > 1) return launch_normalize_select_cluster<G, CODED>(a, h0, n, cluster, n_sel, pages, stream);
+    if (selected)
+        CUDA_TRY(launch_chained(hybrid_normalize_select_kernel<G, CODED>, n, kvb_select::THREADS,
+                                sizeof(uint32_t) * (size_t)a.n_pages, stream, a, h0, n_sel, pages));
+    else
+        CUDA_TRY(launch_chained(hybrid_normalize_kernel<G, CODED>,
+                                dim3((unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES), n), THREADS, 0, stream, a, h0));
     return KVB_OK;
 }
 
@@ -829,22 +904,23 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     const bool longer = !narrow && long_tiles(resident_long, heads, a.n_pages, Long::TILE);
     a.tiles = tiles_of(a.n_pages, narrow ? Narrow::TILE : longer ? Long::TILE : Wide::TILE);
     plan_blocks(narrow ? resident_narrow : longer ? resident_long : resident, heads, a.tiles, &a.per_block, &a.blocks);
-    const unsigned norm_blocks = (unsigned)((a.n_pages + NORM_PAGES - 1) / NORM_PAGES);
+    const bool coded = longer && coded_z(heads, G, a.n_pages);
+    static int known_coded[64];
+    int resident_coded = 0; // sets its shared memory attribute, as for the others
+    if (coded && (rc = resident_blocks(hybrid_score_kernel<G, 128, true>, Long::RING, known_coded, &resident_coded)))
+        return rc;
     const int cluster = pages && a.n_pages > kvb_select::SMEM_ROW_N ? topk_cluster_blocks((int)heads, a.n_pages) : 1;
-    *selected = pages && (a.n_pages <= kvb_select::SMEM_ROW_N || cluster > 1);
-    const size_t row_bytes = sizeof(uint32_t) * (size_t)a.n_pages;
+    const bool sel = *selected = pages && (a.n_pages <= kvb_select::SMEM_ROW_N || cluster > 1);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
+        if (coded) {
+            CUDA_TRY(launch_chained(hybrid_score_kernel<G, 128, true>, grid, THREADS, Long::RING, stream, a, h0));
+            return launch_pass2<G, true>(a, h0, n, cluster, sel, n_sel, pages, stream);
+        }
         if (narrow) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 16>, grid, THREADS, Narrow::RING, stream, a, h0));
         else if (longer) CUDA_TRY(launch_chained(hybrid_score_kernel<G, 128>, grid, THREADS, Long::RING, stream, a, h0));
         else CUDA_TRY(launch_chained(hybrid_score_kernel<G, 64>, grid, THREADS, Wide::RING, stream, a, h0));
-        if (cluster > 1) return launch_normalize_select_cluster<G>(a, h0, n, cluster, n_sel, pages, stream);
-        if (*selected)
-            CUDA_TRY(launch_chained(hybrid_normalize_select_kernel<G>, n, kvb_select::THREADS, row_bytes, stream, a, h0, n_sel,
-                                    pages));
-        else
-            CUDA_TRY(launch_chained(hybrid_normalize_kernel<G>, dim3(norm_blocks, n), THREADS, 0, stream, a, h0));
-        return KVB_OK;
+        return launch_pass2<G, false>(a, h0, n, cluster, sel, n_sel, pages, stream);
     });
 }
 
@@ -912,7 +988,8 @@ static int hybrid_run(const char *who, const kvb_bf16 *q, const kvb_bf16 *kmin, 
         a.cache_L = app->cache_L;
     }
     a.Hkv = s->Hkv, a.D = s->D, a.L = s->L, a.P = s->P, a.cap = s->cap, a.n_pages = page_count(s->L, s->P), a.r = r;
-    a.z = (float *)((char *)workspace + w.z);
+    a.z = (float *)((char *)workspace + w.z), a.zc = (uint16_t *)a.z;
+    a.zref = (float *)((char *)workspace + w.zref), a.zref_stride = zref_stride(s->cap);
     a.part = (float2 *)((char *)workspace + w.part);
     a.u = u, a.channels = channels;
     const int n_sel = hybrid_selected_pages(k, s->P);
