@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring/page_scoring.cu's index
-math, written to check it without a GPU: the block plan (plan_blocks, long / wide / narrow tiles); hybrid pass 1 on
+"""emulate_page_scoring.py: a thread-level NumPy emulation of kernels/page_scoring/page_scoring.cu's and
+quest_score.cu's index math, written to check it without a GPU: the block plan (plan_blocks, long / wide / narrow tiles); hybrid pass 1 on
 the tensor cores: each warp's (tile, 16-channel chunk) steps, its lanes' cp.async copies into the swizzled
 stage layout, its ring (a stage is read only after the copy of that step landed in it and before the next
 copy overwrites it; shared memory never written reads as nan), ldmatrix .x4 .trans from the lanes' row

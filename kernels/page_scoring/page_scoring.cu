@@ -1,16 +1,6 @@
-// page_scoring.cu: RocketKV hybrid scoring and Quest scoring (the page metadata they read:
-// page_meta.cu; page_scoring.h; contract, budget and measurements kernels/page_scoring/NOTES.md; reference
-// reference/page_scoring.c).
-//
-// Quest scoring: a block of 8 warps scores tiles of TILE pages of one KV head (256, or 128 for small
-// contexts so that there are twice the blocks); a thread owns 8 consecutive pages of one row (a 16-byte
-// piece of a bf16 metadata row), a row's tile takes TILE/8 lanes, and the rows are spread over the
-// block's row slots (8 or 16), so that a small context still gives every SM work; a tile ends with a
-// sum over the slots in shared memory. Each thread streams its own pieces through a ring of S stages of
-// cp.async in shared memory (it reads back only what it copied itself, so no barrier guards the ring):
-// S - 1 pieces in flight per thread, across tile boundaries too, without registers to hold them. The
-// lanes of a row piece read 256 or 512 contiguous bytes of one row per step (channel-major rows); the
-// pieces land in shared memory at thread x 16 B (conflict-free), and are read back the same way.
+// page_scoring.cu: RocketKV hybrid scoring (Quest scoring, its peer: quest_score.cu; the page metadata
+// they read: page_meta.cu; page_scoring.h; contract, budget and measurements kernels/page_scoring/NOTES.md;
+// reference reference/page_scoring.c; what the two scorings share: scoring_common.cuh).
 //
 // Hybrid pass 1 (design at hybrid_score_kernel): the r x pages product on the tensor cores (mma.sync
 // m16n8k16, the scaled queries split into a bf16 hi and lo column each); a block tile of 8 warps x 64
@@ -18,16 +8,12 @@
 // own 16-channel stages through its own cp.async ring (started on a 128-byte line), with no block
 // barrier until the end.
 //
-// Both: blocks take contiguous runs of tiles of one head, as many blocks as fill the GPU once
-// (occupancy x SMs), so that the per-block prologue (hybrid: the channel choice) is paid once per block
-// and the blocks end together.
-//
 // Budget (kernels/page_scoring/NOTES.md has the numbers and the registers): hybrid's floor is r rows x
 // 2 B per page + 4 B of u (128 B at r = 62: 358 MB, ~80 us at B = 8, 128K, T = 2048); pass 1 also writes
 // z and pass 2 reads it back, G x 4 B per page, or G x 2 B as codes where fp32 z would not stay in L2
-// (z_code); Quest's floor is 2 D x 2 B + 4 B per page. Pass 2 and the page top-k are one launch
-// (clusters of blocks a head for 8K-48K pages a row, one block a row up to 8192). Hybrid on fp32 FMAs
-// was instruction-bound on an H200, hence the tensor cores; Quest's 2G FMAs a page are not.
+// (z_code). Pass 2 and the page top-k are one launch (clusters of blocks a head for 8K-48K pages a row,
+// one block a row up to 8192). Hybrid on fp32 FMAs was instruction-bound on an H200, hence the tensor
+// cores.
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -38,66 +24,11 @@
 #include "kernels/common/kvb_device.cuh"
 #include "kernels/common/kvb_grid.h"
 #include "kernels/page_scoring/page_scoring.h"
+#include "kernels/page_scoring/scoring_common.cuh"
 #include "kernels/select/select.h"
 #include "kernels/select/select_row.cuh"
 
 namespace {
-
-using namespace kvb_dev;
-
-constexpr int THREADS = 256, WARPS = THREADS / 32;
-constexpr int WIDE = 256, NARROW = 128; // Quest: pages per tile (TILE), a row piece of TILE / 8 lanes x 8 pages
-constexpr int QUEST_STAGES = 6; // Quest: 5 steps of 2 pieces (kmax, kmin) in flight (40 KB per block)
-
-__host__ __device__ constexpr int tiles_of(int n_pages, int tile) { return (n_pages + tile - 1) / tile; }
-
-// How the threads of a block cover a tile: a row's TILE pages take LANES lanes (16 bytes each), so a
-// warp covers SUB rows per step and the block SLOTS rows. WIDE tiles: one row per warp; NARROW tiles
-// (twice as many blocks, for small contexts): two rows per warp.
-template <int TILE>
-struct Shape {
-    static_assert(TILE == WIDE || TILE == NARROW, "tiles of 256 or 128 pages");
-    static constexpr int LANES = TILE / 8, SUB = 32 / LANES, SLOTS = WARPS * SUB;
-    // this thread's row slot in a step and its first page in the tile
-    __device__ static int slot() { return (threadIdx.x / 32) * SUB + (threadIdx.x % 32) / LANES; }
-    __device__ static int first_page() { return (threadIdx.x % LANES) * 8; }
-};
-
-// ---- shared pieces of the scoring kernels ----
-
-// The tiles of one block: [first, first + count) of its head's tiles.
-struct TileRun {
-    int first, count;
-};
-
-__device__ __forceinline__ TileRun tile_run(int per_block, int n_tiles)
-{
-    const int first = blockIdx.x * per_block;
-    const int last = min(first + per_block, n_tiles);
-    return {first, last - first};
-}
-
-constexpr int RED = WARPS * WIDE; // floats of one half of the reduction buffer (SLOTS x TILE, both shapes)
-
-// The block's sum over its row slots of acc (each thread's partial sums of its 8 pages): thread
-// t < TILE gets the total of page t of the tile (0 for the others). `buf` alternates between the two
-// halves of red from one call to the next (one barrier per call: a half is rewritten only two calls
-// later, after every thread has passed the barrier of the call in between).
-template <int TILE>
-__device__ __forceinline__ float block_sum_tile(float (&red)[2][RED], int &buf, const float (&acc)[8])
-{
-    using S = Shape<TILE>;
-    float4 *dst = reinterpret_cast<float4 *>(&red[buf][S::slot() * TILE + S::first_page()]);
-    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    __syncthreads();
-    float sum = 0.f;
-    if (threadIdx.x < TILE)
-#pragma unroll
-        for (int w = 0; w < S::SLOTS; ++w) sum += red[buf][w * TILE + threadIdx.x];
-    buf ^= 1;
-    return sum;
-}
 
 // (m, s) of a log-sum-exp: s = sum w exp(z - m). Merging two; an empty one has m = -inf, s = 0.
 __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
@@ -677,144 +608,7 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_c
     ks::cluster_select_part(sel, hsum, part, part_keys, m, lo, n_sel, out, C, rank);
 }
 
-// ---- Quest ----
-
-struct QuestArgs {
-    const uint16_t *q, *kmin, *kmax;
-    int Hkv, D, cap, n_pages;
-    int tiles, per_block;
-    float *scores; // [heads, n_pages]
-};
-
-template <int G>
-struct QuestSmem {
-    float qpos[PAGE_MAX_D][G], qneg[PAGE_MAX_D][G]; // max(q, 0), min(q, 0)
-    alignas(16) float red[2][RED]; // written as float4 (block_sum_tile): 16-byte aligned whatever G is
-};
-
-// scores[j] = max_h sum_c max(q[h][c] kmax[c][j], q[h][c] kmin[c][j]). With hi = max(kmax, kmin) and
-// lo = min(kmax, kmin) that term is q+ hi + q- lo exactly (one of q+, q- is 0; bf16 x bf16 products are
-// exact in fp32): two FMAs per head and two min/max per page shared by the G heads.
-template <int G, int TILE>
-__global__ void __launch_bounds__(THREADS, G <= 4 ? 3 : 2) quest_score_kernel(QuestArgs a, int64_t head0)
-{
-    using S = Shape<TILE>;
-    __shared__ QuestSmem<G> sm;
-    extern __shared__ __align__(16) uint4 ring[]; // [QUEST_STAGES][2][THREADS]: kmax and kmin pieces
-    chain_wait(); // launched chained (kvb_device.cuh): the kernel before has ended and its writes are visible
-    const int64_t bh = head0 + blockIdx.y;
-    const int D = a.D;
-    const uint16_t *qg = a.q + bh * G * D;
-    // A step is one channel group of one tile: channel group * SLOTS + this thread's slot. Where D is
-    // not a multiple of SLOTS the last group's padded channels copy zeros (below) and meet zero queries
-    // here, so they add exactly 0 and the step needs no branch.
-    const int groups = (D + S::SLOTS - 1) / S::SLOTS;
-    for (int i = threadIdx.x; i < G * groups * S::SLOTS; i += THREADS) {
-        const int c = i / G, h = i % G;
-        const float v = c < D ? bf16_bits_to_float(qg[h * D + c]) : 0.f;
-        sm.qpos[c][h] = fmaxf(v, 0.f);
-        sm.qneg[c][h] = fminf(v, 0.f);
-    }
-    __syncthreads();
-
-    const TileRun run = tile_run(a.per_block, a.tiles);
-    // The copy cursor runs QUEST_STAGES - 1 steps ahead of the step consumed, as row pointers and a
-    // shared-memory address advanced by additions (a division by the runtime group count each step
-    // would cost about a third of the loop's instructions). A copy that is not valid (a padded channel, a
-    // page past the row, a step past the block's run) zero-fills its stage (from the tensor's start).
-    const int steps = run.count * groups;
-    const uint64_t policy = l2_evict_first_policy();
-    const uint32_t ring0 = smem_u32(ring + threadIdx.x);              // stage k, tensor t at + (2k + t) THREADS 16 B
-    constexpr uint32_t STAGE_BYTES = 2 * THREADS * sizeof(uint4);
-    const int64_t row_stride = (int64_t)S::SLOTS * a.cap;             // from one channel group to the next
-    const int64_t tile_back = TILE - (int64_t)groups * row_stride;    // from past a tile's last group to the next tile
-    int next = 0, next_group = 0, next_c = S::slot();
-    int next_page = run.first * TILE + S::first_page();
-    int64_t next_off = (bh * D + S::slot()) * a.cap + next_page;
-    uint32_t next_dst = ring0;
-    auto issue = [&]() {
-        const bool valid = next < steps && next_c < D && next_page < a.n_pages;
-        const int64_t off = valid ? next_off : 0;
-        cp_async16_hint(next_dst, a.kmax + off, valid, policy);
-        cp_async16_hint(next_dst + THREADS * sizeof(uint4), a.kmin + off, valid, policy);
-        cp_async_commit();
-        ++next;
-        next_dst = next_dst == ring0 + (QUEST_STAGES - 1) * STAGE_BYTES ? ring0 : next_dst + STAGE_BYTES;
-        next_off += row_stride;
-        next_c += S::SLOTS;
-        if (++next_group == groups) { // the next tile's first group
-            next_group = 0;
-            next_c = S::slot();
-            next_page += TILE;
-            next_off += tile_back;
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < QUEST_STAGES - 1; ++s) issue();
-
-    const uint4 *mine = ring + threadIdx.x;
-    int buf = 0, stage = 0;
-    for (int t = 0; t < run.count; ++t) {
-        float acc[G][8];
-#pragma unroll
-        for (int h = 0; h < G; ++h)
-#pragma unroll
-            for (int p = 0; p < 8; ++p) acc[h][p] = 0.f;
-        for (int c = S::slot(); c < groups * S::SLOTS; c += S::SLOTS) {
-            cp_async_wait<QUEST_STAGES - 2>();
-            float mx[8], mn[8];
-            unpack_bf16x8(mine[2 * stage * THREADS], mx);
-            unpack_bf16x8(mine[(2 * stage + 1) * THREADS], mn);
-#pragma unroll
-            for (int p = 0; p < 8; ++p) {
-                const float hi = fmaxf(mx[p], mn[p]), lo = fminf(mx[p], mn[p]);
-#pragma unroll
-                for (int h = 0; h < G; ++h) acc[h][p] = fmaf(sm.qneg[c][h], lo, fmaf(sm.qpos[c][h], hi, acc[h][p]));
-            }
-            issue();
-            stage = stage == QUEST_STAGES - 1 ? 0 : stage + 1;
-        }
-        const int j = (run.first + t) * TILE + threadIdx.x;
-        float best = -INFINITY;
-#pragma unroll
-        for (int h = 0; h < G; ++h) best = fmaxf(best, block_sum_tile<TILE>(sm.red, buf, acc[h]));
-        if (threadIdx.x < TILE && j < a.n_pages) a.scores[bh * a.n_pages + j] = best;
-    }
-    cp_async_wait<0>();
-    chain_release(); // after the stream: the top-k's blocks do not wait beside it
-}
-
 // ---- host side ----
-
-// Blocks per head: as many as fill the GPU once (resident blocks / heads), at most one per tile; the
-// tiles of a head are split evenly, and no block is left without a tile.
-void plan_blocks(int resident, int64_t heads, int tiles, int *per_block, int *blocks)
-{
-    int64_t want = resident / heads;
-    if (want < 1) want = 1;
-    if (want > tiles) want = tiles;
-    *per_block = (int)((tiles + want - 1) / want);
-    *blocks = (tiles + *per_block - 1) / *per_block;
-}
-
-// The blocks of `kernel` resident at once on the current device (per SM x SMs), asked once a device
-// (`known`, the caller's static; past device 63 at every call); asking opts in its ring's memory.
-template <typename K>
-int resident_blocks(K kernel, size_t dyn_smem, int (&known)[64], int *out)
-{
-    int dev = 0, per_sm = 0;
-    CUDA_TRY(cudaGetDevice(&dev));
-    int *slot = dev >= 0 && dev < 64 ? &known[dev] : nullptr;
-    if (slot && *slot) return *out = *slot, KVB_OK;
-    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_smem));
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, dyn_smem));
-    if (per_sm < 1) return kvb_fail(KVB_EDEVICE, "page_scoring: a scoring kernel does not fit on an SM (%zu bytes of dynamic shared memory)", dyn_smem);
-    const int sms = kvb_sm_count();
-    if (!sms) return kvb_fail(KVB_EDEVICE, "page_scoring: the device's SM count could not be read");
-    *out = per_sm * sms;
-    if (slot) *slot = *out;
-    return KVB_OK;
-}
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
@@ -845,10 +639,6 @@ HybridWorkspace hybrid_workspace(const page_layout *s)
     w.total = w.topk + align256(topk_workspace_bytes((int)heads, n));
     return w;
 }
-
-// Narrow tiles when wide ones (`wide` pages) would leave resident block slots empty (a small context):
-// more blocks (Quest: twice, hybrid: four times).
-bool narrow_tiles(int resident, int64_t heads, int n_pages, int wide) { return heads * tiles_of(n_pages, wide) < resident; }
 
 // Hybrid's long tiles (128 pages a warp: each row's copy 256 contiguous bytes, where wide tiles copy
 // one 128-byte line of each of 16 rows) when they give every resident block slot two tiles or more.
@@ -924,36 +714,8 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     });
 }
 
-template <int G>
-int launch_quest(QuestArgs a, int64_t heads, cudaStream_t stream)
-{
-    constexpr size_t ring = sizeof(uint4) * 2 * QUEST_STAGES * THREADS;
-    static int known[64], known_narrow[64]; // per instantiation and device
-    int resident = 0, resident_narrow = 0;
-    int rc = resident_blocks(quest_score_kernel<G, WIDE>, ring, known, &resident);
-    if (rc || (rc = resident_blocks(quest_score_kernel<G, NARROW>, ring, known_narrow, &resident_narrow)))
-        return rc;
-    const bool narrow = narrow_tiles(resident, heads, a.n_pages, WIDE);
-    a.tiles = tiles_of(a.n_pages, narrow ? NARROW : WIDE);
-    int blocks = 0;
-    plan_blocks(narrow ? resident_narrow : resident, heads, a.tiles, &a.per_block, &blocks);
-    return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
-        const dim3 grid((unsigned)blocks, n);
-        if (narrow) CUDA_TRY(launch_chained(quest_score_kernel<G, NARROW>, grid, THREADS, ring, stream, a, h0));
-        else CUDA_TRY(launch_chained(quest_score_kernel<G, WIDE>, grid, THREADS, ring, stream, a, h0));
-        return KVB_OK;
-    });
-}
-
-int check_workspace(const char *who, const void *ws, size_t have, size_t need)
-{
-    if (need && (!ws || have < need))
-        return kvb_fail(KVB_EINVAL, "%s: workspace_bytes=%zu out of range [%zu, ...) (or the workspace is NULL)", who,
-                        ws ? have : 0, need);
-    return KVB_OK;
-}
-
 } // namespace
+
 
 extern "C" size_t hybrid_score_workspace_bytes(const page_layout *s)
 {
@@ -1024,41 +786,4 @@ extern "C" int hybrid_score_append(const kvb_bf16 *q, const hybrid_append *app, 
     if (!app) return kvb_fail(KVB_EINVAL, "hybrid_score_append: app is NULL");
     return hybrid_run("hybrid_score_append", q, app->kmin, app->kmax, app, s, r, k, u, pages, channels, workspace,
                       workspace_bytes, stream);
-}
-
-extern "C" size_t quest_score_workspace_bytes(const page_layout *s)
-{
-    if (page_layout_check(s, "quest_score_workspace_bytes")) return 0;
-    const int n = page_count(s->L, s->P);
-    return topk_workspace_bytes(s->B * s->Hkv, n > 1 ? n - 1 : 1);
-}
-
-extern "C" int quest_score(const kvb_bf16 *q, const kvb_bf16 *kmin, const kvb_bf16 *kmax, const page_layout *s, int budget,
-                           float *scores, int32_t *pages, void *workspace, size_t workspace_bytes, cudaStream_t stream)
-{
-    int rc = page_layout_check(s, "quest_score");
-    if (rc || (rc = quest_params_check(s, budget, "quest_score"))) return rc;
-    if (!q || !kmin || !kmax || !scores) return kvb_fail(KVB_EINVAL, "quest_score: q, kmin, kmax or scores is NULL");
-    if ((rc = kvb_check_aligned16("quest_score", "kmin", kmin)) || (rc = kvb_check_aligned16("quest_score", "kmax", kmax))) return rc;
-    const size_t need = quest_score_workspace_bytes(s);
-    if ((rc = check_workspace("quest_score", workspace, workspace_bytes, need))) return rc;
-    const int64_t heads = (int64_t)s->B * s->Hkv;
-    QuestArgs a = {};
-    a.q = q, a.kmin = kmin, a.kmax = kmax;
-    a.Hkv = s->Hkv, a.D = s->D, a.cap = s->cap, a.n_pages = page_count(s->L, s->P);
-    a.scores = scores;
-    switch (s->Hq / s->Hkv) {
-    case 1: rc = launch_quest<1>(a, heads, stream); break;
-    case 2: rc = launch_quest<2>(a, heads, stream); break;
-    case 3: rc = launch_quest<3>(a, heads, stream); break;
-    case 4: rc = launch_quest<4>(a, heads, stream); break;
-    case 5: rc = launch_quest<5>(a, heads, stream); break;
-    case 6: rc = launch_quest<6>(a, heads, stream); break;
-    case 7: rc = launch_quest<7>(a, heads, stream); break;
-    default: rc = launch_quest<8>(a, heads, stream); break;
-    }
-    if (rc || !pages) return rc;
-    // budget/P - 1 pages among the first n - 1, then the last page (topk_rows' tail)
-    const int n_sel = quest_selected_pages(budget, s->P), n = a.n_pages;
-    return topk_rows(scores, (int)heads, n, n - 1, n_sel - 1, n - 1, 1, pages, n_sel, need ? workspace : NULL, stream);
 }
