@@ -204,7 +204,7 @@ bundle-variant: bundle
 	  cp $(BUNDLE)/lib/libkvbench.so bundle-variant/lib/ && du -sh bundle-variant | sed 's/^/bundle-variant: /'
 
 # ---- dependencies ----
-DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox
+DEB_PKGS := build-essential libbenchmark-dev libcmocka-dev liblapacke-dev libopenblas-dev patchelf gnuplot-nox python3-numpy
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PKGS))"; \

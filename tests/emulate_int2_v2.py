@@ -652,3 +652,4 @@ if __name__ == "__main__":
         worst = max(worst, r)
         print(f"{sh}: {100 * r:.1f}% of tolerance, max |err| {e:.3g}, max |score| {smax:.1f}", flush=True)
     print("worst", f"{100 * worst:.1f}%")
+    sys.exit(0 if worst <= 1 else 1)

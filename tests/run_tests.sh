@@ -88,6 +88,25 @@ part_step_report() {
     fi
 }
 
+# the NumPy emulations of kernels' index math (hybrid and Quest scoring, INT2 v2), each a test that
+# passes when every shape is within its tolerance (skipped, and said so, without python3's numpy)
+part_emulate() {
+    local p=0 f=0 e
+    if ! python3 -c "import numpy" 2>/dev/null; then
+        echo "emulators: no python3 numpy, 2 skipped"
+        echo "0 0 2" >"$counts"
+        return
+    fi
+    for e in emulate_page_scoring emulate_int2_v2; do
+        if python3 "$here/$e.py" >"$counts.$e" 2>&1; then
+            p=$((p + 1)) && echo "emulator $e: $(tail -n 1 "$counts.$e")"
+        else
+            f=$((f + 1)) && cat "$counts.$e" && echo "emulator $e: FAILED"
+        fi
+    done
+    echo "$p $f 0" >"$counts"
+}
+
 # make plots: plot_report.py's rows and values on a committed fixture, and plots.gp where gnuplot is
 # installed (its test counts as skipped, and says so, where it is not)
 part_plot() {
@@ -203,14 +222,14 @@ part_bundle_no_sanitizer() {
 # check and the fuzz smoke run several processes, so they also fill in whatever processor is free).
 declare -A title after pid
 if [ -f "$root/Makefile" ]; then
-    parts=(cmocka cli step_report plot fuzz sweep leak alloc)
-    start_order=(cli leak sweep alloc cmocka fuzz plot step_report)
+    parts=(cmocka cli step_report plot emulate fuzz sweep leak alloc)
+    start_order=(cli leak sweep alloc cmocka fuzz emulate plot step_report)
 else
     parts=(cmocka cli step_report plot fuzz sweep bundle_no_sanitizer)
     start_order=(cli sweep cmocka fuzz plot step_report bundle_no_sanitizer)
 fi
 title=([cmocka]="cmocka programs" [cli]="cli tests" [step_report]="step_report tests" [plot]="plot tests"
-    [fuzz]="fuzz smoke" [sweep]="random-shape sweep" [leak]="leak check" [alloc]="alloc-fault smoke"
+    [emulate]="kernel emulators" [fuzz]="fuzz smoke" [sweep]="random-shape sweep" [leak]="leak check" [alloc]="alloc-fault smoke"
     [bundle_no_sanitizer]="leak, alloc-fault")
 after=([alloc]=leak)
 
