@@ -112,7 +112,7 @@ struct HybridArgs {
     const uint16_t *q, *kmin, *kmax;
     int Hkv, D, L, P, cap, n_pages, r;
     int tiles, per_block, blocks; // tiles per head, tiles per block, blocks per head
-    float *z;                     // [heads, G, cap]: z as fp32 (CODED = false)
+    float *z;                     // [heads, G, cap]: z as fp32 (CODED = false); the codes start at the same address
     uint16_t *zc;                 // [heads, G, cap]: z as a code below its group's reference (z_code; CODED)
     float *zref;                  // [heads, G, zref_stride]: each group's reference, the group's largest z
     int zref_stride;              // CODED: a group is the 128 pages of one long warp tile
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(THREADS) hybrid_normalize_kernel(HybridArgs a,
     // Four consecutive pages a thread (page_mass4); a block's last partial quad page by page (z past
     // n_pages is never written), and all of it so where the workspace is not 16-byte aligned.
     const int begin = blockIdx.x * NORM_PAGES, end = min(a.n_pages, begin + NORM_PAGES);
-    const int quads = ((uintptr_t)(CODED ? (void *)a.zc : (void *)a.z) & 15) ? 0 : (end - begin) / 4;
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : (end - begin) / 4;
     float *u = a.u + bh * a.n_pages;
     for (int i = threadIdx.x; i < quads; i += THREADS) {
         const int j = begin + 4 * i;
@@ -535,7 +535,7 @@ __device__ __forceinline__ void masses_and_keys(const HybridArgs &a, int64_t bh,
                                                 uint32_t *keys, int lo, int m)
 {
     namespace ks = kvb_select;
-    const int quads = ((uintptr_t)(CODED ? (void *)a.zc : (void *)a.z) & 15) ? 0 : m / 4;
+    const int quads = ((uintptr_t)a.z & 15) ? 0 : m / 4;
     for (int i = threadIdx.x; i < quads; i += ks::THREADS) {
         const int j = lo + 4 * i;
         const float4 v = page_mass4<G, CODED>(a, bh, lse, j);
