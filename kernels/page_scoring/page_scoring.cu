@@ -576,9 +576,8 @@ __global__ void __launch_bounds__(kvb_select::THREADS) hybrid_normalize_select_k
     ks::select_row(sel, ks::SmemKeys{row_keys}, a.n_pages, n_sel, out);
 }
 
-// Pass 2 with the page top-k as a cluster of C blocks a (b, KV head), where the selection would take
-// the row as a cluster (topk_cluster_blocks: 8K-48K pages on few rows, e.g. 64 rows of 43691 at B=8
-// 128K): block r computes u of pages [r chunk, (r + 1) chunk), writes it, keeps its order keys in
+// Pass 2 with the page top-k as a cluster of C blocks a (b, KV head) (pass2_cluster: rows of 8K-48K
+// pages that 2-8 blocks a head fit on the SMs, e.g. 64 rows of 43691 at B=8 128K, 8 at B=1): block r computes u of pages [r chunk, (r + 1) chunk), writes it, keeps its order keys in
 // shared memory, and the cluster selects from the parts (cluster_select_part). One launch and one read
 // of z where pass 2 and topk_rows took two launches, u written and read back.
 template <int G, bool CODED>
@@ -660,6 +659,23 @@ int launch_normalize_select_cluster(const HybridArgs &a, int64_t h0, unsigned he
     return KVB_OK;
 }
 
+// Pass 2 with the page top-k as clusters of how many blocks a head (1: not as clusters): where the
+// selection alone would take the rows as clusters (topk_cluster_blocks), and also where it would split
+// few long rows over blocks (8 rows of 43691 pages at B=1 128K): the most of 8, 4, 2 blocks a head with
+// heads x C <= SMs and parts of at least CLUSTER_MIN_PART pages, for rows of at most SMEM_ROW_MAX. The
+// selection alone measured 10% slower as clusters there than split; fused with pass 2 it saves pass 2's
+// launch, u's round trip and the split plan's five launches.
+int pass2_cluster(int64_t heads, int n_pages)
+{
+    namespace ks = kvb_select;
+    const int c = topk_cluster_blocks((int)heads, n_pages);
+    if (c > 1 || n_pages <= ks::SMEM_ROW_N || n_pages > ks::SMEM_ROW_MAX) return c;
+    const int sms = kvb_sm_count();
+    for (int C = ks::CLUSTER_MAX; C >= 2; C /= 2)
+        if (heads * C <= sms && n_pages >= C * ks::CLUSTER_MIN_PART) return C;
+    return 1;
+}
+
 // Pass 2 (normalize, and select where `selected`: as clusters of `cluster` blocks, else one block a row)
 template <int G, bool CODED>
 int launch_pass2(const HybridArgs &a, int64_t h0, unsigned n, int cluster, bool selected, int n_sel, int32_t *pages,
@@ -699,7 +715,7 @@ int launch_hybrid(HybridArgs a, int64_t heads, int n_sel, int32_t *pages, bool *
     int resident_coded = 0; // sets its shared memory attribute, as for the others
     if (coded && (rc = resident_blocks(hybrid_score_kernel<G, 128, true>, Long::RING, known_coded, &resident_coded)))
         return rc;
-    const int cluster = pages && a.n_pages > kvb_select::SMEM_ROW_N ? topk_cluster_blocks((int)heads, a.n_pages) : 1;
+    const int cluster = pages ? pass2_cluster(heads, a.n_pages) : 1;
     const bool sel = *selected = pages && (a.n_pages <= kvb_select::SMEM_ROW_N || cluster > 1);
     return kvb_grid_chunks(heads, [&](int64_t h0, unsigned n) -> int {
         const dim3 grid((unsigned)a.blocks, n);
