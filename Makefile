@@ -249,6 +249,7 @@ FUZZ_ARGS    := -max_len=8192 -timeout=10 -close_fd_mask=3 -dict=tests/fuzz/kvb.
 $(FUZZ_DIR)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+.PRECIOUS: $(FUZZ_DIR)/obj/%.o
 
 $(FUZZ_DIR)/libkvb.a: $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(REF_SRC) $(HARNESS_SRC))
 	rm -f $@ && ar rcs $@ $^
