@@ -12,9 +12,10 @@
 # The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
 # (too large to carry).
 # BUNDLE_FROM_HOST=REGEX leaves more libraries to the GPU machine (matched on the soname), for one
-# known to have them: the LAPACK stack is 56 MB of the bundle (libopenblas alone 37 MB), so
+# known to have them: the LAPACK stack is 51 MB of the bundle's 129 MB (libopenblas alone 37 MB; most of
+# the rest is libkvbench.so's device code, stored uncompressed: see NVFLAGS), so
 #   BUNDLE_FROM_HOST='liblapacke|liblapack|libblas|libopenblas|libgfortran|libquadmath|libtmglib'
-# makes a bundle of about 17 MB that loads Debian's liblapacke.so.3 from the GPU machine.
+# makes a bundle of about 79 MB that loads Debian's liblapacke.so.3 from the GPU machine.
 set -eu
 out=$1
 shift
