@@ -130,10 +130,9 @@ struct HybridArgs {
     int64_t cache_L;
 };
 
-// The prologue's scratch, in the (then unused) dynamic shared memory of the ring.
-template <int G>
+// The prologue's scratch, in the (then unused) dynamic shared memory of the ring: dead once the channel
+// choice is made, before the ring's first copies are issued.
 struct HybridScratch {
-    float q[G][PAGE_MAX_D];
     alignas(16) uint32_t key[PAGE_MAX_D]; // read four at a time (the channel choice)
 };
 
@@ -141,6 +140,8 @@ template <int G>
 struct HybridSmem {
     static constexpr int NT = (G + 3) / 4; // n8 tiles: 4 heads' (hi, lo) column pairs each
     uint2 bq[PAGE_MAX_D / HYB_KC][NT][32]; // B fragments (b0, b1) per k-chunk, n-tile and lane
+    uint16_t q[G][PAGE_MAX_D];             // q as its bf16 bits (tau and the B fragments, after the ring's
+                                           // first copies are issued)
     const uint16_t *row[PAGE_MAX_D];       // E row of each chosen channel (kmax or kmin by the sign
                                            // of sg); padded channels: kmin (never read)
     int chosen[PAGE_MAX_D];                // the r channels, ascending
@@ -158,10 +159,10 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
     static_assert(!CODED || WT == Z_GROUP, "z's codes are grouped by long warp tiles");
     using T = HybTile<G, WT>;
     constexpr int NT = HybridSmem<G>::NT;
-    static_assert(sizeof(HybridScratch<G>) <= (size_t)T::RING, "the prologue's scratch fits in the ring");
+    static_assert(sizeof(HybridScratch) <= (size_t)T::RING, "the prologue's scratch fits in the ring");
     __shared__ HybridSmem<G> sm;
     extern __shared__ __align__(16) uint4 ring[]; // [WARPS][STAGES][STAGE bytes]
-    HybridScratch<G> &scr = *reinterpret_cast<HybridScratch<G> *>(ring);
+    HybridScratch &scr = *reinterpret_cast<HybridScratch *>(ring);
     chain_wait(); // launched chained (kvb_device.cuh): page_meta_append's writes are visible from here
     const int64_t bh = head0 + blockIdx.y;
     const int D = a.D, r = a.r, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -195,14 +196,15 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
     // no barrier separates the loads from the sums.
     const uint16_t *qg = a.q + bh * G * D;
     for (int c = threadIdx.x; c < D; c += THREADS) {
-        float qc[G];
+        uint16_t qc[G];
 #pragma unroll
-        for (int h = 0; h < G; ++h) qc[h] = bf16_bits_to_float(qg[h * D + c]);
+        for (int h = 0; h < G; ++h) qc[h] = qg[h * D + c];
         double abs_sum = 0, sum = 0;
 #pragma unroll
         for (int h = 0; h < G; ++h) {
-            scr.q[h][c] = qc[h];
-            abs_sum += fabs((double)qc[h]), sum += (double)qc[h];
+            sm.q[h][c] = qc[h];
+            const double v = bf16_bits_to_float(qc[h]);
+            abs_sum += fabs(v), sum += v;
         }
         scr.key[c] = order_key((float)abs_sum);
         sm.use_max[c] = sum > 0; // sg == 0 takes kmin
@@ -232,57 +234,16 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
     const unsigned ballot = __ballot_sync(0xffffffffu, chosen);
     if (lane == 0) sm.warp_count[warp] = __popc(ballot);
     __syncthreads();
+    const int n_kc = (r + HYB_KC - 1) / HYB_KC; // k-chunks per tile
     if (chosen) {
         int pos = __popc(ballot & ((1u << lane) - 1u));
         for (int w = 0; w < warp; ++w) pos += sm.warp_count[w];
         sm.chosen[pos] = c;
+        sm.row[pos] = (sm.use_max[c] ? a.kmax : a.kmin) + (bh * D + c) * a.cap;
+        if (a.channels && blockIdx.x == 0) a.channels[bh * r + pos] = c;
     }
-    __syncthreads();
-    // tau_h = sqrt(D * sum_{c in I} |q[h][c]| / sum_c |q[h][c]|), one warp per query head
-    if (warp < G) {
-        double part = 0, all = 0;
-        for (int i = lane; i < D; i += 32) all += fabs((double)scr.q[warp][i]);
-        for (int i = lane; i < r; i += 32) part += fabs((double)scr.q[warp][sm.chosen[i]]);
-#pragma unroll
-        for (int o = 16; o >= 1; o >>= 1) {
-            part += __shfl_xor_sync(0xffffffffu, part, o);
-            all += __shfl_xor_sync(0xffffffffu, all, o);
-        }
-        // tau = 0 (q[h] zero on every chosen channel): z = 0 on every page, as the reference defines 0/0
-        if (lane == 0) sm.inv_tau[warp] = part > 0 ? (float)(1.0 / sqrt(D * part / all)) : 0.f;
-    }
-    __syncthreads();
-    const int n_kc = (r + HYB_KC - 1) / HYB_KC; // k-chunks per tile
-    for (int i = threadIdx.x; i < n_kc * HYB_KC; i += THREADS) {
-        if (i < r) {
-            const int ch = sm.chosen[i];
-            sm.row[i] = (sm.use_max[ch] ? a.kmax : a.kmin) + (bh * D + ch) * a.cap;
-            if (a.channels && blockIdx.x == 0) a.channels[bh * r + i] = ch;
-        } else {
-            sm.row[i] = a.kmin; // a padded channel: its copies are zero-filled, nothing is read
-        }
-    }
-    // B fragments: lane (g, t) of chunk kc and n-tile nt holds column g = (head 4 nt + g / 2, hi if g is
-    // even, lo if odd) at channels kc 16 + 2t, +1 (b0) and kc 16 + 2t + 8, +9 (b1). s = q / tau in fp32.
-    for (int i = threadIdx.x; i < n_kc * NT * 32; i += THREADS) {
-        const int l = i % 32, nt = (i / 32) % NT, kc = i / (32 * NT);
-        const int g = l / 4, t = l % 4, h = 4 * nt + g / 2;
-        uint32_t w[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int k = kc * HYB_KC + half * 8 + 2 * t + e;
-                const float s = k < r && h < G ? scr.q[h][sm.chosen[k]] * sm.inv_tau[h] : 0.f;
-                const float hi = __bfloat162float(__float2bfloat16_rn(s));
-                v[e] = g & 1 ? s - hi : hi; // s - hi is exact; pack_bf16 rounds it once
-            }
-            w[half] = pack_bf16(v[0], v[1]);
-        }
-        sm.bq[kc][nt][l] = make_uint2(w[0], w[1]);
-    }
-    __syncthreads(); // the scratch (q, key) is dead from here: the ring may be written
+    for (int i = r + threadIdx.x; i < n_kc * HYB_KC; i += THREADS) sm.row[i] = a.kmin; // padded: zero-filled, never read
+    __syncthreads(); // the rows are known and the scratch is dead: the ring's first copies may be issued
 
     // This warp's steps: (tile, chunk) for the run's tiles in which it has pages (only the head's last
     // tile can leave a warp without any), chunk-minor.
@@ -305,12 +266,6 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
         cp_off[p] = T::at(p * ROWS_PER_COPY + lane / T::U, cu);
         asm volatile("" : "+r"(cp_off[p])); // kept in a register, not recomputed at every step
     }
-    // ldmatrix .x4 .trans of m-tile mt: matrix i = lane / 8 is (channels 8 (i / 2) .., pages 16 mt + 8 (i % 2) ..),
-    // lane gives the address of its row (channel 8 (i / 2) + lane % 8): fragments a0..a3 of the mma.
-    uint32_t ld_off[T::MT];
-#pragma unroll
-    for (int mt = 0; mt < T::MT; ++mt) ld_off[mt] = T::at((lane / 16) * 8 + lane % 8, 2 * mt + (lane / 8) % 2);
-
     int is = 0, is_kc = 0, is_stage = 0, is_page = run.first * T::TILE + wp0 + cl;
     auto issue = [&]() {
         if (is < steps) {
@@ -328,8 +283,51 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
         }
         cp_async_commit(); // also when empty: one group per step keeps the wait count uniform
     };
+    // the first stages in flight while tau and the B fragments are computed
 #pragma unroll
     for (int s = 0; s < T::STAGES - 1; ++s) issue();
+
+    // tau_h = sqrt(D * sum_{c in I} |q[h][c]| / sum_c |q[h][c]|), one warp per query head
+    if (warp < G) {
+        double part = 0, all = 0;
+        for (int i = lane; i < D; i += 32) all += fabs((double)bf16_bits_to_float(sm.q[warp][i]));
+        for (int i = lane; i < r; i += 32) part += fabs((double)bf16_bits_to_float(sm.q[warp][sm.chosen[i]]));
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) {
+            part += __shfl_xor_sync(0xffffffffu, part, o);
+            all += __shfl_xor_sync(0xffffffffu, all, o);
+        }
+        // tau = 0 (q[h] zero on every chosen channel): z = 0 on every page, as the reference defines 0/0
+        if (lane == 0) sm.inv_tau[warp] = part > 0 ? (float)(1.0 / sqrt(D * part / all)) : 0.f;
+    }
+    __syncthreads();
+    // B fragments: lane (g, t) of chunk kc and n-tile nt holds column g = (head 4 nt + g / 2, hi if g is
+    // even, lo if odd) at channels kc 16 + 2t, +1 (b0) and kc 16 + 2t + 8, +9 (b1). s = q / tau in fp32.
+    for (int i = threadIdx.x; i < n_kc * NT * 32; i += THREADS) {
+        const int l = i % 32, nt = (i / 32) % NT, kc = i / (32 * NT);
+        const int g = l / 4, t = l % 4, h = 4 * nt + g / 2;
+        uint32_t w[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float v[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int k = kc * HYB_KC + half * 8 + 2 * t + e;
+                const float s = k < r && h < G ? bf16_bits_to_float(sm.q[h][sm.chosen[k]]) * sm.inv_tau[h] : 0.f;
+                const float hi = __bfloat162float(__float2bfloat16_rn(s));
+                v[e] = g & 1 ? s - hi : hi; // s - hi is exact; pack_bf16 rounds it once
+            }
+            w[half] = pack_bf16(v[0], v[1]);
+        }
+        sm.bq[kc][nt][l] = make_uint2(w[0], w[1]);
+    }
+    __syncthreads(); // the B fragments are complete
+    // ldmatrix .x4 .trans of m-tile mt: matrix i = lane / 8 is (channels 8 (i / 2) .., pages 16 mt + 8 (i % 2) ..),
+    // lane gives the address of its row (channel 8 (i / 2) + lane % 8): fragments a0..a3 of the mma.
+    uint32_t ld_off[T::MT];
+#pragma unroll
+    for (int mt = 0; mt < T::MT; ++mt) ld_off[mt] = T::at((lane / 16) * 8 + lane % 8, 2 * mt + (lane / 8) % 2);
+
 
     const int g = lane / 4, t = lane % 4;
     float run_m[NT], run_s[NT]; // this thread's (max, sum n_j exp(z - max)) of head 4 nt + t
