@@ -328,7 +328,6 @@ __global__ void __launch_bounds__(THREADS, HybTile<G, WT>::MIN_BLOCKS) hybrid_sc
 #pragma unroll
     for (int mt = 0; mt < T::MT; ++mt) ld_off[mt] = T::at((lane / 16) * 8 + lane % 8, 2 * mt + (lane / 8) % 2);
 
-
     const int g = lane / 4, t = lane % 4;
     float run_m[NT], run_s[NT]; // this thread's (max, sum n_j exp(z - max)) of head 4 nt + t
     float acc[T::MT][NT][4];
