@@ -25,6 +25,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 
 #include "kernels/common/kvb_device.cuh"
 
@@ -441,6 +442,63 @@ __device__ __forceinline__ void finish_head(const MergeSmem<D, NW> &ms, int G, i
     if (*flag_s) {
         merge_partials<D, 32 * NW>(parts, head + first, (int)(last - first + 1), G, out, tid);
         if (tid == 0) counters[head] = 0; // ready for the next launch
+    }
+}
+
+// The merge of a head whose C blocks form one cluster (C <= 8, rank = the block's rank): each block
+// combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) and stores it in
+// slot `rank` of the merger's shared memory (parts_s: C slots; distributed shared memory, stores only,
+// so that no block waits on a remote load); after the cluster barrier the merger (the last rank, or rank
+// 0) merges the C slots, in rank order, into the output rows. No global round trip: under the kernel's
+// own stream of reads, a partial's write, the arrival fence and the merger's reads each waited in the
+// memory queue. Where the slots alias the merger's rings, every block arrived on the cluster barrier
+// (cluster_arrive) once its rings were drained; where they lie past them (int2_decode_attn's slots apart), every block
+// arrived at its start, and one that is done writes its partial while the merger still runs.
+// The combine and the merge take two adjacent channels a thread (8-byte accesses), so that G D / 2 items
+// take one pass of the block's 32 NW threads at G <= 4. tr (the int2 trace build's clocks): [17] after
+// the first wait, [18] after the combine, [19] before the merge.
+template <int D, int NW>
+__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
+                                              bool waited, long long *tr = nullptr)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
+    // the merging rank: the last (in int2_decode_attn its steps end last: rank 0 holds the head's residual
+    // steps, weighted so that it ends first), so that its own partial stays local
+    const int merger = C - 1;
+    if (!waited) cluster_wait(); // every block's rings are drained (with the slots apart: waited at the start)
+    if (tr && tid == 0) tr[17] = clock64();
+    const int rank = (int)cluster.block_rank();
+    const bool me = rank == merger;
+    // the merger's own slot through its own window, so that a block barrier orders it
+    block_combine<D, NW, 2>(ms, G, (me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride, nullptr, tid);
+    if (tr && tid == 0) tr[18] = clock64();
+    // every slot is written (release / acquire at cluster scope); no block touches another's shared memory
+    // after it, so the others may exit. The merger has nothing to publish, so it arrives relaxed after a
+    // block barrier, without the release's GPU-scope MEMBAR.
+    if (me) {
+        __syncthreads();
+        cluster_arrive_relaxed();
+    } else {
+        cluster_arrive();
+    }
+    cluster_wait();
+    if (!me) return;
+    if (tr && tid == 0) tr[19] = clock64();
+    for (int i = tid; i < G * D / 2; i += 32 * NW) {
+        const int idx = 2 * i, h = idx / D;
+        float M = -INFINITY;
+        for (int r = 0; r < C; r++) M = fmaxf(M, parts_s[r * stride + G * D + h]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float O0 = 0.f, O1 = 0.f, L = 0.f;
+        for (int r = 0; r < C; r++) {
+            const float a = ex2(parts_s[r * stride + G * D + h] - base);
+            const float2 v = *reinterpret_cast<const float2 *>(parts_s + r * stride + idx); // stride, idx even
+            O0 += a * v.x, O1 += a * v.y;
+            L += a * parts_s[r * stride + G * D + G + h];
+        }
+        *reinterpret_cast<__nv_bfloat162 *>(out + idx) = __floats2bfloat162_rn(O0 / L, O1 / L); // rows of D (even)
     }
 }
 

@@ -221,6 +221,12 @@ __device__ __forceinline__ uint32_t order_key(float f)
 __device__ __forceinline__ void chain_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void chain_release() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
+// ---- the cluster barrier (thread block clusters, sm_90; every thread of every block arrives) ----
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+// (an arrival that orders nothing: it only tells the others that this block runs)
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
 // Launch `kernel` on `stream` with one launch attribute (cudaLaunchKernelEx).
 template <typename... Params, typename... Args>
 cudaError_t launch_with(cudaLaunchAttribute attr, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
@@ -259,6 +265,26 @@ cudaError_t launch_cluster(void (*kernel)(Params...), unsigned grid, int cluster
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = (unsigned)cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
     return launch_with(attr, kernel, dim3(grid), block, smem, stream, args...);
+}
+
+// launch_cluster's clusters, launched chained as launch_chained does (both attributes).
+template <typename... Params, typename... Args>
+cudaError_t launch_chained_cluster(void (*kernel)(Params...), unsigned grid, int cluster, dim3 block, size_t smem,
+                                   cudaStream_t stream, Args... args)
+{
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 }
 
 // ---- warp reductions ----

@@ -72,6 +72,7 @@ struct DecodeParams {
     // and no scan before the first loads
     int64_t same_tokens;
     int same_len;
+    int cluster; // > 1 (sparse sources' ring only): launched as clusters of this many blocks, one per head (cluster_merge)
 };
 
 // positions on a head's line: dense tokens, list entries, or list pages x P
@@ -99,11 +100,19 @@ __host__ __device__ constexpr bool uses_ring()
 {
     return SRC != SRC_DENSE && S == 1;
 }
+// With the ring, its space holds the merge buffer and then, in a head's merging block of a cluster, the
+// cluster's partials (cluster_merge: up to 8 slots of G (D + 2) floats).
+template <int D>
+__host__ __device__ constexpr size_t cluster_slots_bytes()
+{
+    return sizeof(float) * 8 * MAXG * (D + 2);
+}
 template <int D, int S, int SRC>
 __host__ __device__ constexpr size_t front_bytes()
 {
     constexpr size_t ring = (size_t)WARPS * RING_STAGES * ring_stage_elems<D>() * sizeof(__nv_bfloat16);
-    return uses_ring<S, SRC>() && ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
+    static_assert(!uses_ring<S, SRC>() || ring >= sizeof(MergeSmem<D>) + cluster_slots_bytes<D>(), "the ring holds the merge");
+    return uses_ring<S, SRC>() ? ring : sizeof(MergeSmem<D>);
 }
 
 template <int D, int S, int SRC>
@@ -300,6 +309,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                 }
                 cp_async_wait<0>();
                 __syncthreads(); // every warp is done with the ring, which MergeSmem overlays
+                if (p.cluster > 1) cluster_arrive(); // and the cluster's partials may now land in it
             } else {
                 int cur[S];
 #pragma unroll
@@ -328,9 +338,15 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
         }
         warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
         __syncthreads();
+        __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
+        if constexpr (uses_ring<S, SRC>()) {
+            if (p.cluster > 1) { // one segment a block, a head's blocks one cluster
+                cluster_merge<D, WARPS>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D>)), G, out, tid, false);
+                return;
+            }
+        }
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + ns - 1, N, grid);
-        finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters,
-                       p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D, &flag_s, tid);
+        finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters, out, &flag_s, tid);
         u = hoff + s1;
     }
 }
@@ -373,8 +389,38 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 template <int D, int SRC>
 cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
+    if (p.cluster > 1)
+        return launch_chained_cluster(decode_attn_kernel<D, 1, SRC>, grid, p.cluster, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
     if (steps == 1) return launch_chained(decode_attn_kernel<D, 1, SRC>, grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
     return launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
+}
+
+// How many clusters of C blocks of the ring kernel can be resident at once on the current device (asked
+// once a device, source, D, C and batch: the first 32 such, then at every call).
+template <int D>
+int resident_clusters(int src, int C, int B, int *out)
+{
+    struct Known { int dev, src, C, B, n; };
+    static Known known[32];
+    static int n_known = 0;
+    int dev = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    for (int i = 0; i < n_known; i++)
+        if (known[i].dev == dev && known[i].src == src && known[i].C == C && known[i].B == B) return *out = known[i].n, KVB_OK;
+    void (*kernel)(DecodeParams) = src == SRC_IDX ? decode_attn_kernel<D, 1, SRC_IDX> : decode_attn_kernel<D, 1, SRC_PAGES>;
+    const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX>(B) : smem_bytes<D, 1, SRC_PAGES>(B);
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    int n = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    if (n_known < 32) known[n_known++] = Known{dev, src, C, B, n};
+    *out = n;
+    return KVB_OK;
 }
 
 // Everything checked; `tokens[b]` = positions on each head line of sequence b, `len_host` the lengths.
@@ -429,6 +475,14 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
     p.list = list, p.cnt = cnt, p.n = n, p.P = P;
     p.same_tokens = equal && equal_len ? tokens[0] : 0, p.same_len = len_host[0];
+    p.cluster = 0;
+    const int64_t per_head = equal && grid % heads == 0 ? grid / heads : 0;
+    if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 8) {
+        int fits = 0, rc2 = d->D == 64 ? resident_clusters<64>(src, (int)per_head, p.B, &fits)
+                                       : resident_clusters<128>(src, (int)per_head, p.B, &fits);
+        if (rc2) return rc2;
+        if ((int64_t)fits * per_head >= grid) p.cluster = (int)per_head;
+    }
     cudaError_t e;
     if (src == SRC_DENSE) e = d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
     else if (src == SRC_IDX) e = d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);

@@ -226,65 +226,6 @@ __device__ __forceinline__ uint64_t global_ns()
     return t;
 }
 
-// The merge of a head whose C blocks form one cluster (C <= 8, rank = the block's rank): each block
-// combines its warps into its partial (O [G][D], m [G], l [G], as finish_head's slots) and stores it in
-// slot `rank` of the merger's shared memory (parts_s: C slots; distributed shared memory, stores only,
-// so that no block waits on a remote load); after the cluster barrier the merger (the last rank, or rank
-// 0) merges the C slots, in rank order, into the output rows. No global round trip: under the kernel's
-// own stream of reads, a partial's write, the arrival fence and the merger's reads each waited in the
-// memory queue. Where the slots alias the merger's rings, every block arrived on the cluster barrier
-// (cluster_arrive) once its rings were drained; where they lie past them (P.slots_apart), every block
-// arrived at its start, and one that is done writes its partial while the merger still runs.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-// (the start's arrival, P.slots_apart: it orders nothing, it only tells the others that this block runs)
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// The combine and the merge take two adjacent channels a thread (8-byte accesses), so that G D / 2 items
-// take one pass of the block's NT threads at G <= 4.
-template <int D>
-__device__ __forceinline__ void cluster_merge(const MergeSmem<D, NW> &ms, float *parts_s, int G, __nv_bfloat16 *out, int tid,
-                                              bool waited, long long *tr = nullptr)
-{
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int C = (int)cluster.num_blocks(), stride = G * (D + 2);
-    // the merging rank: the last, whose steps end last (rank 0 holds the head's residual steps, weighted so
-    // that it ends first), so that its own partial stays local and the others' arrive while it still runs
-    const int merger = C - 1;
-    if (!waited) cluster_wait(); // every block's rings are drained (with the slots apart: waited at the start)
-    if (tr && tid == 0) tr[17] = clock64();
-    const int rank = (int)cluster.block_rank();
-    const bool me = rank == merger;
-    // the merger's own slot through its own window, so that a block barrier orders it
-    block_combine<D, NW, 2>(ms, G, (me ? parts_s : cluster.map_shared_rank(parts_s, merger)) + rank * stride, nullptr, tid);
-    if (tr && tid == 0) tr[18] = clock64();
-    // every slot is written (release / acquire at cluster scope); no block touches another's shared memory
-    // after it, so the others may exit. The merger has nothing to publish, so it arrives relaxed after a
-    // block barrier, without the release's GPU-scope MEMBAR.
-    if (me) {
-        __syncthreads();
-        cluster_arrive_relaxed();
-    } else {
-        cluster_arrive();
-    }
-    cluster_wait();
-    if (!me) return;
-    if (tr && tid == 0) tr[19] = clock64();
-    for (int i = tid; i < G * D / 2; i += NT) {
-        const int idx = 2 * i, h = idx / D;
-        float M = -INFINITY;
-        for (int r = 0; r < C; r++) M = fmaxf(M, parts_s[r * stride + G * D + h]);
-        const float base = M == -INFINITY ? 0.f : M;
-        float O0 = 0.f, O1 = 0.f, L = 0.f;
-        for (int r = 0; r < C; r++) {
-            const float a = ex2(parts_s[r * stride + G * D + h] - base);
-            const float2 v = *reinterpret_cast<const float2 *>(parts_s + r * stride + idx); // stride, idx even
-            O0 += a * v.x, O1 += a * v.y;
-            L += a * parts_s[r * stride + G * D + G + h];
-        }
-        *reinterpret_cast<__nv_bfloat162 *>(out + idx) = __floats2bfloat162_rn(O0 / L, O1 / L); // rows of D (even)
-    }
-}
 
 template <int D, int GS, bool TRACE = KVB_INT2_TRACE != 0>
 __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
@@ -514,7 +455,7 @@ __global__ void __launch_bounds__(NT, 1) attn_kernel(Params P)
         if (P.cluster > 1) { // one segment per block, the head's blocks one cluster
             float *parts_s = reinterpret_cast<float *>(smem + (P.slots_apart ? smem_bytes<D, GS>() : sizeof(MergeSmem<D, NW>)));
             __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
-            cluster_merge<D>(ms, parts_s, G, out, tid, wait_early, TRACE ? tr : nullptr);
+            cluster_merge<D, NW>(ms, parts_s, G, out, tid, wait_early, TRACE ? tr : nullptr);
         } else {
             const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + per_head - 1, N, grid);
             finish<D>(ms, G, head, first, last, kb, p.parts, p.counters, p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D,
