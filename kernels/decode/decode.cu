@@ -100,25 +100,23 @@ __host__ __device__ constexpr bool uses_ring()
 {
     return SRC != SRC_DENSE && S == 1;
 }
-// With the ring, its space holds the merge buffer and then, in a head's merging block of a cluster, the
-// cluster's partials (cluster_merge: up to 8 slots of G (D + 2) floats).
-template <int D>
-__host__ __device__ constexpr size_t cluster_slots_bytes()
-{
-    return sizeof(float) * 8 * MAXG * (D + 2);
-}
 template <int D, int S, int SRC>
 __host__ __device__ constexpr size_t front_bytes()
 {
     constexpr size_t ring = (size_t)WARPS * RING_STAGES * ring_stage_elems<D>() * sizeof(__nv_bfloat16);
-    static_assert(!uses_ring<S, SRC>() || ring >= sizeof(MergeSmem<D>) + cluster_slots_bytes<D>(), "the ring holds the merge");
-    return uses_ring<S, SRC>() ? ring : sizeof(MergeSmem<D>);
+    return uses_ring<S, SRC>() && ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
 }
 
-template <int D, int S, int SRC>
-size_t smem_bytes(int B)
+// The per-sequence step prefix after the front, then (clusters) the merging block's C partial slots of
+// G (D + 2) floats (cluster_merge), apart from the ring so that they may land while it still streams.
+__host__ __device__ constexpr size_t slots_offset(size_t front, int B)
 {
-    return SMEM_LINE + front_bytes<D, S, SRC>() + sizeof(int64_t) * (size_t)(B + 1); // the ring on a line
+    return front + ((sizeof(int64_t) * (size_t)(B + 1) + 15) & ~(size_t)15);
+}
+template <int D, int S, int SRC>
+size_t smem_bytes(int B, int cluster = 0, int G = 0)
+{
+    return SMEM_LINE + slots_offset(front_bytes<D, S, SRC>(), B) + sizeof(float) * (size_t)cluster * G * (D + 2); // the ring on a line
 }
 
 // The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
@@ -196,6 +194,10 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
 
     chain_wait(); // launched chained (kvb_device.cuh): the previous kernel's writes are visible from here
     chain_release();
+    // clusters: the barrier's first phase tells the others that this block runs (its partial slots exist);
+    // it is waited at the merge (cluster_merge)
+    if constexpr (uses_ring<S, SRC>())
+        if (p.cluster > 1) cluster_arrive_relaxed();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int B = p.B, Hkv = p.Hkv, G = p.G;
 
@@ -309,7 +311,6 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                 }
                 cp_async_wait<0>();
                 __syncthreads(); // every warp is done with the ring, which MergeSmem overlays
-                if (p.cluster > 1) cluster_arrive(); // and the cluster's partials may now land in it
             } else {
                 int cur[S];
 #pragma unroll
@@ -341,7 +342,8 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
         __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
         if constexpr (uses_ring<S, SRC>()) {
             if (p.cluster > 1) { // one segment a block, a head's blocks one cluster
-                cluster_merge<D, WARPS>(ms, reinterpret_cast<float *>(smem + sizeof(MergeSmem<D>)), G, out, tid, false);
+                cluster_merge<D, WARPS>(ms, reinterpret_cast<float *>(smem + slots_offset(front_bytes<D, S, SRC>(), B)), G, out,
+                                        tid, false);
                 return;
             }
         }
@@ -357,9 +359,10 @@ int capacity_of(int B, int *cap)
     const int sms = kvb_sm_count();
     if (!sms) return kvb_fail(KVB_EDEVICE, "decode_attn: the device's SM count could not be read");
     int per_sm = 0;
-    // the ring takes more than the 48 KB of dynamic shared memory a kernel gets without asking
+    // the ring takes more than the 48 KB of dynamic shared memory a kernel gets without asking (and, as
+    // clusters, the merging block's partial slots past it)
     CUDA_TRY(cudaFuncSetAttribute(decode_attn_kernel<D, S, SRC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem_bytes<D, S, SRC>(DECODE_MAX_B)));
+                                  (int)smem_bytes<D, S, SRC>(DECODE_MAX_B, uses_ring<S, SRC>() ? 8 : 0, MAXG)));
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attn_kernel<D, S, SRC>, THREADS,
                                                            smem_bytes<D, S, SRC>(B)));
     *cap = sms * (per_sm > 0 ? per_sm : 1);
@@ -390,26 +393,28 @@ template <int D, int SRC>
 cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
 {
     if (p.cluster > 1)
-        return launch_chained_cluster(decode_attn_kernel<D, 1, SRC>, grid, p.cluster, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
+        return launch_chained_cluster(decode_attn_kernel<D, 1, SRC>, grid, p.cluster, THREADS,
+                                      smem_bytes<D, 1, SRC>(p.B, p.cluster, p.G), stream, p);
     if (steps == 1) return launch_chained(decode_attn_kernel<D, 1, SRC>, grid, THREADS, smem_bytes<D, 1, SRC>(p.B), stream, p);
     return launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
 }
 
-// How many clusters of C blocks of the ring kernel can be resident at once on the current device (asked
-// once a device, source, D, C and batch: the first 32 such, then at every call).
+// How many clusters of C blocks of the ring kernel (with C partial slots of G heads) can be resident at once
+// on the current device (asked once a device, source, D, C, G and batch: the first 32 such, then at every call).
 template <int D>
-int resident_clusters(int src, int C, int B, int *out)
+int resident_clusters(int src, int C, int G, int B, int *out)
 {
-    struct Known { int dev, src, C, B, n; };
+    struct Known { int dev, src, C, G, B, n; };
     static Known known[32];
     static int n_known = 0;
     int dev = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     for (int i = 0; i < n_known; i++)
-        if (known[i].dev == dev && known[i].src == src && known[i].C == C && known[i].B == B) return *out = known[i].n, KVB_OK;
+        if (known[i].dev == dev && known[i].src == src && known[i].C == C && known[i].G == G && known[i].B == B)
+            return *out = known[i].n, KVB_OK;
     void (*kernel)(DecodeParams) = src == SRC_IDX ? decode_attn_kernel<D, 1, SRC_IDX> : decode_attn_kernel<D, 1, SRC_PAGES>;
-    const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX>(B) : smem_bytes<D, 1, SRC_PAGES>(B);
-    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX>(B, C, G) : smem_bytes<D, 1, SRC_PAGES>(B, C, G);
+    // (its shared memory limit set by capacity_of, called before)
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute attr = {};
@@ -418,7 +423,7 @@ int resident_clusters(int src, int C, int B, int *out)
     cfg.attrs = &attr, cfg.numAttrs = 1;
     int n = 0;
     CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    if (n_known < 32) known[n_known++] = Known{dev, src, C, B, n};
+    if (n_known < 32) known[n_known++] = Known{dev, src, C, G, B, n};
     *out = n;
     return KVB_OK;
 }
@@ -478,8 +483,8 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.cluster = 0;
     const int64_t per_head = equal && grid % heads == 0 ? grid / heads : 0;
     if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 8) {
-        int fits = 0, rc2 = d->D == 64 ? resident_clusters<64>(src, (int)per_head, p.B, &fits)
-                                       : resident_clusters<128>(src, (int)per_head, p.B, &fits);
+        int fits = 0, rc2 = d->D == 64 ? resident_clusters<64>(src, (int)per_head, p.G, p.B, &fits)
+                                       : resident_clusters<128>(src, (int)per_head, p.G, p.B, &fits);
         if (rc2) return rc2;
         if ((int64_t)fits * per_head >= grid) p.cluster = (int)per_head;
     }
