@@ -307,8 +307,8 @@ struct MergeSmem {
 };
 
 // Every warp deposits its state (channel mapping VMAP) in shared memory.
-template <int D, int VMAP>
-__device__ __forceinline__ void warp_deposit(MergeSmem<D> &ms, WarpState<D / 16> &st, int warp, int lane)
+template <int D, int VMAP, int NW = WARPS>
+__device__ __forceinline__ void warp_deposit(MergeSmem<D, NW> &ms, WarpState<D / 16> &st, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
     float l0 = st.l[0], l1 = st.l[1];

@@ -100,11 +100,11 @@ __host__ __device__ constexpr bool uses_ring()
 {
     return SRC != SRC_DENSE && S == 1;
 }
-template <int D, int S, int SRC>
+template <int D, int S, int SRC, int NW = WARPS>
 __host__ __device__ constexpr size_t front_bytes()
 {
-    constexpr size_t ring = (size_t)WARPS * RING_STAGES * ring_stage_elems<D>() * sizeof(__nv_bfloat16);
-    return uses_ring<S, SRC>() && ring > sizeof(MergeSmem<D>) ? ring : sizeof(MergeSmem<D>);
+    constexpr size_t ring = (size_t)NW * RING_STAGES * ring_stage_elems<D>() * sizeof(__nv_bfloat16);
+    return uses_ring<S, SRC>() && ring > sizeof(MergeSmem<D, NW>) ? ring : sizeof(MergeSmem<D, NW>);
 }
 
 // The per-sequence step prefix after the front, then (clusters) the merging block's C partial slots of
@@ -113,10 +113,10 @@ __host__ __device__ constexpr size_t slots_offset(size_t front, int B)
 {
     return front + ((sizeof(int64_t) * (size_t)(B + 1) + 15) & ~(size_t)15);
 }
-template <int D, int S, int SRC>
+template <int D, int S, int SRC, int NW = WARPS>
 size_t smem_bytes(int B, int cluster = 0, int G = 0)
 {
-    return SMEM_LINE + slots_offset(front_bytes<D, S, SRC>(), B) + sizeof(float) * (size_t)cluster * G * (D + 2); // the ring on a line
+    return SMEM_LINE + slots_offset(front_bytes<D, S, SRC, NW>(), B) + sizeof(float) * (size_t)cluster * G * (D + 2); // the ring on a line
 }
 
 // The ring's 16-byte chunk `cidx` of row `row` (K or V): XOR-swizzled within each group of 8 chunks so
@@ -180,16 +180,16 @@ __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *
 // D=128 by shared memory; they take 161-163 registers, no spills).
 // Dense: 168 registers and no spills; left free it takes 223 and fits 2 blocks per SM, which measured
 // slower at B=8 32K (kernels/decode/NOTES.md, Tried).
-template <int D, int S, int SRC>
-__global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
+template <int D, int S, int SRC, int NW = WARPS>
+__global__ void __launch_bounds__(32 * NW, NW != WARPS ? 1 : S == 1 ? 3 : 1) decode_attn_kernel(DecodeParams p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     // the ring on a 128-byte line: the static part before it (the scan's storage) is not a multiple of 32 bytes
     unsigned char *smem = smem_line_start(smem_raw);
-    MergeSmem<D> &ms = *reinterpret_cast<MergeSmem<D> *>(smem);
-    int64_t *pre = reinterpret_cast<int64_t *>(smem + front_bytes<D, S, SRC>()); // steps before sequence b, all heads
+    MergeSmem<D, NW> &ms = *reinterpret_cast<MergeSmem<D, NW> *>(smem);
+    int64_t *pre = reinterpret_cast<int64_t *>(smem + front_bytes<D, S, SRC, NW>()); // steps before sequence b, all heads
     __shared__ int flag_s;
-    using Scan = cub::BlockScan<long long, THREADS>;
+    using Scan = cub::BlockScan<long long, 32 * NW>;
     __shared__ typename Scan::TempStorage scan_tmp;
 
     chain_wait(); // launched chained (kvb_device.cuh): the previous kernel's writes are visible from here
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
     if (p.same_tokens > 0) {
         total = (long long)B * Hkv * ((p.same_tokens + 15) / 16);
     } else {
-        constexpr int IPT = DECODE_MAX_B / THREADS;
+        constexpr int IPT = DECODE_MAX_B / (32 * NW);
         long long items[IPT];
 #pragma unroll
         for (int i = 0; i < IPT; i++) {
@@ -253,16 +253,16 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
         st.init();
         const __nv_bfloat16 *Kh = p.K + head * p.L * D, *Vh = p.V + head * p.L * D;
         if constexpr (SRC == SRC_DENSE) {
-            for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+            for (int64_t s = s0 + warp; s < s1; s += NW * S) {
                 DenseRegs<D> r[S];
 #pragma unroll
                 for (int i = 0; i < S; i++) {
-                    const int64_t si = s + (int64_t)i * WARPS;
+                    const int64_t si = s + (int64_t)i * NW;
                     if (si < s1) dense_load<D, VMAP_SPLIT>(r[i], Kh, Vh, si * 16, (int)min((int64_t)16, lenb - si * 16), lane);
                 }
 #pragma unroll
                 for (int i = 0; i < S; i++) {
-                    const int64_t si = s + (int64_t)i * WARPS;
+                    const int64_t si = s + (int64_t)i * NW;
                     if (si < s1) dense_compute<D>(st, qb, r[i], (int)min((int64_t)16, lenb - si * 16), p.scale, lane);
                 }
             }
@@ -289,16 +289,16 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                 // The ring: this step's rows were copied two iterations ago; the copy of the step two
                 // ahead is issued before this one is computed, and the list read for the step after it.
                 __nv_bfloat16 *ring = reinterpret_cast<__nv_bfloat16 *>(smem) + warp * RING_STAGES * ring_stage_elems<D>();
-                int cur = row_at(s0 + warp), nxt = row_at(s0 + warp + WARPS), nxt2 = row_at(s0 + warp + 2 * WARPS);
+                int cur = row_at(s0 + warp), nxt = row_at(s0 + warp + NW), nxt2 = row_at(s0 + warp + 2 * NW);
                 int stage = 0;
                 if (s0 + warp < s1) ring_copy<D>(ring, Kh, Vh, cur, lane);
                 cp_async_commit();
-                if (s0 + warp + WARPS < s1) ring_copy<D>(ring + ring_stage_elems<D>(), Kh, Vh, nxt, lane);
+                if (s0 + warp + NW < s1) ring_copy<D>(ring + ring_stage_elems<D>(), Kh, Vh, nxt, lane);
                 cp_async_commit();
-                for (int64_t s = s0 + warp; s < s1; s += WARPS) {
-                    const int after = row_at(s + 3 * WARPS);
+                for (int64_t s = s0 + warp; s < s1; s += NW) {
+                    const int after = row_at(s + 3 * NW);
                     const int ahead = stage == 0 ? 2 : stage - 1; // (stage + 2) mod 3
-                    if (s + 2 * WARPS < s1) ring_copy<D>(ring + ahead * ring_stage_elems<D>(), Kh, Vh, nxt2, lane);
+                    if (s + 2 * NW < s1) ring_copy<D>(ring + ahead * ring_stage_elems<D>(), Kh, Vh, nxt2, lane);
                     cp_async_commit();
                     cp_async_wait<2>(); // this lane's copies of the current step have landed
                     __syncwarp();       // and every lane's
@@ -314,16 +314,16 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
             } else {
                 int cur[S];
 #pragma unroll
-                for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * WARPS);
-                for (int64_t s = s0 + warp; s < s1; s += WARPS * S) {
+                for (int i = 0; i < S; i++) cur[i] = row_at(s0 + warp + (int64_t)i * NW);
+                for (int64_t s = s0 + warp; s < s1; s += NW * S) {
                     DenseRegs<D> r[S];
                     uint32_t valid[S]; // bit j: position j of the step is a token
                     int nxt[S];
 #pragma unroll
-                    for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * WARPS);
+                    for (int i = 0; i < S; i++) nxt[i] = row_at(s + (int64_t)(S + i) * NW);
 #pragma unroll
                     for (int i = 0; i < S; i++) {
-                        if (s + (int64_t)i * WARPS >= s1) continue;
+                        if (s + (int64_t)i * NW >= s1) continue;
                         const int mine = cur[i];
                         rows_load<D, VMAP_SPLIT>(
                             r[i], Kh, Vh, [&](int jj) -> int64_t { return __shfl_sync(0xffffffffu, mine, jj); }, lane);
@@ -331,24 +331,24 @@ __global__ void __launch_bounds__(THREADS, S == 1 ? 3 : 1) decode_attn_kernel(De
                     }
 #pragma unroll
                     for (int i = 0; i < S; i++)
-                        if (s + (int64_t)i * WARPS < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
+                        if (s + (int64_t)i * NW < s1) masked_compute<D>(st, qb, r[i], valid[i], p.scale, lane);
 #pragma unroll
                     for (int i = 0; i < S; i++) cur[i] = nxt[i];
                 }
             }
         }
-        warp_deposit<D, VMAP_SPLIT>(ms, st, warp, lane);
+        warp_deposit<D, VMAP_SPLIT, NW>(ms, st, warp, lane);
         __syncthreads();
         __nv_bfloat16 *out = p.o + ((int64_t)b * p.Hq + (int64_t)kvh * G) * D;
         if constexpr (uses_ring<S, SRC>()) {
             if (p.cluster > 1) { // one segment a block, a head's blocks one cluster
-                cluster_merge<D, WARPS>(ms, reinterpret_cast<float *>(smem + slots_offset(front_bytes<D, S, SRC>(), B)), G, out,
+                cluster_merge<D, NW>(ms, reinterpret_cast<float *>(smem + slots_offset(front_bytes<D, S, SRC, NW>(), B)), G, out,
                                         tid, false);
                 return;
             }
         }
         const int64_t first = block_of(hoff, N, grid), last = block_of(hoff + ns - 1, N, grid);
-        finish_head<D>(ms, G, head, first, last, k, p.parts, p.counters, out, &flag_s, tid);
+        finish_head<D, NW>(ms, G, head, first, last, k, p.parts, p.counters, out, &flag_s, tid);
         u = hoff + s1;
     }
 }
@@ -390,8 +390,12 @@ size_t workspace_layout(const decode_layout *d, int cap, size_t *parts_off)
 }
 
 template <int D, int SRC>
-cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t stream)
+cudaError_t launch_d(const DecodeParams &p, int steps, int warps, int grid, cudaStream_t stream)
 {
+    if constexpr (SRC != SRC_DENSE)
+        if (p.cluster > 1 && warps == 2 * WARPS)
+            return launch_chained_cluster(decode_attn_kernel<D, 1, SRC, 2 * WARPS>, grid, p.cluster, 64 * WARPS,
+                                          smem_bytes<D, 1, SRC, 2 * WARPS>(p.B, p.cluster, p.G), stream, p);
     if (p.cluster > 1)
         return launch_chained_cluster(decode_attn_kernel<D, 1, SRC>, grid, p.cluster, THREADS,
                                       smem_bytes<D, 1, SRC>(p.B, p.cluster, p.G), stream, p);
@@ -399,9 +403,10 @@ cudaError_t launch_d(const DecodeParams &p, int steps, int grid, cudaStream_t st
     return launch_chained(decode_attn_kernel<D, 2, SRC>, grid, THREADS, smem_bytes<D, 2, SRC>(p.B), stream, p);
 }
 
-// How many clusters of C blocks of the ring kernel (with C partial slots of G heads) can be resident at once
-// on the current device (asked once a device, source, D, C, G and batch: the first 32 such, then at every call).
-template <int D>
+// How many clusters of C blocks of NW warps of the ring kernel (with C partial slots of G heads) can be
+// resident at once on the current device (asked once a device, source, D, NW, C, G and batch: the first 32
+// such, then at every call).
+template <int D, int NW>
 int resident_clusters(int src, int C, int G, int B, int *out)
 {
     struct Known { int dev, src, C, G, B, n; };
@@ -412,11 +417,16 @@ int resident_clusters(int src, int C, int G, int B, int *out)
     for (int i = 0; i < n_known; i++)
         if (known[i].dev == dev && known[i].src == src && known[i].C == C && known[i].G == G && known[i].B == B)
             return *out = known[i].n, KVB_OK;
-    void (*kernel)(DecodeParams) = src == SRC_IDX ? decode_attn_kernel<D, 1, SRC_IDX> : decode_attn_kernel<D, 1, SRC_PAGES>;
-    const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX>(B, C, G) : smem_bytes<D, 1, SRC_PAGES>(B, C, G);
-    // (its shared memory limit set by capacity_of, called before)
+    void (*kernel)(DecodeParams) = src == SRC_IDX ? decode_attn_kernel<D, 1, SRC_IDX, NW> : decode_attn_kernel<D, 1, SRC_PAGES, NW>;
+    const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX, NW>(B, C, G) : smem_bytes<D, 1, SRC_PAGES, NW>(B, C, G);
+    if (NW != WARPS) { // (the 4-warp kernels' limit is set by capacity_of, called before)
+        int optin = 0;
+        CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        if (smem > (size_t)optin) return *out = 0, KVB_OK;
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem;
+    cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(32 * NW), cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = (unsigned)C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
@@ -481,17 +491,34 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.list = list, p.cnt = cnt, p.n = n, p.P = P;
     p.same_tokens = equal && equal_len ? tokens[0] : 0, p.same_len = len_host[0];
     p.cluster = 0;
+    int warps = WARPS;
+    // A head's blocks as one cluster where they all fit at once; else, where a head has an even number of
+    // blocks, half as many blocks of twice the warps (one a SM: the same warps a head and steps a warp) as
+    // one cluster, where those fit (64 heads of 4 blocks: 62 clusters of 4 fit an H200 at 2 blocks a SM,
+    // 66 of 2 at one)
     const int64_t per_head = equal && grid % heads == 0 ? grid / heads : 0;
-    if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 8) {
-        int fits = 0, rc2 = d->D == 64 ? resident_clusters<64>(src, (int)per_head, p.G, p.B, &fits)
-                                       : resident_clusters<128>(src, (int)per_head, p.G, p.B, &fits);
-        if (rc2) return rc2;
-        if ((int64_t)fits * per_head >= grid) p.cluster = (int)per_head;
+    if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 16) {
+        int fits = 0;
+        if (per_head <= 8 && (rc = d->D == 64 ? resident_clusters<64, WARPS>(src, (int)per_head, p.G, p.B, &fits)
+                                              : resident_clusters<128, WARPS>(src, (int)per_head, p.G, p.B, &fits)))
+            return rc;
+        if (per_head <= 8 && fits >= heads) {
+            p.cluster = (int)per_head;
+        } else if (per_head % 2 == 0 && per_head / 2 >= 2) {
+            const int C = (int)(per_head / 2);
+            if ((rc = d->D == 64 ? resident_clusters<64, 2 * WARPS>(src, C, p.G, p.B, &fits)
+                                 : resident_clusters<128, 2 * WARPS>(src, C, p.G, p.B, &fits)))
+                return rc;
+            if (fits >= heads) p.cluster = C, warps = 2 * WARPS, grid = (int)(heads * C);
+        }
     }
     cudaError_t e;
-    if (src == SRC_DENSE) e = d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, grid, stream);
-    else if (src == SRC_IDX) e = d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, grid, stream);
-    else e = d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, grid, stream);
+    if (src == SRC_DENSE)
+        e = d->D == 64 ? launch_d<64, SRC_DENSE>(p, steps, warps, grid, stream) : launch_d<128, SRC_DENSE>(p, steps, warps, grid, stream);
+    else if (src == SRC_IDX)
+        e = d->D == 64 ? launch_d<64, SRC_IDX>(p, steps, warps, grid, stream) : launch_d<128, SRC_IDX>(p, steps, warps, grid, stream);
+    else
+        e = d->D == 64 ? launch_d<64, SRC_PAGES>(p, steps, warps, grid, stream) : launch_d<128, SRC_PAGES>(p, steps, warps, grid, stream);
     CUDA_TRY(e);
     return KVB_OK;
 }
