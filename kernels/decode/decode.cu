@@ -421,9 +421,12 @@ int resident_clusters(int src, int C, int G, int B, int *out)
     const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX, NW>(B, C, G) : smem_bytes<D, 1, SRC_PAGES, NW>(B, C, G);
     if (NW != WARPS) { // (the 4-warp kernels' limit is set by capacity_of, called before)
         int optin = 0;
+        cudaFuncAttributes fa;
         CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        if (smem > (size_t)optin) return *out = 0, KVB_OK;
-        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+        CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
+        const size_t most = (size_t)optin - fa.sharedSizeBytes; // the block's dynamic share beside its static one
+        if (smem > most) return *out = 0, KVB_OK;
+        CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(32 * NW), cfg.dynamicSmemBytes = smem;
@@ -494,8 +497,8 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     int warps = WARPS;
     // A head's blocks as one cluster where they all fit at once; else, where a head has an even number of
     // blocks, half as many blocks of twice the warps (one a SM: the same warps a head and steps a warp) as
-    // one cluster, where those fit (64 heads of 4 blocks: 62 clusters of 4 fit an H200 at 2 blocks a SM,
-    // 66 of 2 at one)
+    // one cluster, where those fit and still give 7/8 of the SMs a block (64 heads of 4 blocks: 62
+    // clusters of 4 fit an H200 at 2 blocks a SM, 66 of 2 at one)
     const int64_t per_head = equal && grid % heads == 0 ? grid / heads : 0;
     if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 16) {
         int fits = 0;
@@ -504,7 +507,7 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
             return rc;
         if (per_head <= 8 && fits >= heads) {
             p.cluster = (int)per_head;
-        } else if (per_head % 2 == 0 && per_head / 2 >= 2) {
+        } else if (per_head % 2 == 0 && per_head / 2 >= 2 && heads * (per_head / 2) >= (int64_t)kvb_sm_count() * 7 / 8) {
             const int C = (int)(per_head / 2);
             if ((rc = d->D == 64 ? resident_clusters<64, 2 * WARPS>(src, C, p.G, p.B, &fits)
                                  : resident_clusters<128, 2 * WARPS>(src, C, p.G, p.B, &fits)))
