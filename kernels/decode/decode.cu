@@ -27,6 +27,11 @@
 //   lengths; a head touched by several blocks is merged by the last of them (arrival counter per
 //   head, reset by the merger), in the same launch.
 // - Within a block, 4 warps take the share's steps round robin and are combined in shared memory.
+// - Sparse sources, equal lists: where a head's 2 to 8 blocks can all be resident as one cluster, they
+//   merge through distributed shared memory instead (cluster_merge, attn_device.h: no global partial, no
+//   arrival fence, no reload under the stream's memory queue). Where they cannot (64 heads of 4 blocks at
+//   B=8: 62 clusters of 4 fit an H200 at 2 blocks a SM), a head takes half as many blocks of 8 warps, one
+//   a SM, as one cluster: the same warps a head and steps a warp (kernels/decode/NOTES.md, Tried).
 // - Sparse decode (sparse_attn_idx, sparse_attn_pages) is the same kernel with another token source:
 //   a head's "tokens" are the entries of its index list, or the tokens of its listed pages, gathered
 //   row by row (a K or V row is 256 contiguous bytes at D=128: whole sectors, as in the dense case).
@@ -177,7 +182,8 @@ __device__ __forceinline__ void ring_read(DenseRegs<D> &r, const __nv_bfloat16 *
 }
 
 // One step in flight: at most 168 registers, for 3 blocks per SM (the sparse sources' ring leaves 2 at
-// D=128 by shared memory; they take 161-163 registers, no spills).
+// D=128 by shared memory; they take 161-163 registers, no spills). Blocks of 8 warps (NW, the sparse
+// clusters above) are one a SM by shared memory, their registers left free (184-193).
 // Dense: 168 registers and no spills; left free it takes 223 and fits 2 blocks per SM, which measured
 // slower at B=8 32K (kernels/decode/NOTES.md, Tried).
 template <int D, int S, int SRC, int NW = WARPS>
