@@ -503,8 +503,8 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     int warps = WARPS;
     // A head's blocks as one cluster where they all fit at once; else, where a head has an even number of
     // blocks, half as many blocks of twice the warps (one a SM: the same warps a head and steps a warp) as
-    // one cluster, where those fit and still give 7/8 of the SMs a block (64 heads of 4 blocks: 62
-    // clusters of 4 fit an H200 at 2 blocks a SM, 66 of 2 at one)
+    // one cluster, where those fit (64 heads of 4 blocks: 62 clusters of 4 fit an H200 at 2 blocks a SM,
+    // 66 of 2 at one; B=1's 8 heads of 16 blocks: 8 blocks of 8 warps a head, on 64 SMs)
     const int64_t per_head = equal && grid % heads == 0 ? grid / heads : 0;
     if (src != SRC_DENSE && steps == 1 && per_head >= 2 && per_head <= 16) {
         int fits = 0;
@@ -513,7 +513,7 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
             return rc;
         if (per_head <= 8 && fits >= heads) {
             p.cluster = (int)per_head;
-        } else if (per_head % 2 == 0 && per_head / 2 >= 2 && heads * (per_head / 2) >= (int64_t)kvb_sm_count() * 7 / 8) {
+        } else if (per_head % 2 == 0 && per_head / 2 >= 2) {
             const int C = (int)(per_head / 2);
             if ((rc = d->D == 64 ? resident_clusters<64, 2 * WARPS>(src, C, p.G, p.B, &fits)
                                  : resident_clusters<128, 2 * WARPS>(src, C, p.G, p.B, &fits)))
