@@ -227,19 +227,27 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-// Launch `kernel` on `stream` with one launch attribute (cudaLaunchKernelEx).
+// Launch `kernel` on `stream` with `n` launch attributes (cudaLaunchKernelEx).
 template <typename... Params, typename... Args>
-cudaError_t launch_with(cudaLaunchAttribute attr, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                        cudaStream_t stream, Args... args)
+cudaError_t launch_with_attrs(const cudaLaunchAttribute *attrs, int n, void (*kernel)(Params...), dim3 grid, dim3 block,
+                              size_t smem, cudaStream_t stream, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = const_cast<cudaLaunchAttribute *>(attrs);
+    cfg.numAttrs = (unsigned)n;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+// Launch `kernel` on `stream` with one launch attribute.
+template <typename... Params, typename... Args>
+cudaError_t launch_with(cudaLaunchAttribute attr, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, Args... args)
+{
+    return launch_with_attrs(&attr, 1, kernel, grid, block, smem, stream, args...);
 }
 
 // Launch `kernel` on `stream` with programmatic stream serialization (the kernel must call chain_wait()
@@ -277,14 +285,37 @@ cudaError_t launch_chained_cluster(void (*kernel)(Params...), unsigned grid, int
     attr[0].val.clusterDim.x = (unsigned)cluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
+    return launch_with_attrs(attr, 2, kernel, dim3(grid), block, smem, stream, args...);
+}
+
+// How many clusters of `cluster` blocks of `kernel` (blocks of `threads`, `smem` bytes of dynamic shared
+// memory, the kernel's attributes as set) can be resident at once on the current device: asked once a
+// device, kernel, block, shared memory and cluster size (the first 32 such of each kernel signature, then
+// at every call), not on every launch.
+template <typename... Params>
+cudaError_t resident_clusters_of(void (*kernel)(Params...), int threads, size_t smem, int cluster, int *n)
+{
+    struct Known { int dev; void (*kernel)(Params...); int threads; size_t smem; int cluster, n; };
+    static Known known[32];
+    static int n_known = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    for (int i = 0; i < n_known; i++)
+        if (known[i].dev == dev && known[i].kernel == kernel && known[i].threads == threads && known[i].smem == smem &&
+            known[i].cluster == cluster)
+            return *n = known[i].n, cudaSuccess;
+    int sms = 0; // a grid of a cluster a SM (the count does not depend on it; it must be a multiple of the cluster)
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+    cfg.gridDim = dim3((unsigned)(cluster * sms)), cfg.blockDim = dim3((unsigned)threads), cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = (unsigned)cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    if ((e = cudaOccupancyMaxActiveClusters(n, kernel, &cfg)) != cudaSuccess) return e;
+    if (n_known < 32) known[n_known++] = Known{dev, kernel, threads, smem, cluster, *n};
+    return cudaSuccess;
 }
 
 // ---- warp reductions ----

@@ -410,40 +410,23 @@ cudaError_t launch_d(const DecodeParams &p, int steps, int warps, int grid, cuda
 }
 
 // How many clusters of C blocks of NW warps of the ring kernel (with C partial slots of G heads) can be
-// resident at once on the current device (asked once a device, source, D, NW, C, G and batch: the first 32
-// such, then at every call).
+// resident at once on the current device (resident_clusters_of asks once a shape).
 template <int D, int NW>
 int resident_clusters(int src, int C, int G, int B, int *out)
 {
-    struct Known { int dev, src, C, G, B, n; };
-    static Known known[32];
-    static int n_known = 0;
-    int dev = 0;
-    CUDA_TRY(cudaGetDevice(&dev));
-    for (int i = 0; i < n_known; i++)
-        if (known[i].dev == dev && known[i].src == src && known[i].C == C && known[i].G == G && known[i].B == B)
-            return *out = known[i].n, KVB_OK;
     void (*kernel)(DecodeParams) = src == SRC_IDX ? decode_attn_kernel<D, 1, SRC_IDX, NW> : decode_attn_kernel<D, 1, SRC_PAGES, NW>;
     const size_t smem = src == SRC_IDX ? smem_bytes<D, 1, SRC_IDX, NW>(B, C, G) : smem_bytes<D, 1, SRC_PAGES, NW>(B, C, G);
     if (NW != WARPS) { // (the 4-warp kernels' limit is set by capacity_of, called before)
-        int optin = 0;
+        int dev = 0, optin = 0;
         cudaFuncAttributes fa;
+        CUDA_TRY(cudaGetDevice(&dev));
         CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
         const size_t most = (size_t)optin - fa.sharedSizeBytes; // the block's dynamic share beside its static one
         if (smem > most) return *out = 0, KVB_OK;
         CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)C * kvb_sm_count()), cfg.blockDim = dim3(32 * NW), cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = (unsigned)C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    int n = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    if (n_known < 32) known[n_known++] = Known{dev, src, C, G, B, n};
-    *out = n;
+    CUDA_TRY(resident_clusters_of(kernel, 32 * NW, smem, C, out));
     return KVB_OK;
 }
 

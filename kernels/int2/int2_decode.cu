@@ -566,21 +566,9 @@ extern "C" int int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, const in
                 cfg.dynamicSmemBytes = apart, P.slots_apart = 1;
             else
                 (void)cudaGetLastError();
-            // resident clusters of this instance, size and shared memory on this device, asked once (not
-            // on every launch) for the first 16 such shapes of the process
-            struct Known { int dev, D, GS, bph; size_t smem; int n; };
-            static Known known[16];
-            static int n_known = 0;
-            int dev = 0, n = -1;
-            CUDA_TRY(cudaGetDevice(&dev));
-            for (int i = 0; i < n_known && n < 0; i++)
-                if (known[i].dev == dev && known[i].D == D && known[i].GS == GS && known[i].bph == (int)bph &&
-                    known[i].smem == cfg.dynamicSmemBytes)
-                    n = known[i].n;
-            if (n < 0) {
-                CUDA_TRY(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                if (n_known < 16) known[n_known++] = Known{dev, D, GS, (int)bph, cfg.dynamicSmemBytes, n};
-            }
+            // resident clusters of this instance, size and shared memory on this device (asked once a shape)
+            int n = 0;
+            CUDA_TRY(resident_clusters_of(kernel, (int)cfg.blockDim.x, cfg.dynamicSmemBytes, (int)bph, &n));
             if ((int64_t)n * bph >= grid) {
                 P.cluster = (int)bph;
             } else {
