@@ -198,26 +198,6 @@ __device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t u) { return *reinterpr
 
 __device__ __forceinline__ uint4 ldg16(const void *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
 
-// ---- division by a divisor fixed for a launch ----
-
-// n / d for 32-bit n with one multiply-high, an add and a shift instead of the ~20 instructions of a
-// division by a runtime value (Granlund and Montgomery's round-up method): with l = ceil(log2 d) and
-// m = floor(2^32 (2^l - d) / d) + 1, n / d = (mulhi(n, m) + n) >> l for every n < 2^32 (the add taken
-// in 64 bits; here n stays below 2^31). The host makes one per launch; d = 1 gives m = 1, l = 0.
-struct DivU32 {
-    uint32_t mul, shift;
-    __host__ __device__ static DivU32 of(uint32_t d)
-    {
-        uint32_t l = 0;
-        while (l < 32 && (1ull << l) < d) l++;
-        return DivU32{(uint32_t)((((1ull << l) - d) << 32) / d + 1), l};
-    }
-    __device__ __forceinline__ uint32_t div(uint32_t n) const
-    {
-        return (uint32_t)(((uint64_t)__umulhi(n, mul) + n) >> shift);
-    }
-};
-
 // ---- ordering ----
 
 // The order-preserving 32-bit key of a float that the suite's top-k ranks by (reference/select.h

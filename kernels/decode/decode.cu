@@ -43,6 +43,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/common/kvb_cuda.h"
+#include "kernels/common/kvb_divide.h"
 #include "kernels/common/kvb_grid.h"
 #include "kernels/common/attn_device.h"
 #include "kernels/decode/decode.h"
@@ -72,7 +73,7 @@ struct DecodeParams {
     float *parts;
     const int32_t *list, *cnt; // sparse: lists [B, Hkv, n], entries used per sequence
     int n, P;
-    DivU32 page_div; // pages: / P
+    kvb_divisor page_div; // pages: / P
     // > 0 where every sequence has the same length and positions a head (the host's copies, checked
     // equal to the device's by contract): the step line is then arithmetic, with no read of len or cnt
     // and no scan before the first loads
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(32 * NW, NW != WARPS ? 1 : S == 1 ? 3 : 1) dec
                 if constexpr (SRC == SRC_IDX) {
                     t = __ldg(list + pos);
                 } else {
-                    const unsigned pg = p.page_div.div((unsigned)pos);
+                    const unsigned pg = kvb_divide(&p.page_div, (unsigned)pos);
                     t = __ldg(list + pg) * p.P + (int)((unsigned)pos - pg * (unsigned)p.P);
                 }
                 return t >= 0 && t < lenb ? t : -1;
@@ -481,7 +482,7 @@ int launch(const kvb_bf16 *q, const kvb_bf16 *K, const kvb_bf16 *V, const int32_
     p.scale = LOG2E / sqrtf((float)d->D);
     p.counters = reinterpret_cast<int *>(workspace);
     p.parts = reinterpret_cast<float *>(reinterpret_cast<char *>(workspace) + parts_off);
-    p.list = list, p.cnt = cnt, p.n = n, p.P = P, p.page_div = DivU32::of((uint32_t)P);
+    p.list = list, p.cnt = cnt, p.n = n, p.P = P, p.page_div = kvb_divisor_of((uint32_t)P);
     p.same_tokens = equal && equal_len ? tokens[0] : 0, p.same_len = len_host[0];
     p.cluster = 0;
     int warps = WARPS;
