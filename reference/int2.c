@@ -5,6 +5,9 @@
 #include "reference/int2.h"
 
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 int int2_layout_check(const int2_layout *l, const char *who)
 {
@@ -133,11 +136,13 @@ int ref_int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n, int64_
             const kvb_bf16 *src = K + ((int64_t)b * l->Hkv + h) * src_len * D;
             float x[128];
             uint8_t codes[128];
-            for (int d = 0; d < D; d++) {
-                int64_t row = ((int64_t)b * l->Hkv + h) * D + d; /* channel d of (b, h) */
-                for (int64_t g = 0; g < n / gs; g++) {
+            /* group by group, then channel by channel: a group's gs tokens of D channels are read while
+             * they are in the cache (channel by channel over the whole length rereads every line D times) */
+            for (int64_t g = 0; g < n / gs; g++) {
+                int64_t tg = t0 + g * gs; /* first cache token of the group */
+                for (int d = 0; d < D; d++) {
+                    int64_t row = ((int64_t)b * l->Hkv + h) * D + d; /* channel d of (b, h) */
                     for (int i = 0; i < gs; i++) x[i] = kvb_bf16_to_float(src[(g * gs + i) * D + d]);
-                    int64_t tg = t0 + g * gs; /* first cache token of the group */
                     int2_quantize_group(x, gs, codes, &Ks[row * groups + tg / gs], &Kz[row * groups + tg / gs]);
                     for (int w = 0; w < gs / 16; w++) {
                         uint32_t word = 0;
@@ -322,43 +327,58 @@ int ref_int2_decode_attn(const kvb_bf16 *q, const int2_cache *c, kvb_bf16 *o, co
     const int64_t n = l->T + l->R;
     const double scale = 1.0 / sqrt((double)D);
     const int n_slices = l->B * l->Hkv;
+    /* The threads take whole slices when there are enough of them, else they share each slice's tokens
+     * and channels (a sampled reference may keep two long slices only). Every sum runs in the order of
+     * t either way, so the result does not depend on the threads. */
+    int chosen = 0, threads = 1;
+    for (int sl = 0; sl < n_slices; sl++) chosen += !slices || slices[sl];
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const int by_slice = chosen >= threads;
     kvb_par_error err = {0};
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (by_slice)
     for (int sl = 0; sl < n_slices; sl++) {
         if (slices && !slices[sl]) continue;
-        int b = sl / l->Hkv;
-        const kvb_bf16 *Kr = c->Kr + (int64_t)sl * l->Rcap * D, *Vr = c->Vr + (int64_t)sl * l->Rcap * D;
-        /* the G heads share the dequantized keys: one pass per (b, kv head) */
-        double *s = kvb_xalloc((size_t)n * G, sizeof(double), "ref_int2_decode_attn scores"), qd[INT2_MAX_G][128], acc[128];
-        if (!s) {
+        /* p [G, n]: the slice's scores, then its unnormalized probabilities */
+        double *p = kvb_xalloc((size_t)n * G, sizeof(double), "ref_int2_decode_attn scores");
+        if (!p) {
             kvb_par_keep(&err, KVB_ENOMEM);
             continue;
         }
+        const int64_t hq0 = (int64_t)(sl / l->Hkv) * l->Hq + (sl % l->Hkv) * G; /* the G heads of kv head sl */
+        const kvb_bf16 *Kr = c->Kr + (int64_t)sl * l->Rcap * D, *Vr = c->Vr + (int64_t)sl * l->Rcap * D;
+        double qd[INT2_MAX_G][128], m[INT2_MAX_G], sum[INT2_MAX_G];
         for (int g = 0; g < G; g++)
-            for (int d = 0; d < D; d++) qd[g][d] = kvb_bf16_to_double(q[((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D + d]);
-        for (int64_t t = 0; t < n; t++) { /* s = [q . dequant(K)[:, t] ; q . Kr[t]] / sqrt(D) */
+            for (int d = 0; d < D; d++) qd[g][d] = kvb_bf16_to_double(q[(hq0 + g) * D + d]);
+        /* s = [q . dequant(K)[:, t] ; q . Kr[t]] / sqrt(D): the G heads share each dequantized key */
+#pragma omp parallel for schedule(static) if (!by_slice)
+        for (int64_t t = 0; t < n; t++) {
             double dot[INT2_MAX_G] = {0};
             for (int d = 0; d < D; d++) {
                 double k = t < l->T ? key_at(c, l, sl, d, t, NULL) : kvb_bf16_to_double(Kr[(t - l->T) * D + d]);
                 for (int g = 0; g < G; g++) dot[g] += qd[g][d] * k;
             }
-            for (int g = 0; g < G; g++) s[(int64_t)g * n + t] = dot[g] * scale;
+            for (int g = 0; g < G; g++) p[(int64_t)g * n + t] = dot[g] * scale;
         }
-        for (int g = 0; g < G; g++) {
-            double *sg = s + (int64_t)g * n, m = -INFINITY, sum = 0;
+        for (int g = 0; g < G; g++) { /* p = exp(s - max s), summed */
+            double *pg = p + (int64_t)g * n;
+            m[g] = -INFINITY, sum[g] = 0;
             for (int64_t t = 0; t < n; t++)
-                if (sg[t] > m) m = sg[t];
-            for (int d = 0; d < D; d++) acc[d] = 0;
-            for (int64_t t = 0; t < n; t++) { /* o = sum_t p_t V_t, p = softmax(s) */
-                double p = exp(sg[t] - m);
-                sum += p;
-                for (int d = 0; d < D; d++)
-                    acc[d] += p * (t < l->T ? value_at(c, l, sl, t, d, NULL) : kvb_bf16_to_double(Vr[(t - l->T) * D + d]));
-            }
-            kvb_bf16 *oh = o + ((int64_t)b * l->Hq + (sl % l->Hkv) * G + g) * D;
-            for (int d = 0; d < D; d++) oh[d] = kvb_double_to_bf16(acc[d] / sum);
+                if (pg[t] > m[g]) m[g] = pg[t];
+            for (int64_t t = 0; t < n; t++) sum[g] += pg[t] = exp(pg[t] - m[g]);
         }
-        kvb_xfree(s);
+        /* o = sum_t p_t V_t / sum_t p_t, channel by channel: the G heads share each dequantized value */
+#pragma omp parallel for schedule(static) if (!by_slice)
+        for (int d = 0; d < D; d++) {
+            double acc[INT2_MAX_G] = {0};
+            for (int64_t t = 0; t < n; t++) {
+                double v = t < l->T ? value_at(c, l, sl, t, d, NULL) : kvb_bf16_to_double(Vr[(t - l->T) * D + d]);
+                for (int g = 0; g < G; g++) acc[g] += p[(int64_t)g * n + t] * v;
+            }
+            for (int g = 0; g < G; g++) o[(hq0 + g) * D + d] = kvb_double_to_bf16(acc[g] / sum[g]);
+        }
+        kvb_xfree(p);
     }
     return kvb_par_return(&err);
 }
@@ -463,14 +483,17 @@ static int native_convert(int2_cache *c, int2_native *n, const int2_layout *l, i
     kvb_fp16 *vm = (kvb_fp16 *)n->Rec;
 #pragma omp parallel for schedule(dynamic) /* heads own disjoint words */
     for (int64_t bh = 0; bh < heads; bh++) {
-        for (int d = 0; d < D; d++)
-            for (int64_t tok = 0; tok < Tcap; tok++) {
-                int pos;
-                const int64_t wn = kc_word(l, bh, d, tok, &pos);
-                const int64_t wi = (bh * D + d) * (Tcap / 16) + tok / 16;
-                if (to_native) code_put(n->Rec, wn, pos, code_get(c->Kq, wi, (int)(tok % 16)));
-                else code_put(c->Kq, wi, (int)(tok % 16), code_get(n->Rec, wn, pos));
-            }
+        /* the keys' codes a block of 64 tokens at a time, the native array's unit: each block's words are
+         * written while they are in the cache (channel by channel over all tokens revisits every block D times) */
+        for (int64_t tok0 = 0; tok0 < Tcap; tok0 += 64)
+            for (int d = 0; d < D; d++)
+                for (int64_t tok = tok0; tok < tok0 + 64 && tok < Tcap; tok++) {
+                    int pos;
+                    const int64_t wn = kc_word(l, bh, d, tok, &pos);
+                    const int64_t wi = (bh * D + d) * (Tcap / 16) + tok / 16;
+                    if (to_native) code_put(n->Rec, wn, pos, code_get(c->Kq, wi, (int)(tok % 16)));
+                    else code_put(c->Kq, wi, (int)(tok % 16), code_get(n->Rec, wn, pos));
+                }
         for (int d = 0; d < D; d++)
             for (int64_t grp = 0; grp < Tcap / gs; grp++) {
                 const int64_t a = (bh * D + d) * (Tcap / gs) + grp;

@@ -1,5 +1,5 @@
-/* select.c: see select.h. Per row: sort the indices by (key descending, index ascending), keep the
- * first k, sort those ascending. */
+/* select.c: see select.h. Per row: rank the entries by (key descending, index ascending), keep the
+ * first k (Hoare's selection over one 64-bit rank a entry), sort those ascending. */
 #include "reference/select.h"
 
 #include <stdlib.h>
@@ -15,16 +15,36 @@ uint32_t topk_order_key(float f)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-typedef struct keyed {
-    uint32_t key;
-    int32_t i;
-} keyed;
-
-static int by_key_desc_then_index(const void *a, const void *b)
+/* An entry's rank as one number, larger first: the order key above its index's complement, so that of
+ * two equal keys the lower index ranks higher. Every entry's rank is distinct. */
+static uint64_t rank_of(float score, int32_t i)
 {
-    const keyed *x = a, *y = b;
-    if (x->key != y->key) return x->key < y->key ? 1 : -1;
-    return (x->i > y->i) - (x->i < y->i);
+    return (uint64_t)topk_order_key(score) << 32 | (uint32_t)~(uint32_t)i;
+}
+
+static int32_t index_of(uint64_t rank) { return (int32_t)~(uint32_t)rank; }
+
+/* Moves the k largest of the n distinct v into v[0, k), in no order (Hoare's selection: partition
+ * around a middle element, keep the side that holds position k - 1). */
+static void select_largest(uint64_t *v, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const uint64_t pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) { /* the larger ones to the left */
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                const uint64_t t = v[i];
+                v[i++] = v[j], v[j--] = t;
+            }
+        }
+        /* v[lo, j] >= pivot >= v[i, hi], and what lies between them is the pivot */
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
 }
 
 static int ascending(const void *a, const void *b)
@@ -43,15 +63,15 @@ int ref_topk(const float *scores, int rows, int64_t ld, int n, int k, int32_t *i
     kvb_par_error err = {0};
 #pragma omp parallel for schedule(dynamic)
     for (int r = 0; r < rows; r++) {
-        keyed *v = kvb_xalloc((size_t)(n ? n : 1), sizeof *v, "topk row scratch");
+        uint64_t *v = kvb_xalloc((size_t)(n ? n : 1), sizeof *v, "topk row scratch");
         if (!v) {
             kvb_par_keep(&err, KVB_ENOMEM);
             continue;
         }
-        for (int i = 0; i < n; i++) v[i] = (keyed){topk_order_key(scores[(int64_t)r * ld + i]), i};
-        qsort(v, (size_t)n, sizeof *v, by_key_desc_then_index);
+        for (int i = 0; i < n; i++) v[i] = rank_of(scores[(int64_t)r * ld + i], i);
+        if (k > 0) select_largest(v, n, k);
         int32_t *out = idx + (int64_t)r * ldo;
-        for (int j = 0; j < k; j++) out[j] = v[j].i;
+        for (int j = 0; j < k; j++) out[j] = index_of(v[j]);
         qsort(out, (size_t)k, sizeof *out, ascending);
         kvb_xfree(v);
     }

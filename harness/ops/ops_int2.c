@@ -300,12 +300,16 @@ static int setup_quantize(kvb_run *r)
     const int64_t lens[6] = {l->D * (l->T / 16), l->D * (l->T / l->gs), l->D * (l->T / l->gs), l->T * (l->D / 16),
                              l->T * (l->D / l->gs), l->T * (l->D / l->gs)};
     int2_op_sample_slices(r, p, 2.0 * (double)l->T * l->D * 4, names, 6, lens);
+    int2_cache c = int2_op_cache(r, 0, 1);
+    if (!p->mask) { /* every slice: one call (a call a slice would start the threads once a slice) */
+        int rc = ref_int2_quantize_keys(K->h, l->T, l->T, 0, c.Kq, c.Ks, c.Kz, l);
+        return rc ? rc : ref_int2_quantize_values(V->h, l->T, l->T, 0, c.Vq, c.Vs, c.Vz, l);
+    }
     /* the reference on each chosen (b, h) slice: a one-head layout over that slice's arrays */
     int2_layout one = *l;
     one.B = one.Hkv = 1;
-    int2_cache c = int2_op_cache(r, 0, 1);
     for (int64_t h = 0; h < (int64_t)l->B * l->Hkv; h++) {
-        if (p->mask && !p->mask[h]) continue;
+        if (!p->mask[h]) continue;
         const kvb_bf16 *ks = (const kvb_bf16 *)K->h + h * l->T * l->D, *vs = (const kvb_bf16 *)V->h + h * l->T * l->D;
         int rc = ref_int2_quantize_keys(ks, l->T, l->T, 0, c.Kq + h * lens[0], c.Ks + h * lens[1], c.Kz + h * lens[2], &one);
         if (!rc) rc = ref_int2_quantize_values(vs, l->T, l->T, 0, c.Vq + h * lens[3], c.Vs + h * lens[4], c.Vz + h * lens[5], &one);

@@ -107,7 +107,7 @@ typedef struct lowrank_priv {
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_stages stages; /* the last stage-timed launch's phases (bench) */
 #endif
-    int reused;          /* the singular values came from the previous case's identical input (lowrank_memo) */
+    int reused;          /* the singular values came from an earlier case's identical input (lowrank_memo) */
 #if KVB_HAVE_CUDA
     shadowkv_lowrank_plan plan;
 #endif
@@ -152,29 +152,38 @@ static void fill_lowrank(kvb_run *r, float *K, int S, int N, uint64_t seed)
     kvb_run_free(r, A), kvb_run_free(r, Bm);
 }
 
-/* The reference's singular values of the last input whose reference passed (its key: S, Hkv, D, r,
- * dist, seed), reused by the next case of the same input: the cases of one shape differ only in impl=,
- * and the SVD is most of their set-up (5 s at S=32768). min(S, Hkv*D) doubles, kept for the process. */
-static struct {
+/* The reference's singular values of the last LOWRANK_MEMOS inputs whose reference passed (each keyed
+ * by S, Hkv, D, r, dist, seed), reused by a later case of the same input: the cases of one shape differ
+ * only in impl=, and shadowkv_prefill's step 1 is shadowkv_lowrank's; the SVD is most of their set-up
+ * (5 s at S=32768). min(S, Hkv*D) doubles each, kept for the process. */
+#define LOWRANK_MEMOS 4
+typedef struct lowrank_memo {
     int S, Hkv, D, r, dist, ns;
     uint64_t seed;
     double *s, optimal, norm;
 } lowrank_memo;
+static lowrank_memo lowrank_memos[LOWRANK_MEMOS];
+static int lowrank_memo_next; /* the slot the next input takes, the oldest once all are taken */
 
-static int lowrank_memo_hit(const lowrank_priv *p, int dist, uint64_t seed)
+static const lowrank_memo *lowrank_memo_find(const lowrank_priv *p, int dist, uint64_t seed)
 {
-    return lowrank_memo.s && lowrank_memo.S == p->S && lowrank_memo.Hkv == p->Hkv && lowrank_memo.D == p->D &&
-           lowrank_memo.r == p->r && lowrank_memo.dist == dist && lowrank_memo.seed == seed;
+    for (int i = 0; i < LOWRANK_MEMOS; i++) {
+        const lowrank_memo *m = &lowrank_memos[i];
+        if (m->s && m->S == p->S && m->Hkv == p->Hkv && m->D == p->D && m->r == p->r && m->dist == dist &&
+            m->seed == seed)
+            return m;
+    }
+    return NULL;
 }
 
 static void lowrank_memo_keep(const lowrank_priv *p, int dist, uint64_t seed, int ns)
 {
-    double *s = realloc(lowrank_memo.s, (size_t)ns * sizeof *s);
-    if (!s) return; /* no memo: the next case computes its own */
+    lowrank_memo *m = &lowrank_memos[lowrank_memo_next];
+    double *s = realloc(m->s, (size_t)ns * sizeof *s);
+    if (!s) return; /* not kept: a later case computes its own */
     memcpy(s, p->s, (size_t)ns * sizeof *s);
-    lowrank_memo.s = s, lowrank_memo.ns = ns, lowrank_memo.S = p->S, lowrank_memo.Hkv = p->Hkv;
-    lowrank_memo.D = p->D, lowrank_memo.r = p->r, lowrank_memo.dist = dist, lowrank_memo.seed = seed;
-    lowrank_memo.optimal = p->optimal, lowrank_memo.norm = p->norm;
+    *m = (lowrank_memo){p->S, p->Hkv, p->D, p->r, dist, ns, seed, s, p->optimal, p->norm};
+    lowrank_memo_next = (lowrank_memo_next + 1) % LOWRANK_MEMOS;
 }
 
 /* Step 1's tensors (Kpre, U, SV, their bf16 copies, info, workspace), its input and the singular values */
@@ -218,10 +227,11 @@ static int lowrank_setup(kvb_run *r, lowrank_priv *p)
     /* the reference: every singular value (LAPACKE_dgesdd), for the optimal error */
     const int ns = S < N ? S : N;
     p->s = kvb_run_alloc(r, (size_t)ns * sizeof *p->s, "singular values");
-    if (lowrank_memo_hit(p, dist, r->seed)) {
-        memcpy(p->s, lowrank_memo.s, (size_t)ns * sizeof *p->s);
-        p->optimal = lowrank_memo.optimal, p->norm = lowrank_memo.norm, p->reused = 1;
-        snprintf(r->note, sizeof r->note, "singular values of the previous case's identical input");
+    const lowrank_memo *memo = lowrank_memo_find(p, dist, r->seed);
+    if (memo) {
+        memcpy(p->s, memo->s, (size_t)ns * sizeof *p->s);
+        p->optimal = memo->optimal, p->norm = memo->norm, p->reused = 1;
+        snprintf(r->note, sizeof r->note, "singular values of an earlier case's identical input");
         return KVB_OK;
     }
     float *U = kvb_run_alloc(r, (size_t)S * R * sizeof *U, "U"), *SV = kvb_run_alloc(r, (size_t)N * R * sizeof *SV, "SV");
@@ -289,7 +299,7 @@ static int lowrank_out_check(kvb_run *r, lowrank_priv *p)
              "of the optimum's (at least 0.5); optimal %.6g, ||Kpre||_F %.6g%s%s",
              p->ratio32, p->ratio16, optimal_removed > 0 ? (norm2 - e32 * e32) / optimal_removed : 1.0, p->optimal,
              p->norm,
-             p->reused ? "; singular values of the previous case's identical input" : "",
+             p->reused ? "; singular values of an earlier case's identical input" : "",
              lowrank_fallback_note(p->fallbacks, fallback_words, sizeof fallback_words));
     return lowrank_judge(p, e32, "the fp32 factors");
 }
