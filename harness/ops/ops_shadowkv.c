@@ -154,9 +154,11 @@ static void fill_lowrank(kvb_run *r, float *K, int S, int N, uint64_t seed)
 
 /* The reference's singular values of the last LOWRANK_MEMOS inputs whose reference passed (each keyed
  * by S, Hkv, D, r, dist, seed), reused by a later case of the same input: the cases of one shape differ
- * only in impl=, and shadowkv_prefill's step 1 is shadowkv_lowrank's; the SVD is most of their set-up
- * (5 s at S=32768). min(S, Hkv*D) doubles each, kept for the process. */
-#define LOWRANK_MEMOS 4
+ * only in impl=, and shadowkv_prefill's step 1 is shadowkv_lowrank's (the check tier runs 12 other
+ * inputs between shadowkv_lowrank S=32768 seed=2 and the shadowkv_prefill case of that input); the SVD
+ * is most of their set-up (5 s at S=32768). min(S, Hkv*D) doubles each, at most 46341 (S*Hkv*D <= 2^31),
+ * kept for the process. */
+#define LOWRANK_MEMOS 16
 typedef struct lowrank_memo {
     int S, Hkv, D, r, dist, ns;
     uint64_t seed;
