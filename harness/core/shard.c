@@ -21,9 +21,9 @@
  * generated, references computed, uploaded, downloaded and compared: each a pass over host memory, so
  * its size tracks the set-up time), plus KVB_COST_TIMED_S for bench (the zeros check, the warm-up, the
  * samples, the stage-timed launches, the validation after timing). Fitted by least squares to the
- * per-case wall times of the main job on one H200 with 16 host cores (results/h200/main-job: the check
- * tier's 754 cases and the bench tier's 334 but one, a 79 s CPU SVD since benched smaller): the sums
- * come out at 150 s and 840 s as measured. Rough per case: it balances shards and scales the progress
+ * per-case wall times of the main job of f1e8a72 on one H200 with 16 host cores
+ * (results/h200/two-gpus/one-gpu: the check tier's 754 cases and the bench tier's 334 but one, a 79 s
+ * CPU SVD since benched smaller): the sums come out at 150 s and 840 s as measured. Rough per case: it balances shards and scales the progress
  * line's estimate, nothing more. */
 #define KVB_COST_CASE_S 0.13
 #define KVB_COST_SETUP_BPS 1.7e9
