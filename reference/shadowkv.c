@@ -111,30 +111,39 @@ int ref_shadowkv_lowrank_error(const float *Kpre, int S, int Hkv, int D, int r, 
 #else
     int threads = 1;
 #endif
-    double *rows = kvb_xalloc((size_t)threads * N, sizeof(double), "ref_shadowkv_lowrank_error rows"); /* one a thread */
+    /* ERROR_ROWS rows of U * SV at a time, a block a thread: each row of SV, read once from the cache,
+     * serves the block's rows (a row at a time streamed all of SV from the cache for every row) */
+    enum { ERROR_ROWS = 4 };
+    double *rows = kvb_xalloc((size_t)threads * ERROR_ROWS * N, sizeof(double), "ref_shadowkv_lowrank_error rows");
     if (!rows) return KVB_ENOMEM;
     double sum = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : sum)
     {
 #ifdef _OPENMP
-        double *x = rows + (size_t)omp_get_thread_num() * N;
+        double *x = rows + (size_t)omp_get_thread_num() * ERROR_ROWS * N;
 #else
         double *x = rows;
 #endif
 #pragma omp for schedule(static)
-        for (int t = 0; t < S; t++) {
-            /* x = (U * SV)[t, :]: x[h*D + d] = sum_j U[t, j] * SV[h, j, d] */
-            for (int n = 0; n < N; n++) x[n] = 0.0;
+        for (int t0 = 0; t0 < S; t0 += ERROR_ROWS) {
+            const int nt = S - t0 < ERROR_ROWS ? S - t0 : ERROR_ROWS;
+            /* x[i] = (U * SV)[t0 + i, :]: x[i][h*D + d] = sum_j U[t0 + i, j] * SV[h, j, d], j in order */
+            for (int64_t n = 0; n < (int64_t)nt * N; n++) x[n] = 0.0;
             for (int h = 0; h < Hkv; h++)
                 for (int j = 0; j < r; j++) {
-                    double utj = U[(int64_t)t * r + j];
                     const float *sv = SV + ((int64_t)h * r + j) * D;
-                    for (int d = 0; d < D; d++) x[h * D + d] += utj * sv[d];
+                    for (int i = 0; i < nt; i++) {
+                        const double utj = U[(int64_t)(t0 + i) * r + j];
+                        double *xi = x + (int64_t)i * N + h * D;
+#pragma omp simd
+                        for (int d = 0; d < D; d++) xi[d] += utj * sv[d];
+                    }
                 }
-            for (int n = 0; n < N; n++) {
-                double e = (double)Kpre[(int64_t)t * N + n] - x[n];
-                sum += e * e;
-            }
+            for (int i = 0; i < nt; i++)
+                for (int n = 0; n < N; n++) {
+                    double e = (double)Kpre[(int64_t)(t0 + i) * N + n] - x[(int64_t)i * N + n];
+                    sum += e * e;
+                }
         }
     }
     kvb_xfree(rows);
