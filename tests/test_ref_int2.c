@@ -4,6 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "reference/decode.h"
 #include "reference/int2.h"
 #include "tests/testlib.h"
@@ -300,6 +304,54 @@ static void test_attention_exact_data_matches_dense(void **state)
     free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
 }
 
+/* The attention reference spreads its threads over the slices when there are enough of them and over
+ * one slice's tokens and channels when there are not (a sampled case keeps few slices): the same slice
+ * gives the same bits either way, and the slices not chosen are not written. */
+static void test_attention_same_for_any_threads(void **state)
+{
+    (void)state;
+    enum { B = 1, HKV = 4, HQ = 16, G = HQ / HKV, D = 64, GS = 16, T = 256, R = 5, N = T + R };
+    kvb_bf16 *K = malloc(sizeof(kvb_bf16) * HKV * N * D), *V = malloc(sizeof(kvb_bf16) * HKV * N * D);
+    uint64_t s = 11;
+    for (int i = 0; i < HKV * N * D; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        K[i] = bf((double)(s >> 40) / 4194304.0 - 2.0);
+        V[i] = bf((double)((s >> 16) & 0xFFFFFF) / 4194304.0 - 2.0);
+    }
+    int2_layout l = {B, HKV, HQ, D, GS, T, T, R, R};
+    int2_cache c;
+    c.Kq = malloc(4 * HKV * D * T / 16), c.Vq = malloc(4 * HKV * T * D / 16);
+    c.Ks = malloc(2 * HKV * D * T / GS), c.Kz = malloc(2 * HKV * D * T / GS);
+    c.Vs = malloc(2 * HKV * T * D / GS), c.Vz = malloc(2 * HKV * T * D / GS);
+    c.Kr = malloc(2 * HKV * R * D), c.Vr = malloc(2 * HKV * R * D);
+    assert_int_equal(ref_int2_quantize_keys(K, N, T, 0, c.Kq, c.Ks, c.Kz, &l), KVB_OK);
+    assert_int_equal(ref_int2_quantize_values(V, N, T, 0, c.Vq, c.Vs, c.Vz, &l), KVB_OK);
+    for (int h = 0; h < HKV; h++) {
+        memcpy(c.Kr + h * R * D, K + (h * N + T) * D, 2 * R * D);
+        memcpy(c.Vr + h * R * D, V + (h * N + T) * D, 2 * R * D);
+    }
+    kvb_bf16 q[HQ * D], o_all[HQ * D], o_one[HQ * D];
+    for (int i = 0; i < HQ * D; i++) q[i] = bf(0.07 * ((i * 37) % 29) - 1.0);
+    memset(o_one, 0x7f, sizeof o_one);
+    const uint8_t one_slice[HKV] = {0, 0, 1, 0};
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* four slices, one thread: the threads take whole slices */
+#endif
+    assert_int_equal(ref_int2_decode_attn(q, &c, o_all, &l, NULL), KVB_OK);
+#ifdef _OPENMP
+    omp_set_num_threads(3); /* one slice, three threads: they share its tokens and channels */
+#endif
+    assert_int_equal(ref_int2_decode_attn(q, &c, o_one, &l, one_slice), KVB_OK);
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+    assert_memory_equal(o_one + 2 * G * D, o_all + 2 * G * D, sizeof(kvb_bf16) * G * D);
+    for (int i = 0; i < HQ * D; i++)
+        if (i / (G * D) != 2) assert_int_equal(o_one[i], 0x7f7f);
+    free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
+}
+
 /* The kernel-native layout (int2.h): every code and metadata value lands once (the round trip through
  * to_native and from_native restores random caches bit for bit, for every D and gs), one documented
  * position is checked by hand, and a capacity that is not a multiple of 64 is refused by name. */
@@ -415,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_append_and_flush),
         cmocka_unit_test(test_matmuls_against_direct_sums),
         cmocka_unit_test(test_attention_exact_data_matches_dense),
+        cmocka_unit_test(test_attention_same_for_any_threads),
         cmocka_unit_test(test_division_free_quotient_is_ieee),
         cmocka_unit_test(test_native_layout_round_trip),
     };

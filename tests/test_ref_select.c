@@ -56,6 +56,17 @@ static void test_random_rows(void **state)
     for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) check_against_brute_force(x, 4, 300, ks[t]);
 }
 
+/* Rows already in order, either way, and a row of one value: the selection's partitions at their
+ * most uneven. */
+static void test_sorted_rows(void **state)
+{
+    (void)state;
+    float x[3 * 1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)i, x[1000 + i] = (float)(1000 - i), x[2000 + i] = 2.5f;
+    const int ks[] = {1, 3, 500, 999, 1000};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) check_against_brute_force(x, 3, 1000, ks[t]);
+}
+
 static void test_ties_go_to_the_lower_index(void **state)
 {
     (void)state;
@@ -124,7 +135,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_rows),        cmocka_unit_test(test_ties_go_to_the_lower_index),
         cmocka_unit_test(test_order_key),          cmocka_unit_test(test_strides_and_edges),
-        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_rejections),         cmocka_unit_test(test_sorted_rows),
     };
     return cmocka_run_group_tests_name("reference select", tests, NULL, NULL);
 }
