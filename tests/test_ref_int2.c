@@ -252,6 +252,30 @@ static void test_matmuls_against_direct_sums(void **state)
     }
 }
 
+/* A cache of B = 1 holding K, V [Hkv, T + R, D]: the first T tokens quantized, the last R as the residual
+ * (its capacity R). */
+static int2_cache cache_of(const kvb_bf16 *K, const kvb_bf16 *V, const int2_layout *l)
+{
+    const int HKV = l->Hkv, D = l->D, GS = l->gs, T = l->T, R = l->R, N = T + R;
+    int2_cache c;
+    c.Kq = malloc(4 * HKV * D * T / 16), c.Vq = malloc(4 * HKV * T * D / 16);
+    c.Ks = malloc(2 * HKV * D * T / GS), c.Kz = malloc(2 * HKV * D * T / GS);
+    c.Vs = malloc(2 * HKV * T * D / GS), c.Vz = malloc(2 * HKV * T * D / GS);
+    c.Kr = malloc(2 * HKV * R * D), c.Vr = malloc(2 * HKV * R * D);
+    assert_int_equal(ref_int2_quantize_keys(K, N, T, 0, c.Kq, c.Ks, c.Kz, l), KVB_OK);
+    assert_int_equal(ref_int2_quantize_values(V, N, T, 0, c.Vq, c.Vs, c.Vz, l), KVB_OK);
+    for (int h = 0; h < HKV; h++) {
+        memcpy(c.Kr + h * R * D, K + (h * N + T) * D, 2 * R * D);
+        memcpy(c.Vr + h * R * D, V + (h * N + T) * D, 2 * R * D);
+    }
+    return c;
+}
+
+static void cache_free(int2_cache *c)
+{
+    free(c->Kq), free(c->Vq), free(c->Ks), free(c->Kz), free(c->Vs), free(c->Vz), free(c->Kr), free(c->Vr);
+}
+
 /* With data the quantizer reproduces exactly (each group spans [0, 3] in steps of 1: scale 1, zero 0),
  * INT2 attention over [quantized ; residual] equals dense attention over the same tokens: the two
  * references agree bit for bit. */
@@ -269,17 +293,7 @@ static void test_attention_exact_data_matches_dense(void **state)
                 V[i] = bf(d % 16 == 0 ? 0 : d % 16 == 1 ? 3 : (t * 5 + d + h) % 4);
             }
     int2_layout l = {B, HKV, HQ, D, GS, T, T, R, R};
-    int2_cache c;
-    c.Kq = malloc(4 * HKV * D * T / 16), c.Vq = malloc(4 * HKV * T * D / 16);
-    c.Ks = malloc(2 * HKV * D * T / GS), c.Kz = malloc(2 * HKV * D * T / GS);
-    c.Vs = malloc(2 * HKV * T * D / GS), c.Vz = malloc(2 * HKV * T * D / GS);
-    c.Kr = malloc(2 * HKV * R * D), c.Vr = malloc(2 * HKV * R * D);
-    assert_int_equal(ref_int2_quantize_keys(K, N, T, 0, c.Kq, c.Ks, c.Kz, &l), KVB_OK);
-    assert_int_equal(ref_int2_quantize_values(V, N, T, 0, c.Vq, c.Vs, c.Vz, &l), KVB_OK);
-    for (int h = 0; h < HKV; h++) {
-        memcpy(c.Kr + h * R * D, K + (h * N + T) * D, 2 * R * D);
-        memcpy(c.Vr + h * R * D, V + (h * N + T) * D, 2 * R * D);
-    }
+    int2_cache c = cache_of(K, V, &l);
     kvb_bf16 q[HQ * D], o_int2[HQ * D], o_dense[HQ * D];
     for (int i = 0; i < HQ * D; i++) q[i] = bf(0.05 * ((i * 29) % 23) - 0.5);
     assert_int_equal(ref_int2_decode_attn(q, &c, o_int2, &l, NULL), KVB_OK);
@@ -301,7 +315,7 @@ static void test_attention_exact_data_matches_dense(void **state)
     assert_int_equal(ref_int2_dequantize(&c, Kd, Vd, N - 1, &l), KVB_EINVAL);
     assert_error_mentions("ref_int2_dequantize: L=68 out of range [T + R = 69, inf)");
     free(Kd), free(Vd);
-    free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
+    free(K), free(V), cache_free(&c);
 }
 
 /* The attention reference spreads its threads over the slices when there are enough of them and over
@@ -319,17 +333,7 @@ static void test_attention_same_for_any_threads(void **state)
         V[i] = bf((double)((s >> 16) & 0xFFFFFF) / 4194304.0 - 2.0);
     }
     int2_layout l = {B, HKV, HQ, D, GS, T, T, R, R};
-    int2_cache c;
-    c.Kq = malloc(4 * HKV * D * T / 16), c.Vq = malloc(4 * HKV * T * D / 16);
-    c.Ks = malloc(2 * HKV * D * T / GS), c.Kz = malloc(2 * HKV * D * T / GS);
-    c.Vs = malloc(2 * HKV * T * D / GS), c.Vz = malloc(2 * HKV * T * D / GS);
-    c.Kr = malloc(2 * HKV * R * D), c.Vr = malloc(2 * HKV * R * D);
-    assert_int_equal(ref_int2_quantize_keys(K, N, T, 0, c.Kq, c.Ks, c.Kz, &l), KVB_OK);
-    assert_int_equal(ref_int2_quantize_values(V, N, T, 0, c.Vq, c.Vs, c.Vz, &l), KVB_OK);
-    for (int h = 0; h < HKV; h++) {
-        memcpy(c.Kr + h * R * D, K + (h * N + T) * D, 2 * R * D);
-        memcpy(c.Vr + h * R * D, V + (h * N + T) * D, 2 * R * D);
-    }
+    int2_cache c = cache_of(K, V, &l);
     kvb_bf16 q[HQ * D], o_all[HQ * D], o_one[HQ * D];
     for (int i = 0; i < HQ * D; i++) q[i] = bf(0.07 * ((i * 37) % 29) - 1.0);
     memset(o_one, 0x7f, sizeof o_one);
@@ -349,7 +353,7 @@ static void test_attention_same_for_any_threads(void **state)
     assert_memory_equal(o_one + 2 * G * D, o_all + 2 * G * D, sizeof(kvb_bf16) * G * D);
     for (int i = 0; i < HQ * D; i++)
         if (i / (G * D) != 2) assert_int_equal(o_one[i], 0x7f7f);
-    free(K), free(V), free(c.Kq), free(c.Vq), free(c.Ks), free(c.Kz), free(c.Vs), free(c.Vz), free(c.Kr), free(c.Vr);
+    free(K), free(V), cache_free(&c);
 }
 
 /* The kernel-native layout (int2.h): every code and metadata value lands once (the round trip through
