@@ -1,5 +1,5 @@
 /* select.c: see select.h. Per row: rank the entries by (key descending, index ascending), keep the
- * first k (Hoare's selection over one 64-bit rank a entry), sort those ascending. */
+ * first k (Hoare's selection over one 64-bit rank an entry), sort those ascending. */
 #include "reference/select.h"
 
 #include <stdlib.h>
