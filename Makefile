@@ -67,10 +67,11 @@ NVFLAGS  ?= -O3 -lineinfo
 NVFLAGS  += -std=c++17 $(GENCODE) -no-compress -DKVB_HAVE_CUDA=1 -I. -Xcompiler -Wall,-fPIC
 NVFLAGS  += $(if $(filter 1,$(KVB_TRACE)),-DKVB_INT2_TRACE=1)
 LDFLAGS  += -fopenmp -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,/usr/local/cuda/lib64
-# -llapacke: reference/shadowkv.c (the prefill SVD, LAPACKE_dgesdd). Only LAPACKE is named: the
-# BLAS/LAPACK under it (Debian's alternatives: OpenBLAS here) come in as liblapacke's own needs, and
-# `make bundle` carries them with rpath $ORIGIN (patchelf, in DEB_PKGS).
-LDLIBS   := $(CUDA_LIBS) -lbenchmark -llapacke -lstdc++ -lm
+# -llapacke -lblas: reference/shadowkv.c (the prefill SVD, LAPACKE_dgesdd; the error's product U * SV,
+# cblas_dgemm). libblas is Debian's alternative (OpenBLAS here, as under liblapacke), and `make bundle`
+# carries it and the rest of the stack with rpath $ORIGIN (patchelf, in DEB_PKGS).
+LAPACK_LIBS := -llapacke -lblas
+LDLIBS   := $(CUDA_LIBS) -lbenchmark $(LAPACK_LIBS) -lstdc++ -lm
 
 REF_SRC     := $(wildcard reference/*.c reference/*/*.c)
 HARNESS_SRC := $(filter-out harness/core/main.c,$(wildcard harness/*/*.c))
@@ -255,7 +256,7 @@ $(FUZZ_DIR)/libkvb.a: $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(REF_SRC) $(HARNESS_SR
 	rm -f $@ && ar rcs $@ $^
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_DIR)/libkvb.a
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ -llapacke -lm
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(LAPACK_LIBS) -lm
 
 SWEEP_PER_KERNEL ?= 8
 SWEEP_SEED       ?= 1
@@ -312,7 +313,7 @@ $(SAN_DIR)/obj/%.o: %.cc harness/core/gbench_shim.h
 	$(SAN_CXX) -std=c++17 -O1 -g $(SAN_FLAGS) -I. -c $< -o $@
 
 $(SAN_KVBENCH): $(patsubst %.c,$(SAN_DIR)/obj/%.o,$(REF_SRC) $(HARNESS_SRC) harness/core/main.c) $(SAN_DIR)/obj/$(SHIM_SRC:.cc=.o)
-	$(SAN_CC) $(SAN_FLAGS) -fopenmp $^ -o $@ -lbenchmark -llapacke -lstdc++ -lm -lpthread
+	$(SAN_CC) $(SAN_FLAGS) -fopenmp $^ -o $@ -lbenchmark $(LAPACK_LIBS) -lstdc++ -lm -lpthread
 
 .PHONY: leak-check alloc-fault alloc-fault-smoke
 # the toolchain probe decides between running and skipping (said so): never a silent no-op
