@@ -179,6 +179,42 @@ static void test_generators_are_pure_functions_of_index(void **state)
     for (int i = 0; i < 7; i++) assert_true(hist[i] > 9500 && hist[i] < 10500);
 }
 
+/* The fill memo: a large fill again with the same arguments is a copy of the first, the same bits as a draw
+ * with nothing kept; other arguments draw anew; the limit drops the least recently used. */
+static void test_fill_memo(void **state)
+{
+    (void)state;
+    const int64_t n = 20 << 20; /* 40 MiB of bf16: above the memo's 32 MiB threshold */
+    const size_t bytes = sizeof(kvb_bf16) * (size_t)n;
+    kvb_bf16 *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    assert_true(a && b && c);
+    kvb_fill_memo_release();
+    kvb_fill_bf16_normal(a, n, 7, kvb_stream_of("K"), 3, 0, 1); /* drawn, then kept */
+    assert_int_equal(kvb_fill_memo_held(), bytes);
+    memset(b, 0, bytes);
+    kvb_fill_bf16_normal(b, n, 7, kvb_stream_of("K"), 3, 0, 1); /* the copy */
+    assert_memory_equal(a, b, bytes);
+    assert_int_equal(kvb_fill_memo_held(), bytes);
+    kvb_fill_bf16_normal(c, n, 7, kvb_stream_of("K"), 4, 0, 1); /* another first index: drawn */
+    assert_memory_equal(a + 1, c, bytes - sizeof(kvb_bf16));
+    assert_int_equal(kvb_fill_memo_held(), 2 * bytes);
+    kvb_fill_bf16_normal(c, n, 7, kvb_stream_of("K"), 3, 0, 2); /* another std: drawn */
+    assert_memory_not_equal(a, c, bytes);
+    kvb_fill_memo_limit(2 * bytes); /* the oldest of the three goes: the first */
+    assert_int_equal(kvb_fill_memo_held(), 2 * bytes);
+    kvb_fill_memo_release();
+    assert_int_equal(kvb_fill_memo_held(), 0);
+    kvb_fill_bf16_normal(b, n, 7, kvb_stream_of("K"), 3, 0, 1); /* drawn with nothing kept: as the copy */
+    assert_memory_equal(a, b, bytes);
+    kvb_fill_memo_limit(bytes / 2); /* below one fill: none is kept */
+    assert_int_equal(kvb_fill_memo_held(), 0);
+    kvb_fill_bf16_normal(b, n, 7, kvb_stream_of("K"), 3, 0, 1);
+    assert_int_equal(kvb_fill_memo_held(), 0);
+    assert_memory_equal(a, b, bytes);
+    kvb_fill_memo_limit(KVB_FILL_MEMO_MAX);
+    free(a), free(b), free(c);
+}
+
 static void test_npy_header(void **state)
 {
     (void)state;
@@ -210,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_fp16_all_patterns_and_compiler),
         cmocka_unit_test(test_fp16_rounding_against_table),
         cmocka_unit_test(test_generators_are_pure_functions_of_index),
+        cmocka_unit_test(test_fill_memo),
         cmocka_unit_test(test_npy_header),
     };
     return cmocka_run_group_tests_name("numerics", tests, NULL, NULL);

@@ -172,6 +172,7 @@ int kvb_cmd_check(const kvb_options *o)
         status = kvb_interrupt_exit_code();
     }
     kvb_host_pool_release();
+    kvb_fill_memo_release();
     kvb_xfree(cost);
     kvb_cases_free(&cases);
     return status;
@@ -234,6 +235,7 @@ int kvb_cmd_profile(const kvb_options *o)
     kvb_print_verdict(&r, &out.v);
     kvb_run_teardown(&r);
     kvb_host_pool_release();
+    kvb_fill_memo_release();
     kvb_cases_free(&cases);
     return out.v.pass ? 0 : 1;
 }

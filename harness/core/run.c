@@ -520,15 +520,20 @@ int kvb_host_mem_check(const kvb_case *c)
     } else {
         const double avail = kvb_host_mem_available();
         if (avail <= 0) return KVB_OK; /* nothing known to compare with */
-        /* the part of the pool the case reuses is held already; a pool that grows is released first */
-        limit = avail + (pool_need < held ? (double)pool_need : held);
+        /* the part of the pool the case reuses is held already; a pool that grows is released first; the
+         * fill memo's bytes are the run's to free */
+        limit = avail + (pool_need < held ? (double)pool_need : held) + (double)kvb_fill_memo_held();
         snprintf(where, sizeof where, "this machine has free now (MemAvailable, or the memory cgroup's headroom%s); "
                  "kvbench --host-mem-limit GB sets another limit", held > 0 ? ", plus the host pool the case reuses" : "");
     }
     /* a pool that grows takes the run's largest need at once when that leaves the case its own memory */
     if (g_pool_planned > pool_need && (double)need - (double)pool_need + (double)g_pool_planned <= limit)
         g_pool_grow_to = g_pool_planned;
-    if ((double)need <= limit) return KVB_OK;
+    if ((double)need <= limit) { /* the fill memo keeps what the case and a growing pool leave */
+        const double room = limit - (double)need - (double)(g_pool_grow_to > pool_need ? g_pool_grow_to - pool_need : 0);
+        kvb_fill_memo_limit(room < (double)KVB_FILL_MEMO_MAX ? (size_t)(room > 0 ? room : 0) : KVB_FILL_MEMO_MAX);
+        return KVB_OK;
+    }
     char a[32], b[32];
     human_bytes((double)need, a, sizeof a);
     human_bytes(limit, b, sizeof b);

@@ -4,9 +4,15 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_in_parallel(void) { return 0; }
+#endif
 
 size_t kvb_dtype_size(kvb_dtype t)
 {
@@ -161,13 +167,124 @@ static double now_s(void)
         }                                                                                                     \
     } while (0)
 
+/* ---- the fill memo ----
+ * A long-context case draws gigabytes of normals (K, V, a block's weights), and the cases of one shape
+ * (implementations, budgets, variants) draw the same ones from the same arguments: a fill of at least
+ * MEMO_MIN_BYTES is kept, and a later fill with the same arguments is a copy of it (a copy runs at memory
+ * speed, about 20x the draw's rate). A fill is a function of its arguments, so the copy is the draw to the
+ * bit. The least recently used fill goes first, to hold the memo within its limit (kvb_fill_memo_limit).
+ * Its blocks are outside the run's host-memory accounting (plain malloc): a failed one is not kept. */
+enum { MEMO_SLOTS = 32, MEMO_MIN_BYTES = 32 << 20 };
+typedef struct fill_args {
+    int kind; /* which fill */
+    int64_t n, first;
+    uint64_t seed, stream;
+    double a, b; /* mean and std, or lo and hi */
+} fill_args;
+static struct {
+    fill_args args;
+    void *copy; /* NULL: a free slot */
+    size_t bytes;
+    uint64_t used; /* the memo's clock at the last use */
+} g_memo[MEMO_SLOTS];
+static size_t g_memo_held, g_memo_limit = KVB_FILL_MEMO_MAX;
+static uint64_t g_memo_clock;
+
+static void memo_drop(int i)
+{
+    free(g_memo[i].copy);
+    g_memo_held -= g_memo[i].bytes;
+    memset(&g_memo[i], 0, sizeof g_memo[i]);
+}
+
+static int memo_oldest(void)
+{
+    int oldest = -1;
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        if (g_memo[i].copy && (oldest < 0 || g_memo[i].used < g_memo[oldest].used)) oldest = i;
+    return oldest;
+}
+
+/* the least recently used fills go until `bytes` more fit the limit and a slot is free: its index */
+static int memo_make_room(size_t bytes)
+{
+    for (;;) {
+        int free_slot = -1;
+        for (int i = 0; i < MEMO_SLOTS && free_slot < 0; i++)
+            if (!g_memo[i].copy) free_slot = i;
+        if (free_slot >= 0 && g_memo_held + bytes <= g_memo_limit) return free_slot;
+        memo_drop(memo_oldest()); /* bytes <= g_memo_limit: an empty memo has room */
+    }
+}
+
+static int args_equal(const fill_args *x, const fill_args *y)
+{
+    return x->kind == y->kind && x->n == y->n && x->first == y->first && x->seed == y->seed &&
+           x->stream == y->stream && x->a == y->a && x->b == y->b;
+}
+
+static void copy_parallel(void *dst, const void *src, size_t bytes)
+{
+    const size_t chunk = 1 << 20;
+    const int64_t n = (int64_t)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < n; c++) {
+        const size_t at = (size_t)c * chunk;
+        memcpy((char *)dst + at, (const char *)src + at, bytes - at < chunk ? bytes - at : chunk);
+    }
+}
+
+/* 1 when x now holds a kept fill of these arguments */
+static int memo_fetch(const fill_args *args, void *x, size_t bytes)
+{
+    if (bytes < MEMO_MIN_BYTES || omp_in_parallel()) return 0;
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        if (g_memo[i].copy && args_equal(&g_memo[i].args, args)) {
+            copy_parallel(x, g_memo[i].copy, bytes);
+            g_memo[i].used = ++g_memo_clock;
+            return 1;
+        }
+    return 0;
+}
+
+static void memo_keep(const fill_args *args, const void *x, size_t bytes)
+{
+    if (bytes < MEMO_MIN_BYTES || bytes > g_memo_limit || omp_in_parallel()) return;
+    const int i = memo_make_room(bytes);
+    if (i < 0 || !(g_memo[i].copy = malloc(bytes))) return;
+    copy_parallel(g_memo[i].copy, x, bytes);
+    g_memo[i].args = *args, g_memo[i].bytes = bytes, g_memo[i].used = ++g_memo_clock;
+    g_memo_held += bytes;
+}
+
+void kvb_fill_memo_limit(size_t bytes)
+{
+    g_memo_limit = bytes;
+    while (g_memo_held > g_memo_limit) memo_drop(memo_oldest());
+}
+
+size_t kvb_fill_memo_held(void) { return g_memo_held; }
+
+void kvb_fill_memo_release(void)
+{
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        if (g_memo[i].copy) memo_drop(i);
+}
+
+enum { FILL_BF16_NORMAL = 1, FILL_BF16_UNIFORM, FILL_F32_NORMAL };
+
 void kvb_fill_bf16_normal(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
                           double mean, double std)
 {
     const double t0 = now_s();
+    const fill_args args = {FILL_BF16_NORMAL, n, first, seed, stream, mean, std};
+    const size_t bytes = sizeof *x * (size_t)n;
+    if (!memo_fetch(&args, x, bytes)) {
 #define TO_BF16(z) kvb_double_to_bf16(mean + std * (double)(z))
-    FILL_NORMAL(x, n, seed, stream, first, TO_BF16);
+        FILL_NORMAL(x, n, seed, stream, first, TO_BF16);
 #undef TO_BF16
+        memo_keep(&args, x, bytes);
+    }
     g_fill_s += now_s() - t0;
 }
 
@@ -175,11 +292,16 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
                            double lo, double hi)
 {
     const double t0 = now_s();
-    const uint64_t key = sequence_key(seed, stream);
+    const fill_args args = {FILL_BF16_UNIFORM, n, first, seed, stream, lo, hi};
+    const size_t bytes = sizeof *x * (size_t)n;
+    if (!memo_fetch(&args, x, bytes)) {
+        const uint64_t key = sequence_key(seed, stream);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        const double u = ((double)(kvb_hash64(key + (uint64_t)(first + i)) >> 11) + 0.5) * 0x1p-53; /* kvb_uniform01 */
-        x[i] = kvb_double_to_bf16(lo + (hi - lo) * u);
+        for (int64_t i = 0; i < n; i++) {
+            const double u = ((double)(kvb_hash64(key + (uint64_t)(first + i)) >> 11) + 0.5) * 0x1p-53; /* kvb_uniform01 */
+            x[i] = kvb_double_to_bf16(lo + (hi - lo) * u);
+        }
+        memo_keep(&args, x, bytes);
     }
     g_fill_s += now_s() - t0;
 }
@@ -188,9 +310,14 @@ void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, in
                          double mean, double std)
 {
     const double t0 = now_s();
+    const fill_args args = {FILL_F32_NORMAL, n, first, seed, stream, mean, std};
+    const size_t bytes = sizeof *x * (size_t)n;
+    if (!memo_fetch(&args, x, bytes)) {
 #define TO_F32(z) (float)(mean + std * (double)(z))
-    FILL_NORMAL(x, n, seed, stream, first, TO_F32);
+        FILL_NORMAL(x, n, seed, stream, first, TO_F32);
 #undef TO_F32
+        memo_keep(&args, x, bytes);
+    }
     g_fill_s += now_s() - t0;
 }
 

@@ -50,6 +50,15 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
                            double lo, double hi);
 void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
                          double mean, double std);
+/* The fills above keep their large results (32 MiB and up) in a memo, the least recently used dropped first:
+ * a fill with the same arguments later is a copy, the same bits. kvb_fill_memo_limit caps the bytes it holds
+ * (KVB_FILL_MEMO_MAX unless set; dropping what is over at once; kvb_host_mem_check sets it before each case
+ * to what the case leaves free), kvb_fill_memo_held says how many it holds, and kvb_fill_memo_release frees
+ * them all. */
+#define KVB_FILL_MEMO_MAX ((size_t)4 << 30)
+void kvb_fill_memo_limit(size_t bytes);
+size_t kvb_fill_memo_held(void);
+void kvb_fill_memo_release(void);
 /* Wall seconds spent in the fills above since the process started (a case's "inputs" phase). */
 double kvb_fill_seconds(void);
 /* A fill of its own (an op's input with per-element rules) adds its wall time here, outside any parallel region. */
