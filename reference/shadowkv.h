@@ -36,7 +36,8 @@ extern "C" {
 
 /* ---- step 1: low-rank pre-RoPE keys ------------------------------------------------------------ */
 
-/* SVD of Kpre [S, N = Hkv*D] (fp32, row-major) with LAPACKE_dgesdd (job 'S'), in double:
+/* SVD of Kpre [S, N = Hkv*D] (fp32, row-major) with LAPACKE, in double (the QR factorization, dgeqrf,
+ * then the SVD of R, dgesdd job 'S', and Q applied to R's first r left vectors, dormqr):
  *   U  [S, r]      = u[:, :r]                                   (fp32, rounded once from double)
  *   SV [Hkv, r, D] : SV[h, j, d] = s[j] * vt[j, h*D + d]        (fp32, rounded once from double)
  *   s  [min(S, N)] every singular value, descending, in double (NULL: not wanted)
