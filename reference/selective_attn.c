@@ -3,9 +3,10 @@
  *
  * Per (b, KV head) and each of its G query heads, row by row: the scores of the visible keys, their
  * maximum, LSE = m + log(sum exp(s - m)), P = exp(s - m) / sum, O = sum P v, and P added into the
- * column sums when the row contributes (i >= w0). Rows are split into a fixed number of contiguous
- * parts of about equal work; each part sums its own column partials and the parts are added in order,
- * so the result is the same for any number of OpenMP threads.
+ * column sums when the row contributes (i >= w0). The contributing rows [w0, L) are split into a fixed
+ * number of contiguous parts of about equal work; each part sums its own column partials and the parts
+ * are added in order, so the result is the same for any number of OpenMP threads, and the same whether
+ * or not O is wanted (the rows [0, w0) that only O needs are parts of their own).
  */
 #include "reference/selective_attn.h"
 
@@ -128,11 +129,13 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
     const int L = p->L, D = p->D, G = sattn_groups(p);
     const int64_t LD = (int64_t)L * D;
     const double scale = 1.0 / sqrt((double)D);
-    /* rows that need computing: every row for O, else only the contributing ones */
-    const int r0 = p->need_out ? 0 : p->w0;
+    /* rows that need computing: the contributing ones [w0, L) in parts 0 .. N_PARTS-1, whose column
+     * partials are added; for O also the rows [0, w0), in parts N_PARTS .. 2 N_PARTS - 1 */
     const int lse_len = sattn_lse_len(p), lse_row0 = sattn_lse_row0(p);
-    int bound[N_PARTS + 1];
-    part_bounds(r0, L, p->causal, bound);
+    const int n_parts = p->need_out && p->w0 > 0 ? 2 * N_PARTS : N_PARTS;
+    int bound[2 * N_PARTS + 2];
+    part_bounds(p->w0, L, p->causal, bound);
+    part_bounds(0, p->w0, p->causal, bound + N_PARTS + 1);
 
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();
@@ -166,11 +169,13 @@ int ref_selective_attn(const kvb_bf16 *Q, const kvb_bf16 *K, const kvb_bf16 *V, 
                 double *s = rows, *o = s + (size_t)RB * L;
 #endif
 #pragma omp for schedule(dynamic, 1)
-                for (int pi = 0; pi < N_PARTS; pi++) {
-                    double *cs = part + (int64_t)pi * L;
-                    for (int j = 0; j < L; j++) cs[j] = 0;
-                    for (int i0 = bound[pi]; i0 < bound[pi + 1]; i0 += RB) {
-                        const int nr = bound[pi + 1] - i0 < RB ? bound[pi + 1] - i0 : RB;
+                for (int pi = 0; pi < n_parts; pi++) {
+                    const int *b = pi < N_PARTS ? bound + pi : bound + pi + 1; /* the part's rows [b[0], b[1]) */
+                    double *cs = pi < N_PARTS ? part + (int64_t)pi * L : NULL; /* rows >= w0 only */
+                    if (cs)
+                        for (int j = 0; j < L; j++) cs[j] = 0;
+                    for (int i0 = b[0]; i0 < b[1]; i0 += RB) {
+                        const int nr = b[1] - i0 < RB ? b[1] - i0 : RB;
                         int n[RB];
                         double m[RB], sum[RB];
                         for (int r = 0; r < nr; r++) n[r] = p->causal ? i0 + r + 1 : L;
