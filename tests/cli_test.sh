@@ -165,6 +165,23 @@ if ls "$tmp"/ds/selective_attn_*/O.ref_mask.npy >/dev/null 2>&1 && grep -q '"ref
 else
     failed=$((failed + 1)); echo "[  FAILED  ] cli: dumps hold computed data only (mask, meta.json, no reference for U)"
 fi
+# selective_attn's reference memo: a case after another on the same inputs (O and LSE kept; the column
+# sums kept for the same w0, else from the window rows alone) dumps the same reference bytes as alone
+sa="selective_attn B=2 Hq=8 Hkv=2 L=256 D=64 group_sum=1 sample=1"
+"$kvbench" check --cases "$cases" "$sa w0=0" "$sa w0=224" "$sa w0=224 impl=kernel_mma" --dump "$tmp/memo" >"$tmp/memo.log" 2>&1
+"$kvbench" check --cases "$cases" "$sa w0=224" --dump "$tmp/alone" >/dev/null 2>&1
+"$kvbench" check --cases "$cases" "$sa w0=224 impl=kernel_mma" --dump "$tmp/alone" >/dev/null 2>&1
+same=1 n=0
+for f in "$tmp"/alone/*/*.ref.npy; do
+    n=$((n + 1))
+    cmp -s "$f" "$tmp/memo/${f#"$tmp"/alone/}" || same=0
+done
+if [ $same -eq 1 ] && [ $n -ge 8 ] && [ "$(grep -c "from an earlier case's identical inputs" "$tmp/memo.log")" -eq 2 ]; then
+    ok "selective_attn's reference from the memo: the same bytes as alone ($n files)"
+else
+    fail "selective_attn's reference from the memo: the same bytes as alone ($n files, same=$same)"
+    head -n 20 "$tmp/memo.log" | sed 's/^/    /'
+fi
 # tolerance overrides are not part of the id, but the reproduce line, the JSON and the list carry them
 expect "check --json with a tolerance override" "$ran" 'passed, 0 failed' -- check --cases "$cases" "index_scan B=1 Hkv=1 M=7 ids=64 atol=0.5 rtol=0.125" --json "$tmp/o.json"
 if grep -q '"reproduce": "index_scan B=1 Hkv=1 M=7 ids=64 .* atol=0.5 rtol=0.125"' "$tmp/o.json" && grep -q '"overridden": true' "$tmp/o.json"; then
