@@ -239,22 +239,27 @@ static int input_of(const kvb_case *c)
     return !strcmp(in, "ties") ? IN_TIES : !strcmp(in, "normal") ? IN_NORMAL : IN_OUTLIER;
 }
 
-/* z (a float's value) on the grid of halves in [-2, 2]: 2z clamped to [-4, 4], then rounded half away
- * from zero as round() does, by truncating v +- 0.5 (exact: v has a float's 24 significant bits), which
- * is inline where round() is a library call on every one of hundreds of millions of draws */
+/* a value on the grid of halves in [-2, 2] */
 static double halves(double z)
 {
-    const double v = 2.0 * z < -4 ? -4 : 2.0 * z > 4 ? 4 : 2.0 * z;
-    return (double)(int)(v + (v < 0 ? -0.5 : 0.5)) / 2.0;
+    double v = round(2.0 * z) / 2.0;
+    return v < -2 ? -2 : v > 2 ? 2 : v;
 }
 
-/* One drawn (kmin, kmax) pair: the two normals of pair i of the sequence (kvb_normal_pair: normals 2i and
- * 2i + 1 of the stream, as kvb_normal01 draws them), or their halves; the smaller and the larger as bf16. */
-static void draw_pair(uint64_t key, uint64_t i, int ties, kvb_bf16 *lo, kvb_bf16 *hi)
+/* Both Box-Muller normals of draw i of a stream. */
+static void normal_pair(uint64_t seed, uint64_t stream, uint64_t i, double *x, double *y)
 {
-    float z0, z1;
-    kvb_normal_pair(key, i, &z0, &z1);
-    const double x = ties ? halves(z0) : z0, y = ties ? halves(z1) : z1;
+    const double u1 = kvb_uniform01(seed, stream, 2 * i), u2 = kvb_uniform01(seed, stream, 2 * i + 1);
+    const double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
+    *x = rad * cos(ang), *y = rad * sin(ang);
+}
+
+/* One drawn (kmin, kmax) pair: two normals (or halves), the smaller and the larger as bf16. */
+static void draw_pair(uint64_t seed, uint64_t stream, uint64_t i, int ties, kvb_bf16 *lo, kvb_bf16 *hi)
+{
+    double x, y;
+    normal_pair(seed, stream, i, &x, &y);
+    if (ties) x = halves(x), y = halves(y);
     const kvb_bf16 a = kvb_double_to_bf16(x), b = kvb_double_to_bf16(y);
     const int a_first = kvb_bf16_to_float(a) <= kvb_bf16_to_float(b);
     *lo = a_first ? a : b, *hi = a_first ? b : a;
@@ -265,12 +270,12 @@ static void fill_meta(const kvb_run *r, const page_layout *s, int ties, kvb_bf16
 {
     const int n = page_count(s->L, s->P);
     const int64_t rows = (int64_t)s->B * s->Hkv * s->D;
-    const uint64_t key = kvb_sequence_key(r->seed, kvb_stream_of("kminmax"));
+    const uint64_t stream = kvb_stream_of("kminmax");
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < rows; row++)
         for (int j = 0; j < s->cap; j++) {
             const int64_t i = row * s->cap + j;
-            if (j < n) draw_pair(key, (uint64_t)i, ties, kmin + i, kmax + i);
+            if (j < n) draw_pair(r->seed, stream, (uint64_t)i, ties, kmin + i, kmax + i);
             else kmin[i] = BF16_POS_INF, kmax[i] = BF16_NEG_INF;
         }
 }
@@ -379,18 +384,18 @@ static int setup_append(kvb_run *r)
     int32_t *pos = t->h;
     append_positions(r, &s, pos);
     kvb_bf16 *lo = mn->h, *hi = mx->h;
-    const uint64_t key = kvb_sequence_key(seed, kvb_stream_of("kminmax"));
+    const uint64_t stream = kvb_stream_of("kminmax");
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < (int64_t)s.B * s.Hkv; bh++) {
         const int b = (int)(bh / s.Hkv), j = pos[b] / s.P, t0 = j * s.P;
         for (int c = 0; c < s.D; c++) {
             const int64_t row = (bh * s.D + c) * s.cap;
             for (int p = 0; p < s.cap; p++) {
-                if (p < j) draw_pair(key, (uint64_t)(row + p), 0, lo + row + p, hi + row + p);
+                if (p < j) draw_pair(seed, stream, (uint64_t)(row + p), 0, lo + row + p, hi + row + p);
                 else lo[row + p] = BF16_POS_INF, hi[row + p] = BF16_NEG_INF;
             }
             if (pos[b] == t0) { /* the page starts at t: stale contents (even b) or empty (odd b) */
-                if (b % 2 == 0) draw_pair(key, (uint64_t)(row + j), 0, lo + row + j, hi + row + j);
+                if (b % 2 == 0) draw_pair(seed, stream, (uint64_t)(row + j), 0, lo + row + j, hi + row + j);
                 continue;
             }
             kvb_bf16 m = token_key(seed, &s, bh, t0, c), M = m; /* the page's earlier tokens t0 .. t-1 */
