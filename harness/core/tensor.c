@@ -72,6 +72,8 @@ double kvb_uniform01(uint64_t seed, uint64_t stream, uint64_t i)
     return ((double)(mix3(seed, stream, i) >> 11) + 0.5) * 0x1p-53;
 }
 
+double kvb_sequence_uniform01(uint64_t key, uint64_t i) { return ((double)(kvb_hash64(key + i) >> 11) + 0.5) * 0x1p-53; }
+
 /* The key of a (seed, stream) sequence: element i hashes key + i (mix3), so a fill hashes once an element. */
 static uint64_t sequence_key(uint64_t seed, uint64_t stream) { return kvb_hash64(seed ^ kvb_hash64(stream)); }
 
@@ -298,8 +300,7 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
         const uint64_t key = sequence_key(seed, stream);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            const double u = ((double)(kvb_hash64(key + (uint64_t)(first + i)) >> 11) + 0.5) * 0x1p-53; /* kvb_uniform01 */
-            x[i] = kvb_double_to_bf16(lo + (hi - lo) * u);
+            x[i] = kvb_double_to_bf16(lo + (hi - lo) * kvb_sequence_uniform01(key, (uint64_t)(first + i)));
         }
         memo_keep(&args, x, bytes);
     }

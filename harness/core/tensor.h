@@ -35,6 +35,8 @@ double kvb_normal01(uint64_t seed, uint64_t stream, uint64_t i);  /* N(0, 1) */
  * 2j) and (.., 2j + 1) are *z0 and *z1 of kvb_normal_pair(kvb_sequence_key(seed, stream), j, ..). */
 uint64_t kvb_sequence_key(uint64_t seed, uint64_t stream);
 void kvb_normal_pair(uint64_t key, uint64_t j, float *z0, float *z1);
+/* kvb_uniform01(seed, stream, i) from the sequence's key (one hash where kvb_uniform01 takes three) */
+double kvb_sequence_uniform01(uint64_t key, uint64_t i);
 
 /* Sequential generator for shuffles and choices. */
 typedef struct kvb_rng { uint64_t state; } kvb_rng;

@@ -242,23 +242,26 @@ static int input_of(const kvb_case *c)
 /* a value on the grid of halves in [-2, 2] */
 static double halves(double z)
 {
-    double v = round(2.0 * z) / 2.0;
-    return v < -2 ? -2 : v > 2 ? 2 : v;
+    /* round(v) inline, a library call otherwise on hundreds of millions of draws: v's integer part t
+     * and fraction v - t are exact, a fraction of at least one half in size goes away from zero, and a
+     * zero keeps v's sign, as round() keeps it */
+    const double v = 2.0 * z < -4 ? -4 : 2.0 * z > 4 ? 4 : 2.0 * z, t = (double)(int)v, f = v - t;
+    return copysign((t + (f >= 0.5) - (f <= -0.5)) / 2.0, v);
 }
 
-/* Both Box-Muller normals of draw i of a stream. */
-static void normal_pair(uint64_t seed, uint64_t stream, uint64_t i, double *x, double *y)
+/* Both Box-Muller normals of draw i of the sequence of `key` (kvb_sequence_key(seed, stream)). */
+static void normal_pair(uint64_t key, uint64_t i, double *x, double *y)
 {
-    const double u1 = kvb_uniform01(seed, stream, 2 * i), u2 = kvb_uniform01(seed, stream, 2 * i + 1);
+    const double u1 = kvb_sequence_uniform01(key, 2 * i), u2 = kvb_sequence_uniform01(key, 2 * i + 1);
     const double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
     *x = rad * cos(ang), *y = rad * sin(ang);
 }
 
 /* One drawn (kmin, kmax) pair: two normals (or halves), the smaller and the larger as bf16. */
-static void draw_pair(uint64_t seed, uint64_t stream, uint64_t i, int ties, kvb_bf16 *lo, kvb_bf16 *hi)
+static void draw_pair(uint64_t key, uint64_t i, int ties, kvb_bf16 *lo, kvb_bf16 *hi)
 {
     double x, y;
-    normal_pair(seed, stream, i, &x, &y);
+    normal_pair(key, i, &x, &y);
     if (ties) x = halves(x), y = halves(y);
     const kvb_bf16 a = kvb_double_to_bf16(x), b = kvb_double_to_bf16(y);
     const int a_first = kvb_bf16_to_float(a) <= kvb_bf16_to_float(b);
@@ -270,12 +273,12 @@ static void fill_meta(const kvb_run *r, const page_layout *s, int ties, kvb_bf16
 {
     const int n = page_count(s->L, s->P);
     const int64_t rows = (int64_t)s->B * s->Hkv * s->D;
-    const uint64_t stream = kvb_stream_of("kminmax");
+    const uint64_t key = kvb_sequence_key(r->seed, kvb_stream_of("kminmax"));
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < rows; row++)
         for (int j = 0; j < s->cap; j++) {
             const int64_t i = row * s->cap + j;
-            if (j < n) draw_pair(r->seed, stream, (uint64_t)i, ties, kmin + i, kmax + i);
+            if (j < n) draw_pair(key, (uint64_t)i, ties, kmin + i, kmax + i);
             else kmin[i] = BF16_POS_INF, kmax[i] = BF16_NEG_INF;
         }
 }
@@ -384,18 +387,18 @@ static int setup_append(kvb_run *r)
     int32_t *pos = t->h;
     append_positions(r, &s, pos);
     kvb_bf16 *lo = mn->h, *hi = mx->h;
-    const uint64_t stream = kvb_stream_of("kminmax");
+    const uint64_t key = kvb_sequence_key(seed, kvb_stream_of("kminmax"));
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < (int64_t)s.B * s.Hkv; bh++) {
         const int b = (int)(bh / s.Hkv), j = pos[b] / s.P, t0 = j * s.P;
         for (int c = 0; c < s.D; c++) {
             const int64_t row = (bh * s.D + c) * s.cap;
             for (int p = 0; p < s.cap; p++) {
-                if (p < j) draw_pair(seed, stream, (uint64_t)(row + p), 0, lo + row + p, hi + row + p);
+                if (p < j) draw_pair(key, (uint64_t)(row + p), 0, lo + row + p, hi + row + p);
                 else lo[row + p] = BF16_POS_INF, hi[row + p] = BF16_NEG_INF;
             }
             if (pos[b] == t0) { /* the page starts at t: stale contents (even b) or empty (odd b) */
-                if (b % 2 == 0) draw_pair(seed, stream, (uint64_t)(row + j), 0, lo + row + j, hi + row + j);
+                if (b % 2 == 0) draw_pair(key, (uint64_t)(row + j), 0, lo + row + j, hi + row + j);
                 continue;
             }
             kvb_bf16 m = token_key(seed, &s, bh, t0, c), M = m; /* the page's earlier tokens t0 .. t-1 */
