@@ -34,8 +34,9 @@ def z_code(below_ref):
 def bf16_round(x):
     """float64 -> bf16 values (round to nearest even), returned as float32"""
     b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    one, half, shift = np.uint64(1), np.uint64(0x7FFF), np.uint64(16)  # uint64 operands: NumPy 1.x would
+    b = (b + half + ((b >> shift) & one)) >> shift                      # take a Python int to float64
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def order_key(f):

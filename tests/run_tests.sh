@@ -89,16 +89,20 @@ part_step_report() {
 }
 
 # the NumPy emulations of kernels' index math (hybrid and Quest scoring, INT2 v2), each a test that
-# passes when every shape is within its tolerance (skipped, and said so, without python3's numpy)
+# passes when every shape is within its tolerance (skipped, and said so, without a python3 with numpy:
+# the one on PATH, else the system's, where python3-numpy installs it beside a PATH's own python3)
 part_emulate() {
-    local p=0 f=0 e
-    if ! python3 -c "import numpy" 2>/dev/null; then
+    local p=0 f=0 e py=""
+    for candidate in python3 /usr/bin/python3; do
+        if "$candidate" -c "import numpy" 2>/dev/null; then py=$candidate && break; fi
+    done
+    if [ -z "$py" ]; then
         echo "emulators: no python3 numpy, 2 skipped"
         echo "0 0 2" >"$counts"
         return
     fi
     for e in emulate_page_scoring emulate_int2_v2; do
-        if python3 "$here/$e.py" >"$counts.$e" 2>&1; then
+        if "$py" "$here/$e.py" >"$counts.$e" 2>&1; then
             p=$((p + 1)) && echo "emulator $e: $(tail -n 1 "$counts.$e")"
         else
             f=$((f + 1)) && cat "$counts.$e" && echo "emulator $e: FAILED"
