@@ -263,6 +263,7 @@ static void test_case_files(void **state)
 {
     (void)state;
     mkdir("build", 0755);
+    mkdir("build", 0755); /* there already in a source tree; not in a bundle's root */
     mkdir("build/test_cases", 0755);
     remove("build/test_cases/a.cases"); /* leftovers of an interrupted run */
     remove("build/test_cases/b.cases");

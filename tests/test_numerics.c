@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "harness/core/tensor.h"
 #include "tests/testlib.h"
@@ -218,6 +219,7 @@ static void test_fill_memo(void **state)
 static void test_npy_header(void **state)
 {
     (void)state;
+    mkdir("build", 0755); /* there already in a source tree; not in a bundle's root */
     const char *path = "build/test_npy_header.npy";
     int32_t data[6] = {1, 2, 3, 4, 5, 6};
     int64_t shape[2] = {2, 3};
