@@ -213,6 +213,16 @@ static void test_fill_memo(void **state)
     assert_int_equal(kvb_fill_memo_held(), 0);
     assert_memory_equal(a, b, bytes);
     kvb_fill_memo_limit(KVB_FILL_MEMO_MAX);
+    /* an op's own fill: kept under its kind and arguments, found by the same, not by others */
+    const uint64_t args[3] = {1, 2, 3}, other[3] = {1, 2, 4};
+    kvb_fill_memo_keep("test fill", args, 3, a, bytes);
+    memset(b, 0, bytes);
+    assert_int_equal(kvb_fill_memo_fetch("test fill", args, 3, b, bytes), 1);
+    assert_memory_equal(a, b, bytes);
+    assert_int_equal(kvb_fill_memo_fetch("test fill", other, 3, b, bytes), 0);
+    assert_int_equal(kvb_fill_memo_fetch("other fill", args, 3, b, bytes), 0);
+    assert_int_equal(kvb_fill_memo_fetch("test fill", args, 2, b, bytes), 0);
+    kvb_fill_memo_release();
     free(a), free(b), free(c);
 }
 

@@ -176,12 +176,10 @@ static double now_s(void)
  * speed, about 20x the draw's rate). A fill is a function of its arguments, so the copy is the draw to the
  * bit. The least recently used fill goes first, to hold the memo within its limit (kvb_fill_memo_limit).
  * Its blocks are outside the run's host-memory accounting (plain malloc): a failed one is not kept. */
-enum { MEMO_SLOTS = 32, MEMO_MIN_BYTES = 32 << 20 };
+enum { MEMO_SLOTS = 32, MEMO_MIN_BYTES = 32 << 20, MEMO_ARGS = 8 };
 typedef struct fill_args {
-    int kind; /* which fill */
-    int64_t n, first;
-    uint64_t seed, stream;
-    double a, b; /* mean and std, or lo and hi */
+    const char *kind; /* which fill, and so which rules */
+    uint64_t v[MEMO_ARGS]; /* every number its values depend on, the rest 0 */
 } fill_args;
 static struct {
     fill_args args;
@@ -221,8 +219,24 @@ static int memo_make_room(size_t bytes)
 
 static int args_equal(const fill_args *x, const fill_args *y)
 {
-    return x->kind == y->kind && x->n == y->n && x->first == y->first && x->seed == y->seed &&
-           x->stream == y->stream && x->a == y->a && x->b == y->b;
+    return !strcmp(x->kind, y->kind) && !memcmp(x->v, y->v, sizeof x->v);
+}
+
+/* the arguments of a fill: its kind (a string that outlives the run: a literal) and up to MEMO_ARGS numbers */
+static int args_make(fill_args *a, const char *kind, const uint64_t *v, int n)
+{
+    if (n > MEMO_ARGS) return 0;
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    memcpy(a->v, v, sizeof *v * (size_t)n);
+    return 1;
+}
+
+static uint64_t bits_of(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
 }
 
 static void copy_parallel(void *dst, const void *src, size_t bytes)
@@ -259,6 +273,18 @@ static void memo_keep(const fill_args *args, const void *x, size_t bytes)
     g_memo_held += bytes;
 }
 
+int kvb_fill_memo_fetch(const char *kind, const uint64_t *args, int n_args, void *x, size_t bytes)
+{
+    fill_args a;
+    return args_make(&a, kind, args, n_args) && memo_fetch(&a, x, bytes);
+}
+
+void kvb_fill_memo_keep(const char *kind, const uint64_t *args, int n_args, const void *x, size_t bytes)
+{
+    fill_args a;
+    if (args_make(&a, kind, args, n_args)) memo_keep(&a, x, bytes);
+}
+
 void kvb_fill_memo_limit(size_t bytes)
 {
     g_memo_limit = bytes;
@@ -273,13 +299,11 @@ void kvb_fill_memo_release(void)
         if (g_memo[i].copy) memo_drop(i);
 }
 
-enum { FILL_BF16_NORMAL = 1, FILL_BF16_UNIFORM, FILL_F32_NORMAL };
-
 void kvb_fill_bf16_normal(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t stream, int64_t first,
                           double mean, double std)
 {
     const double t0 = now_s();
-    const fill_args args = {FILL_BF16_NORMAL, n, first, seed, stream, mean, std};
+    const fill_args args = {"bf16 normal", {(uint64_t)n, (uint64_t)first, seed, stream, bits_of(mean), bits_of(std)}};
     const size_t bytes = sizeof *x * (size_t)n;
     if (!memo_fetch(&args, x, bytes)) {
 #define TO_BF16(z) kvb_double_to_bf16(mean + std * (double)(z))
@@ -294,7 +318,7 @@ void kvb_fill_bf16_uniform(kvb_bf16 *x, int64_t n, uint64_t seed, uint64_t strea
                            double lo, double hi)
 {
     const double t0 = now_s();
-    const fill_args args = {FILL_BF16_UNIFORM, n, first, seed, stream, lo, hi};
+    const fill_args args = {"bf16 uniform", {(uint64_t)n, (uint64_t)first, seed, stream, bits_of(lo), bits_of(hi)}};
     const size_t bytes = sizeof *x * (size_t)n;
     if (!memo_fetch(&args, x, bytes)) {
         const uint64_t key = sequence_key(seed, stream);
@@ -311,7 +335,7 @@ void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, in
                          double mean, double std)
 {
     const double t0 = now_s();
-    const fill_args args = {FILL_F32_NORMAL, n, first, seed, stream, mean, std};
+    const fill_args args = {"f32 normal", {(uint64_t)n, (uint64_t)first, seed, stream, bits_of(mean), bits_of(std)}};
     const size_t bytes = sizeof *x * (size_t)n;
     if (!memo_fetch(&args, x, bytes)) {
 #define TO_F32(z) (float)(mean + std * (double)(z))

@@ -59,6 +59,12 @@ void kvb_fill_f32_normal(float *x, int64_t n, uint64_t seed, uint64_t stream, in
  * them all. */
 #define KVB_FILL_MEMO_MAX ((size_t)4 << 30)
 void kvb_fill_memo_limit(size_t bytes);
+/* An op's own fill (per-element rules of its own) through the same memo: `kind` names the fill and its rules
+ * (a string literal), args[0 .. n_args - 1] (n_args <= 8) are every number its values depend on.
+ * kvb_fill_memo_fetch is 1 when x now holds a kept fill of these arguments; else the op draws x, then hands
+ * it to kvb_fill_memo_keep. Fills under 32 MiB are neither kept nor looked up. */
+int kvb_fill_memo_fetch(const char *kind, const uint64_t *args, int n_args, void *x, size_t bytes);
+void kvb_fill_memo_keep(const char *kind, const uint64_t *args, int n_args, const void *x, size_t bytes);
 size_t kvb_fill_memo_held(void);
 void kvb_fill_memo_release(void);
 /* Wall seconds spent in the fills above since the process started (a case's "inputs" phase). */

@@ -141,14 +141,20 @@ void int2_op_fill_kv(kvb_bf16 *x, int64_t heads, int64_t n, int D, int dist, uin
     const uint64_t st = kvb_stream_of(name), k = kvb_sequence_key(seed, st);
     const int64_t total = heads * n * D;
     const double t0 = kvb_wall_now();
-    /* a pair of normals at a time (kvb_normal_pair: element i's normal is kvb_normal01(seed, st, i)) */
+    const uint64_t args[7] = {(uint64_t)heads, (uint64_t)n, (uint64_t)D, (uint64_t)dist, seed, st, (uint64_t)key};
+    const size_t bytes = sizeof *x * (size_t)total;
+    if (!kvb_fill_memo_fetch("int2 kv", args, 7, x, bytes)) { /* a case of the same cache drew it: a copy */
+        /* a pair of normals at a time (kvb_normal_pair: element i's normal is kvb_normal01(seed, st, i)) */
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < (total + 1) / 2; j++) {
-        float z[2];
-        kvb_normal_pair(k, (uint64_t)j, &z[0], &z[1]);
-        for (int e = 0; e < 2 && 2 * j + e < total; e++) x[2 * j + e] = kv_element(2 * j + e, z[e], n, D, dist, seed, st, key);
+        for (int64_t j = 0; j < (total + 1) / 2; j++) {
+            float z[2];
+            kvb_normal_pair(k, (uint64_t)j, &z[0], &z[1]);
+            for (int e = 0; e < 2 && 2 * j + e < total; e++)
+                x[2 * j + e] = kv_element(2 * j + e, z[e], n, D, dist, seed, st, key);
+        }
+        if (dist == DIST_NONFINITE && total > 7) x[key ? 5 : 7] = key ? (kvb_bf16)0x7FC0 : (kvb_bf16)0x7F80;
+        kvb_fill_memo_keep("int2 kv", args, 7, x, bytes);
     }
-    if (dist == DIST_NONFINITE && total > 7) x[key ? 5 : 7] = key ? (kvb_bf16)0x7FC0 : (kvb_bf16)0x7F80;
     kvb_fill_seconds_add(kvb_wall_now() - t0); /* the case's inputs phase */
 }
 
