@@ -1,5 +1,7 @@
 /* test_compare.c: the comparison rules (exact, float with tolerances, tie-tolerant index sets). */
 #include <math.h>
+#include <omp.h>
+#include <stdlib.h>
 
 #include "harness/core/compare.h"
 #include "tests/testlib.h"
@@ -95,6 +97,69 @@ static void test_exact_long_blocks(void **state)
     kvb_compare_verdict_only(0);
     assert_false(r.pass);
     assert_true(r.n_bad >= 1);
+}
+
+/* Long enough for the parallel blocks and more than one group of them: clean blocks summed apart, the others
+ * walked in order; the same sums whatever the number of threads. */
+static void test_float_long_blocks(void **state)
+{
+    (void)state;
+    const int64_t N = 4096 * 1024 + 4096 * 3 + 77, SLICE = 5000;
+    float *ref = malloc(sizeof(float) * (size_t)N), *out = malloc(sizeof(float) * (size_t)N);
+    assert_non_null(ref);
+    assert_non_null(out);
+    double err2 = 0, ref2 = 0;
+    for (int64_t i = 0; i < N; i++) {
+        ref[i] = (float)(i % 997) - 498.f;
+        out[i] = ref[i] + (i % 3 == 0 ? 1e-3f : 0.f);
+        const double e = (double)out[i] - ref[i];
+        err2 += e * e, ref2 += (double)ref[i] * ref[i];
+    }
+    const kvb_tol tol = {.atol = 1e-2, .rtol = 0, .l2 = 1e-3};
+    kvb_cmp_result r, one;
+    kvb_compare_float(out, ref, KVB_FP32, N, tol, N, NULL, &r);
+    assert_true(r.pass);
+    assert_int_equal(r.n_checked, N);
+    assert_true(fabs(r.rel_l2 - sqrt(err2 / ref2)) <= 1e-12 * sqrt(err2 / ref2));
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    kvb_compare_float(out, ref, KVB_FP32, N, tol, N, NULL, &one);
+    omp_set_num_threads(threads);
+    assert_true(one.rel_l2 == r.rel_l2 && one.max_abs == r.max_abs && one.tol_used == r.tol_used);
+    /* mismatches in the first block, a middle one and the second group's tail: noted first to last */
+    out[5] += 1, out[4096 * 20 + 3] -= 1, out[N - 1] += 1;
+    kvb_compare_float(out, ref, KVB_FP32, N, tol, N, NULL, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 3);
+    assert_int_equal(r.first[0].index, 5);
+    assert_int_equal(r.first[1].index, 4096 * 20 + 3);
+    assert_int_equal(r.first[2].index, N - 1);
+    assert_int_equal(r.n_checked, N);
+    /* a sample of slices (every other one): a skipped slice's mismatch is screened, its NaN fails */
+    const int64_t n_slices = (N + SLICE - 1) / SLICE;
+    uint8_t *mask = malloc((size_t)n_slices);
+    assert_non_null(mask);
+    for (int64_t k = 0; k < n_slices; k++) mask[k] = k % 2 == 0;
+    out[5] = ref[5], out[4096 * 20 + 3] = ref[4096 * 20 + 3], out[N - 1] = ref[N - 1];
+    out[SLICE + 7] += 1;  /* slice 1: skipped, finite: passes the screen */
+    out[3 * SLICE] = NAN; /* slice 3: skipped, NaN: fails it */
+    kvb_compare_float(out, ref, KVB_FP32, N, tol, SLICE, mask, &r);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 1);
+    assert_int_equal(r.first[0].index, 3 * SLICE);
+    int64_t sampled = 0;
+    for (int64_t i = 0; i < N; i++) sampled += mask[i / SLICE];
+    assert_int_equal(r.n_checked, sampled);
+    assert_int_equal(r.n_screened, N - sampled);
+    /* verdict only: the first failure settles it */
+    out[7] += 1;
+    kvb_compare_verdict_only(1);
+    kvb_compare_float(out, ref, KVB_FP32, N, tol, N, NULL, &r);
+    kvb_compare_verdict_only(0);
+    assert_false(r.pass);
+    assert_int_equal(r.n_bad, 1);
+    assert_int_equal(r.first[0].index, 7);
+    free(mask), free(out), free(ref);
 }
 
 static void test_float_tolerances(void **state)
@@ -215,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_exact_long_blocks),
         cmocka_unit_test(test_exact_any_bits),
         cmocka_unit_test(test_float_tolerances),
+        cmocka_unit_test(test_float_long_blocks),
         cmocka_unit_test(test_float_nonfinite),
         cmocka_unit_test(test_indexset_tie_tolerant),
         cmocka_unit_test(test_indexset_sampled),

@@ -287,7 +287,7 @@ int64_t kvb_run_repeat_differs(kvb_run *r, char *name, size_t name_n)
         kvb_tensor *t = &r->t[i];
         if (!t->out || (t->role != KVB_OUT && t->role != KVB_INOUT)) continue;
         first[i] = kvb_run_alloc(r, tensor_bytes(t), t->name);
-        memcpy(first[i], t->out, tensor_bytes(t));
+        kvb_copy_parallel(first[i], t->out, tensor_bytes(t));
     }
     int64_t differ = 0;
     kvb_run_reset(r);

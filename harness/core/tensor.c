@@ -239,7 +239,7 @@ static uint64_t bits_of(double x)
     return b;
 }
 
-static void copy_parallel(void *dst, const void *src, size_t bytes)
+void kvb_copy_parallel(void *dst, const void *src, size_t bytes)
 {
     const size_t chunk = 1 << 20;
     const int64_t n = (int64_t)((bytes + chunk - 1) / chunk);
@@ -256,7 +256,7 @@ static int memo_fetch(const fill_args *args, void *x, size_t bytes)
     if (bytes < MEMO_MIN_BYTES || omp_in_parallel()) return 0;
     for (int i = 0; i < MEMO_SLOTS; i++)
         if (g_memo[i].copy && args_equal(&g_memo[i].args, args)) {
-            copy_parallel(x, g_memo[i].copy, bytes);
+            kvb_copy_parallel(x, g_memo[i].copy, bytes);
             g_memo[i].used = ++g_memo_clock;
             return 1;
         }
@@ -268,7 +268,7 @@ static void memo_keep(const fill_args *args, const void *x, size_t bytes)
     if (bytes < MEMO_MIN_BYTES || bytes > g_memo_limit || omp_in_parallel()) return;
     const int i = memo_make_room(bytes);
     if (i < 0 || !(g_memo[i].copy = malloc(bytes))) return;
-    copy_parallel(g_memo[i].copy, x, bytes);
+    kvb_copy_parallel(g_memo[i].copy, x, bytes);
     g_memo[i].args = *args, g_memo[i].bytes = bytes, g_memo[i].used = ++g_memo_clock;
     g_memo_held += bytes;
 }

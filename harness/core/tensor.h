@@ -25,6 +25,8 @@ size_t kvb_dtype_size(kvb_dtype t);
 const char *kvb_dtype_name(kvb_dtype t);
 int kvb_dtype_is_float(kvb_dtype t);
 double kvb_load_as_double(const void *p, kvb_dtype t, int64_t i); /* element i as a double */
+/* memcpy by the OpenMP threads, a MiB a piece: the host's buffers of gigabytes (caches, their references) */
+void kvb_copy_parallel(void *dst, const void *src, size_t bytes);
 
 /* ---- deterministic random numbers ---- */
 uint64_t kvb_hash64(uint64_t x);                       /* splitmix64 finalizer */

@@ -297,7 +297,7 @@ static kvb_tensor *add_buffer(kvb_run *r, const char *name, const gather_layout 
     kvb_tensor *t = kvb_run_tensor(r, name, KVB_BF16, 4, s, KVB_INOUT);
     t->cmp = KVB_CMP_EXACT;
     fill_normal(t, r->seed);
-    memcpy(t->ref, t->h, (size_t)t->n * 2);
+    kvb_copy_parallel(t->ref, t->h, (size_t)t->n * 2);
     return t;
 }
 

@@ -80,7 +80,7 @@ void step_fill_ints(kvb_tensor *t, int v)
     for (int64_t i = 0; i < t->n; i++) ((int32_t *)t->h)[i] = v;
 }
 
-void step_ref_reset(kvb_tensor *t) { memcpy(t->ref, t->h, (size_t)t->n * kvb_dtype_size(t->dtype)); }
+void step_ref_reset(kvb_tensor *t) { kvb_copy_parallel(t->ref, t->h, (size_t)t->n * kvb_dtype_size(t->dtype)); }
 
 #if KVB_HAVE_CUDA
 void *step_dev(kvb_run *r, const char *name) { return kvb_run_find(r, name)->d; }

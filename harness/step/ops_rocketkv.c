@@ -167,10 +167,10 @@ static int setup_step(kvb_run *r, rk_priv *p)
     fill_ints(t, sh->t), fill_ints(len, sh->t + 1), fill_ints(cnt, n_sel);
     int rc = ref_rocketkv_meta_prefix(sh, K->h, mn->h, mx->h);
     if (rc) return rc;
-    memcpy(K->ref, K->h, sizeof(kvb_bf16) * (size_t)K->n);
-    memcpy(V->ref, V->h, sizeof(kvb_bf16) * (size_t)V->n);
-    memcpy(mn->ref, mn->h, sizeof(kvb_bf16) * (size_t)mn->n);
-    memcpy(mx->ref, mx->h, sizeof(kvb_bf16) * (size_t)mx->n);
+    kvb_copy_parallel(K->ref, K->h, sizeof(kvb_bf16) * (size_t)K->n);
+    kvb_copy_parallel(V->ref, V->h, sizeof(kvb_bf16) * (size_t)V->n);
+    kvb_copy_parallel(mn->ref, mn->h, sizeof(kvb_bf16) * (size_t)mn->n);
+    kvb_copy_parallel(mx->ref, mx->h, sizeof(kvb_bf16) * (size_t)mx->n);
     if ((rc = ref_rocketkv_step(q->h, kn->h, vn->h, K->ref, V->ref, mn->ref, mx->ref, sh, u->ref, pages->ref, o->ref,
                                 NULL)))
         return rc;
