@@ -57,10 +57,12 @@ def main():
     except (OSError, ValueError):
         bench, timed, failed = None, [], []
     dev = read(os.path.join(res, "device.txt")).strip().splitlines()
-    lines.append("**%s** (`%s/`): %s, driver %s, kvbench %s." % (
+    lines.append("**%s** (`%s/`): %s when the bench began, driver %s, kvbench %s." % (
         ctx.get("gpu", "unknown GPU"), rel, ctx.get("gpu_clocks", "clocks not recorded"),
         ctx.get("gpu_driver", "?"), ctx.get("kvbench_git_revision", "?")))
     if dev:
+        lines.append("")
+        lines.append("`device.txt`, written before the round's first phase (the SM clock is the idle GPU's):")
         lines.append("")
         lines.append("```")
         lines += dev[:4]
