@@ -674,6 +674,7 @@ int kvb_cmd_bench(const kvb_options *o)
     kvb_peers_free(&peers);
     kvb_host_pool_release();
     kvb_fill_memo_release();
+    kvb_stage_release();
     kvb_cases_free(&cases);
     return status;
 }

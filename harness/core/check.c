@@ -173,6 +173,7 @@ int kvb_cmd_check(const kvb_options *o)
     }
     kvb_host_pool_release();
     kvb_fill_memo_release();
+    kvb_stage_release();
     kvb_xfree(cost);
     kvb_cases_free(&cases);
     return status;
@@ -236,6 +237,7 @@ int kvb_cmd_profile(const kvb_options *o)
     kvb_run_teardown(&r);
     kvb_host_pool_release();
     kvb_fill_memo_release();
+    kvb_stage_release();
     kvb_cases_free(&cases);
     return out.v.pass ? 0 : 1;
 }

@@ -72,8 +72,12 @@ void kvb_pinned_free(void *p);
 
 cudaStream_t kvb_stream_create(void);
 void kvb_stream_destroy(cudaStream_t s);
+/* Host <-> device copies; those of at least 8 MiB of pageable memory go through two pinned 64 MiB buffers
+ * (gpu.c says why), with cudaMemcpyAsync's pageable semantics: to the device, returns once src has been
+ * read; back, once dst holds the data. kvb_stage_release frees the buffers (a later copy sets them up). */
 void kvb_h2d(void *dst, const void *src, size_t bytes, cudaStream_t s);
 void kvb_d2h(void *dst, const void *src, size_t bytes, cudaStream_t s);
+void kvb_stage_release(void);
 void kvb_d2d(void *dst, const void *src, size_t bytes, cudaStream_t s);
 /* rows of width bytes, dst and src rows pitch bytes apart (a strided copy between device buffers) */
 void kvb_d2d_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows, cudaStream_t s);
