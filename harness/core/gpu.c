@@ -203,13 +203,14 @@ void kvb_stream_destroy(cudaStream_t s)
 }
 
 /* ---- copies of pageable host memory through pinned staging ----
- * The driver copies pageable memory through its own staging at 5.5-6.4 GB/s to the device and 12.2-12.7
- * GB/s back on the H200 host, against 47-53 GB/s through two pinned buffers of 64 MiB filled and emptied
- * by the OpenMP threads (one chunk crosses the bus while the threads copy the other). A copy of at least
- * STAGE_MIN bytes whose host side CUDA does not know as pinned takes that path; the semantics stay those of
- * cudaMemcpyAsync on pageable memory: to the device it returns once src has been read (its last chunks may
- * still be in flight from the buffers, which the next staged copy waits for), back once dst holds the data.
- * Where the buffers cannot be had, the driver's path. */
+ * The driver copies pageable memory through its own staging at 6.4 GB/s to the device and 10.3 GB/s back
+ * on the H200 host, against 45-51 GB/s through two pinned buffers of 64 MiB filled and emptied by the
+ * OpenMP threads, one chunk crossing the bus while the threads copy the other (profiles/host_copy_probe.cu,
+ * results/h200/staged-copies/run.txt). A copy of at least STAGE_MIN bytes whose host side CUDA does not
+ * know as pinned takes that path, with the semantics of cudaMemcpyAsync on pageable memory: to the device
+ * it returns once src has been read (its last chunks may still be in flight from the buffers, which the
+ * next staged copy waits for), back once dst holds the data. Where the buffers cannot be had, the
+ * driver's path. */
 enum { STAGE_CHUNK = 64 << 20, STAGE_MIN = 8 << 20 };
 static char *g_stage[2];
 static cudaEvent_t g_stage_done[2]; /* the buffer's last copy has finished */
