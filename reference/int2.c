@@ -78,30 +78,28 @@ void int2_quantize_group(const float *x, int n, uint8_t *codes, kvb_fp16 *scale,
 static int check_inputs(const kvb_bf16 *x, int64_t src_len, int64_t n, const int2_layout *l, const char *who,
                         const char *what)
 {
-    const int64_t heads = (int64_t)l->B * l->Hkv, per = n * l->D;
-    int64_t first_head = heads;
-#pragma omp parallel for schedule(static) reduction(min : first_head)
-    for (int64_t h = 0; h < heads; h++) {
-        const kvb_bf16 *row = x + h * src_len * l->D;
-        for (int64_t i = 0; i < per; i++) {
-            float v = kvb_bf16_to_float(row[i]);
-            if (!isfinite(v) || fabsf(v) > (float)INT2_MAX_ABS) {
-                if (h < first_head) first_head = h;
-                break;
+    const int64_t heads = (int64_t)l->B * l->Hkv, per = n * l->D, piece = 1 << 16;
+    const int64_t pieces = (per + piece - 1) / piece;
+    int64_t first = heads * per; /* (head, element) as head * per + element: the least offending one */
+#pragma omp parallel for collapse(2) schedule(static) reduction(min : first)
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t k = 0; k < pieces; k++) {
+            const kvb_bf16 *row = x + h * src_len * l->D;
+            const int64_t end = (k + 1) * piece < per ? (k + 1) * piece : per;
+            for (int64_t i = k * piece; i < end; i++) {
+                float v = kvb_bf16_to_float(row[i]);
+                if (!isfinite(v) || fabsf(v) > (float)INT2_MAX_ABS) {
+                    if (h * per + i < first) first = h * per + i;
+                    break;
+                }
             }
         }
-    }
-    if (first_head == heads) return KVB_OK;
-    const kvb_bf16 *row = x + first_head * src_len * l->D;
-    for (int64_t i = 0; i < per; i++) {
-        float v = kvb_bf16_to_float(row[i]);
-        if (!isfinite(v) || fabsf(v) > (float)INT2_MAX_ABS)
-            return kvb_fail(KVB_EINVAL, "%s: %s[%lld,%lld,%lld,%lld]=%g out of range [-32768, 32768]: quantizer inputs must "
-                            "be finite and within 2^15 (fp16 metadata and operands)", who, what,
-                            (long long)(first_head / l->Hkv), (long long)(first_head % l->Hkv), (long long)(i / l->D),
-                            (long long)(i % l->D), v);
-    }
-    return KVB_OK;
+    if (first == heads * per) return KVB_OK;
+    const int64_t h = first / per, i = first % per;
+    return kvb_fail(KVB_EINVAL, "%s: %s[%lld,%lld,%lld,%lld]=%g out of range [-32768, 32768]: quantizer inputs must "
+                    "be finite and within 2^15 (fp16 metadata and operands)", who, what, (long long)(h / l->Hkv),
+                    (long long)(h % l->Hkv), (long long)(i / l->D), (long long)(i % l->D),
+                    kvb_bf16_to_float(x[h * src_len * l->D + i]));
 }
 
 int int2_span_check(const int2_layout *l, int64_t src_len, int64_t n, int64_t t0, const char *who)
@@ -129,16 +127,17 @@ int ref_int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n, int64_
     if (rc) return rc;
     const int D = l->D, gs = l->gs;
     if ((rc = check_inputs(K, src_len, n, l, who, "K"))) return rc;
-    const int64_t words = l->Tcap / 16, groups = l->Tcap / gs;
-#pragma omp parallel for collapse(2) schedule(static)
+    const int64_t words = l->Tcap / 16, groups = l->Tcap / gs, n_groups = n / gs;
+    /* group by group, then channel by channel: a group's gs tokens of D channels are read while they are in
+     * the cache (channel by channel over the whole length rereads every line D times); the threads share
+     * the groups of every head (a one-head call too), each group written by one */
+#pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < l->B; b++)
-        for (int h = 0; h < l->Hkv; h++) {
-            const kvb_bf16 *src = K + ((int64_t)b * l->Hkv + h) * src_len * D;
-            float x[128];
-            uint8_t codes[128];
-            /* group by group, then channel by channel: a group's gs tokens of D channels are read while
-             * they are in the cache (channel by channel over the whole length rereads every line D times) */
-            for (int64_t g = 0; g < n / gs; g++) {
+        for (int h = 0; h < l->Hkv; h++)
+            for (int64_t g = 0; g < n_groups; g++) {
+                const kvb_bf16 *src = K + ((int64_t)b * l->Hkv + h) * src_len * D;
+                float x[128];
+                uint8_t codes[128];
                 int64_t tg = t0 + g * gs; /* first cache token of the group */
                 for (int d = 0; d < D; d++) {
                     int64_t row = ((int64_t)b * l->Hkv + h) * D + d; /* channel d of (b, h) */
@@ -151,7 +150,6 @@ int ref_int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n, int64_
                     }
                 }
             }
-        }
     return KVB_OK;
 }
 
@@ -163,12 +161,12 @@ int ref_int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int6
     if (rc) return rc;
     const int D = l->D, gs = l->gs;
     if ((rc = check_inputs(V, src_len, n, l, who, "V"))) return rc;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) /* the threads share every head's tokens */
     for (int b = 0; b < l->B; b++)
-        for (int h = 0; h < l->Hkv; h++) {
-            float x[128];
-            uint8_t codes[128];
+        for (int h = 0; h < l->Hkv; h++)
             for (int64_t t = 0; t < n; t++) {
+                float x[128];
+                uint8_t codes[128];
                 const kvb_bf16 *src = V + (((int64_t)b * l->Hkv + h) * src_len + t) * D;
                 int64_t row = ((int64_t)b * l->Hkv + h) * l->Tcap + t0 + t; /* cache token t0 + t of (b, h) */
                 for (int g = 0; g < D / gs; g++) {
@@ -181,7 +179,6 @@ int ref_int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t n, int6
                     }
                 }
             }
-        }
     return KVB_OK;
 }
 

@@ -146,6 +146,10 @@ static void test_bad_inputs(void **state)
     assert_error_mentions("K[0,1,3,17]=65536 out of range [-32768, 32768]");
     K[(1 * T + 3) * D + 17] = bf(32768.0); /* the bound itself is supported */
     assert_int_equal(ref_int2_quantize_keys(K, T, T, 0, q, s, z, &l), KVB_OK);
+    /* two offending elements: the first in (b, h, t, d) order is named, whatever the threads found first */
+    K[(1 * T + 0) * D + 2] = 0x7FC0, K[(0 * T + 15) * D + 63] = bf(-65536.0);
+    assert_int_equal(ref_int2_quantize_keys(K, T, T, 0, q, s, z, &l), KVB_EINVAL);
+    assert_error_mentions("K[0,0,15,63]=-65536 out of range");
 }
 
 /* The flush: R + 1 = 128 quantizes the residual's 128 tokens into cache tokens [T, T + 128) exactly as a
