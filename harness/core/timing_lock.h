@@ -5,7 +5,9 @@
  * memory (kvb_run_timing_exclusive: the host link and the host's memory are shared by every GPU),
  * shared for one that reads device memory only. So a host-bound case is timed while no other process
  * is timing, and device-only cases time together. The ceilings' measurement at the start of a bench
- * (pinned copies among them) holds it exclusively too.
+ * (pinned copies among them) holds it exclusively too. The other processes' set-up and validation are not
+ * held off: their input draws and references on the host's cores, their copies over their own GPU's link
+ * (staged through pinned buffers at up to ~50 GB/s, gpu.c) run beside a host-bound timing.
  * Fairness: flock lets shared holders overlap without end, so an exclusive request could wait for as
  * long as the others keep timing. Every request first takes FILE.gate exclusively and holds it until
  * it has FILE: while an exclusive request waits, no new shared one is granted.
