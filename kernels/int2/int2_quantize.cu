@@ -11,11 +11,11 @@ namespace {
 // so that the 8 chunk lanes of a pair read 8 different banks.
 constexpr int QK_THREADS = 256, QK_TILE = 128;
 
-template <int D>
+template <int D, int GS>
 __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bfloat16 *__restrict__ K, int64_t src_len,
                                                                   int64_t n, int64_t t0, uint32_t *__restrict__ Kq,
                                                                   __half *__restrict__ Ks, __half *__restrict__ Kz,
-                                                                  int64_t Tcap, int gs, int64_t bh0)
+                                                                  int64_t Tcap, int64_t bh0)
 {
     constexpr int PAIRS = D / 2, NCH = PAIRS / 4; // 32-bit pairs per token, 16-byte chunks per token
     __shared__ __align__(16) uint32_t tile[QK_TILE * PAIRS]; // 32 KB (D=128) or 16 KB (D=64)
@@ -31,8 +31,8 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
     cp_async_wait<0>();
     __syncthreads();
 
-    const int64_t words = Tcap / 16, groups = Tcap / gs;
-    const int per = gs / 16; // chunk lanes per group
+    const int64_t words = Tcap / 16, groups = Tcap / GS;
+    constexpr int per = GS / 16; // chunk lanes per group
     for (int u = tid; u < PAIRS * 8; u += QK_THREADS) { // warp-uniform trip count (PAIRS * 8 is a multiple of 256)
         const int c = u & 7, p = u >> 3;
         const bool active = 16 * c < ntile;
@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
             probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
         }
         uint32_t umn = bits_of(mn), umx = bits_of(mx), upr = bits_of(probe);
+#pragma unroll
         for (int off = 1; off < per; off <<= 1) {
             mn = __hmin2(bf2_of(umn), bf2_of(__shfl_xor_sync(0xffffffffu, umn, off)));
             mx = __hmax2(bf2_of(umx), bf2_of(__shfl_xor_sync(0xffffffffu, umx, off)));
@@ -65,8 +66,9 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
         const int64_t tc = t0 + tile0 + 16 * c; // the chunk's first cache token
         const int64_t row0 = bh * D + 2 * p, row1 = row0 + 1;
         if (c % per == 0) {
-            Ks[row0 * groups + tc / gs] = s0, Kz[row0 * groups + tc / gs] = z0;
-            Ks[row1 * groups + tc / gs] = s1, Kz[row1 * groups + tc / gs] = z1;
+            const int64_t g = tc / GS;
+            Ks[row0 * groups + g] = s0, Kz[row0 * groups + g] = z0;
+            Ks[row1 * groups + g] = s1, Kz[row1 * groups + g] = z1;
         }
         const float sf0 = __half2float(s0), zf0 = __half2float(z0), sf1 = __half2float(s1), zf1 = __half2float(z1);
         const bool live0 = !bad0 && sf0 != 0.f, live1 = !bad1 && sf1 != 0.f;
@@ -86,11 +88,11 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
 // max over gs/16 neighbouring lanes by shuffles.
 constexpr int QV_THREADS = 256;
 
-template <int D>
+template <int D, int GS>
 __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfloat16 *__restrict__ V, int64_t src_len,
                                                                     int64_t n, int64_t t0, uint32_t *__restrict__ Vq,
                                                                     __half *__restrict__ Vs, __half *__restrict__ Vz,
-                                                                    int64_t Tcap, int gs, int64_t bh0)
+                                                                    int64_t Tcap, int64_t bh0)
 {
     constexpr int WPT = D / 16; // code words per token
     const int64_t bh = bh0 + blockIdx.y;
@@ -118,7 +120,8 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
     }
     float fmn = fminf(__low2float(mn), __high2float(mn)), fmx = fmaxf(__low2float(mx), __high2float(mx));
     bool bad = isnan(__low2float(probe)) || isnan(__high2float(probe));
-    for (int off = 1; off < gs / 16; off <<= 1) {
+#pragma unroll
+    for (int off = 1; off < GS / 16; off <<= 1) {
         fmn = fminf(fmn, __shfl_xor_sync(0xffffffffu, fmn, off));
         fmx = fmaxf(fmx, __shfl_xor_sync(0xffffffffu, fmx, off));
         bad |= __shfl_xor_sync(0xffffffffu, (int)bad, off) != 0;
@@ -128,8 +131,8 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
     __half s, z;
     group_meta(fmn, fmx, bad, s, z);
     const int64_t row = bh * Tcap + t0 + tok;
-    const int per = gs / 16;
-    if (w % per == 0) Vs[row * (D / gs) + w / per] = s, Vz[row * (D / gs) + w / per] = z;
+    constexpr int per = GS / 16;
+    if (w % per == 0) Vs[row * (D / GS) + w / per] = s, Vz[row * (D / GS) + w / per] = z;
     const float sf = __half2float(s), zf = __half2float(z);
     uint32_t word = 0;
     if (!bad && sf != 0.f) {
@@ -240,12 +243,12 @@ extern "C" int int2_quantize_keys(const kvb_bf16 *K, int64_t src_len, int64_t n,
     __half *Ks = reinterpret_cast<__half *>(c->Ks), *Kz = reinterpret_cast<__half *>(c->Kz);
     return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
         const dim3 grid(tiles, heads);
-        if (l->D == 64)
-            quant_keys_kernel<64><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
-        else
-            quant_keys_kernel<128><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz, l->Tcap, l->gs, bh0);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+            quant_keys_kernel<dc.value, gc.value><<<grid, QK_THREADS, 0, stream>>>(src, src_len, n, t0, c->Kq, Ks, Kz,
+                                                                                   l->Tcap, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 
@@ -263,12 +266,12 @@ extern "C" int int2_quantize_values(const kvb_bf16 *V, int64_t src_len, int64_t 
     __half *Vs = reinterpret_cast<__half *>(c->Vs), *Vz = reinterpret_cast<__half *>(c->Vz);
     return kvb_grid_chunks((int64_t)l->B * l->Hkv, [&](int64_t bh0, unsigned heads) -> int {
         const dim3 grid(blocks, heads);
-        if (l->D == 64)
-            quant_values_kernel<64><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
-        else
-            quant_values_kernel<128><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz, l->Tcap, l->gs, bh0);
-        CUDA_TRY(cudaGetLastError());
-        return KVB_OK;
+        return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int {
+            quant_values_kernel<dc.value, gc.value><<<grid, QV_THREADS, 0, stream>>>(src, src_len, n, t0, c->Vq, Vs, Vz,
+                                                                                     l->Tcap, bh0);
+            CUDA_TRY(cudaGetLastError());
+            return KVB_OK;
+        });
     });
 }
 
