@@ -126,7 +126,6 @@ struct QuantNativeParams {
     int64_t src_len, t0, Tcap;  // cache tokens [t0, t0 + n)
     uint32_t *Rec;
     __half *Km;
-    int gs;
 };
 
 // Shared-memory layout of quant_native_kernel (bytes, every part 16-byte aligned). K pairs: row stride
@@ -138,18 +137,16 @@ struct QuantNativeParams {
 struct QnLayout {
     int D, gs, CH, ngk, ngv, KS, VS;
     size_t kt, vt, kq, vq, km, vm, bytes;
-    __host__ __device__ QnLayout(int D_, int gs_)
-        : D(D_), gs(gs_), CH(gs_ > 64 ? gs_ : 64), ngk(CH / gs_), ngv(D_ / gs_), KS(D_ / 2 + 8), VS(D_ / 2 + 2)
+    constexpr __host__ __device__ QnLayout(int D_, int gs_)
+        : D(D_), gs(gs_), CH(gs_ > 64 ? gs_ : 64), ngk(CH / gs_), ngv(D_ / gs_), KS(D_ / 2 + 8), VS(D_ / 2 + 2),
+          kt(0), vt(kt + (size_t)CH * KS * 4), kq(vt + (size_t)CH * VS * 4), vq(kq + (size_t)D * ngk * 16),
+          km(vq + (size_t)ngv * (CH + 1) * 16), vm(km + (size_t)2 * D * ngk * 2), bytes(vm + (size_t)2 * CH * ngv * 2)
     {
-        kt = 0;
-        vt = kt + (size_t)CH * KS * 4;
-        kq = vt + (size_t)CH * VS * 4;
-        vq = kq + (size_t)D * ngk * 16;
-        km = vq + (size_t)ngv * (CH + 1) * 16;
-        vm = km + (size_t)2 * D * ngk * 2;
-        bytes = vm + (size_t)2 * CH * ngv * 2;
     }
 };
+
+// log2 of a power of two, at compile time
+constexpr __host__ __device__ int log2_pow2(int x) { return x <= 1 ? 0 : 1 + log2_pow2(x / 2); }
 
 template <int D> __device__ __forceinline__ int vpos(int p) { return D == 128 ? 2 * (p & 31) + (p >> 5) : p; }
 template <int D> __device__ __forceinline__ int kq_at(int c, int gi) { return (2 * gi + (c & 1)) * (D / 2) + (c >> 1); }
@@ -183,13 +180,15 @@ struct GroupScan {
 
 __device__ __forceinline__ uint32_t code_m(float x, const float4 &m) { return code_of(x, m.x, m.y, m.z); }
 
-template <int D>
+template <int D, int GS>
 __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    const QnLayout L(D, p.gs);
-    const int gs = L.gs, CH = L.CH, ngk = L.ngk, ngv = L.ngv, KS = L.KS, VS = L.VS, tid = threadIdx.x;
-    const int lgs = __ffs(gs) - 1, lngv = __ffs(ngv) - 1; // gs and D / gs are powers of two: no division per word
+    // (D, gs) at compile time: the layout's sizes, strides and shifts are constants, the group loops unrolled
+    constexpr QnLayout L(D, GS);
+    constexpr int gs = L.gs, CH = L.CH, ngk = L.ngk, ngv = L.ngv, KS = L.KS, VS = L.VS;
+    constexpr int lgs = log2_pow2(gs), lngv = log2_pow2(ngv);
+    const int tid = threadIdx.x;
     uint32_t *kt = reinterpret_cast<uint32_t *>(smem + L.kt), *vt = reinterpret_cast<uint32_t *>(smem + L.vt);
     float4 *kq = reinterpret_cast<float4 *>(smem + L.kq), *vq = reinterpret_cast<float4 *>(smem + L.vq);
     unsigned short *km = reinterpret_cast<unsigned short *>(smem + L.km), *vm = reinterpret_cast<unsigned short *>(smem + L.vm);
@@ -223,6 +222,7 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             const int pr = u % (D / 2), gi = u / (D / 2);
             const uint32_t *col = kt + gi * gs * KS + pr;
             __nv_bfloat162 mn = pinf2, mx = ninf2, probe = zero2;
+#pragma unroll
             for (int i = 0; i < gs; i++) {
                 const __nv_bfloat162 v = bf2_of(col[i * KS]);
                 mn = __hmin2(mn, v), mx = __hmax2(mx, v);
@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             const uint32_t *row = vt + t * VS;
             const int pr0 = gv * (gs / 2);
             __nv_bfloat162 mn = pinf2, mx = ninf2, probe = zero2;
+#pragma unroll
             for (int i = 0; i < gs / 2; i++) {
                 const __nv_bfloat162 v = bf2_of(row[vpos<D>(pr0 + i)]);
                 mn = __hmin2(mn, v), mx = __hmax2(mx, v);
@@ -388,7 +389,7 @@ extern "C" int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_
     if (n == 0) return KVB_OK;
     v3::QuantNativeParams p;
     p.K = reinterpret_cast<const __nv_bfloat16 *>(K), p.V = reinterpret_cast<const __nv_bfloat16 *>(V);
-    p.src_len = src_len, p.t0 = t0, p.Tcap = l->Tcap, p.gs = l->gs;
+    p.src_len = src_len, p.t0 = t0, p.Tcap = l->Tcap;
     p.Rec = nat->Rec, p.Km = reinterpret_cast<__half *>(nat->Km);
     const size_t smem = v3::QnLayout(l->D, l->gs).bytes; // bf16 pairs, float and fp16 metadata
     const int64_t chunks = n / CH, heads = (int64_t)l->B * l->Hkv;
@@ -404,5 +405,5 @@ extern "C" int int2_quantize_native(const kvb_bf16 *K, const kvb_bf16 *V, int64_
             return KVB_OK;
         });
     };
-    return l->D == 64 ? run(v3::quant_native_kernel<64>) : run(v3::quant_native_kernel<128>);
+    return with_cfg(l->D, l->gs, [&](auto dc, auto gc) -> int { return run(v3::quant_native_kernel<dc.value, gc.value>); });
 }
