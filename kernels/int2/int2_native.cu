@@ -151,6 +151,15 @@ constexpr __host__ __device__ int log2_pow2(int x) { return x <= 1 ? 0 : 1 + log
 template <int D> __device__ __forceinline__ int vpos(int p) { return D == 128 ? 2 * (p & 31) + (p >> 5) : p; }
 template <int D> __device__ __forceinline__ int kq_at(int c, int gi) { return (2 * gi + (c & 1)) * (D / 2) + (c >> 1); }
 __device__ __forceinline__ int vq_at(int tt, int gv, int CH) { return gv * (CH + 1) + (tt ^ ((tt >> 3) & 1)); }
+// The value scales (a = 0) and zeros (a = 1) in the records' order, so that a metadata word of the records is
+// one 4-byte copy: the half e of step t / 64's metadata part that write_record reads for token t of the
+// chunk and group gv, e = ((2 i + a) ngv + gv) 16 + pos with i = (t % 64) / 16 and pos the inverse of
+// tau(pos) = 2 (pos / 4) + 8 ((pos / 2) % 2) + pos % 2 for tau = t % 16.
+template <int NGV> __device__ __forceinline__ int vm_at(int a, int t, int gv)
+{
+    const int i = (t >> 4) & 3, tau = t & 15, pos = ((tau & 6) << 1) | ((tau >> 2) & 2) | (tau & 1);
+    return (t >> 6) * 128 * NGV + (((2 * i + a) * NGV + gv) << 4) + pos;
+}
 
 // The metadata of one group from its min, max and bad flag: fp16 bits for the native layout and
 // (scale, zero, 1/scale) as floats for the codes. mn and mx as the reference's scan finds them (first
@@ -265,7 +274,7 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
                     a.add(bf16_lo(x)), a.add(bf16_hi(x));
                 }
             }
-            vq[vq_at(t, gv, CH)] = a.finish(vm[t * ngv + gv], vm[(CH + t) * ngv + gv]); // vm [a][tau][gv]
+            vq[vq_at(t, gv, CH)] = a.finish(vm[vm_at<ngv>(0, t, gv)], vm[vm_at<ngv>(1, t, gv)]);
         }
     }
     __syncthreads();
@@ -313,14 +322,8 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
                         word += code_m(bf16_hi(x), mv) << (16 * hb + 4 * m + 2);
                     }
                 }
-            } else { // value scales and zeros: halves 2e, 2e + 1 of the metadata part
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int e = 2 * (idx - 8 * D) + half;
-                    const int pos = e % 16, gv = (e >> 4) & (ngv - 1), ia = e >> (4 + lngv), i = ia / 2, a = ia % 2;
-                    const int tau = 2 * (pos / 4) + 8 * ((pos / 2) % 2) + pos % 2; // the inverse of pos(tau)
-                    word |= (uint32_t)vm[(a * CH + s0 + 16 * i + tau) * ngv + gv] << (16 * half);
-                }
+            } else { // value scales and zeros, already in the records' order (vm_at)
+                word = reinterpret_cast<const uint32_t *>(vm)[sl * 64 * ngv + (idx - 8 * D)];
             }
             rec[idx] = word;
         }
