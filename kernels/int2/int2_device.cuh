@@ -40,6 +40,28 @@ inline CachePtrs ptrs_of(const int2_cache *c)
 
 // ---- the quantizer's rounding (bit-exact with the reference: fp32 arithmetic exactly where reference/int2.c puts it) ----
 
+// RN(x / 3) for x >= 0 by Markstein's step with r = RN(1/3) (see code_of): the quotient __fdiv_rn gives
+// for every normal x up to 2^17 (every such float checked on the H200, profiles/int2_rounding_check.cu),
+// without the division's check and slow path. Below the normal range it may differ in the last bit of a
+// quotient under 2^-126, which fp16 rounds to 0 either way.
+__device__ __forceinline__ float third_rn(float x)
+{
+    const float r = 0x1.555556p-2f; // RN(1/3)
+    const float q0 = __fmul_rn(x, r);
+    return __fmaf_rn(__fmaf_rn(-q0, 3.0f, x), r, q0);
+}
+
+// RN(1/s) for a normal s: the hardware reciprocal and one Newton step, the fast path of __frcp_rn without
+// its check for the inputs that need the slow one (denormals, exponents near the limits); every nonzero
+// fp16 scale is normal as a float, and each gives __frcp_rn's bits (every one checked on the H200,
+// profiles/int2_rounding_check.cu).
+__device__ __forceinline__ float rcp_rn_normal(float s)
+{
+    float r0;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(s));
+    return __fmaf_rn(r0, -__fmaf_rn(s, r0, -1.0f), r0);
+}
+
 // scale = fp16((mx - mn) / 3), zero = fp16(mn); a group holding an unsupported value gets NaN metadata.
 __device__ __forceinline__ void group_meta(float mn, float mx, bool bad, __half &s, __half &z)
 {
@@ -47,7 +69,7 @@ __device__ __forceinline__ void group_meta(float mn, float mx, bool bad, __half 
         s = z = __ushort_as_half((unsigned short)0x7E00);
         return;
     }
-    s = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), 3.0f));
+    s = __float2half_rn(third_rn(__fsub_rn(mx, mn)));
     z = __float2half_rn(mn);
 }
 

@@ -183,7 +183,7 @@ struct GroupScan {
         sb = __half_as_ushort(s), zb = __half_as_ushort(z);
         const float sf = __half2float(s), zf = __half2float(z);
         if (!(sf == sf && sf != 0.f)) return make_float4(0.f, 0.f, 0.f, 0.f);
-        return make_float4(sf, zf, __frcp_rn(sf), 0.f);
+        return make_float4(sf, zf, rcp_rn_normal(sf), 0.f);
     }
 };
 

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
         }
         const float sf0 = __half2float(s0), zf0 = __half2float(z0), sf1 = __half2float(s1), zf1 = __half2float(z1);
         const bool live0 = !bad0 && sf0 != 0.f, live1 = !bad1 && sf1 != 0.f;
-        const float r0 = live0 ? __frcp_rn(sf0) : 0.f, r1 = live1 ? __frcp_rn(sf1) : 0.f;
+        const float r0 = live0 ? rcp_rn_normal(sf0) : 0.f, r1 = live1 ? rcp_rn_normal(sf1) : 0.f;
         uint32_t w0 = 0, w1 = 0;
 #pragma unroll
         for (int i = 0; i < 16; i++) {
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
     const float sf = __half2float(s), zf = __half2float(z);
     uint32_t word = 0;
     if (!bad && sf != 0.f) {
-        const float r = __frcp_rn(sf);
+        const float r = rcp_rn_normal(sf);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             word |= code_of(bf16_lo(u[i]), sf, zf, r) << (4 * i);
