@@ -254,12 +254,14 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             kq[kq_at<D>(c + 1, gi)] = b.finish(km[(c + 1) * ngk + gi], km[(D + c + 1) * ngk + gi]);
         } else {
             const int w = u - (D / 2) * ngk, t = w >> lngv, gv = w & (ngv - 1);
-            const uint32_t *row = vt + t * VS;
+            // the group's pairs pr0 + i, i < gs / 2: vpos(pr0 + i) = vpos(pr0) + vpos(i), as pr0 is a multiple
+            // of gs / 2 (which divides 32, or is 64 with pr0 = 0), so each load is the row's address plus a constant
             const int pr0 = gv * (gs / 2);
+            const uint32_t *row = vt + t * VS + vpos<D>(pr0);
             __nv_bfloat162 mn = pinf2, mx = ninf2, probe = zero2;
 #pragma unroll
             for (int i = 0; i < gs / 2; i++) {
-                const __nv_bfloat162 v = bf2_of(row[vpos<D>(pr0 + i)]);
+                const __nv_bfloat162 v = bf2_of(row[vpos<D>(i)]);
                 mn = __hmin2(mn, v), mx = __hmax2(mx, v);
                 probe = __hfma2(v, zero2, probe);
             }
@@ -267,10 +269,10 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             a.mn = fminf(__low2float(mn), __high2float(mn)), a.mx = fmaxf(__low2float(mx), __high2float(mx));
             a.bad = unsupported(a.mn) || unsupported(a.mx) || isnan(__low2float(probe)) || isnan(__high2float(probe));
             if (a.needs_order()) {
-                uint32_t x = row[vpos<D>(pr0)];
+                uint32_t x = row[0];
                 a.first(bf16_lo(x)), a.add(bf16_hi(x));
                 for (int i = 1; i < gs / 2; i++) {
-                    x = row[vpos<D>(pr0 + i)];
+                    x = row[vpos<D>(i)];
                     a.add(bf16_lo(x)), a.add(bf16_hi(x));
                 }
             }
