@@ -222,25 +222,24 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
     }
     __syncthreads();
     // metadata: key tasks (pair pr, group gi) over gs tokens of two channels, value tasks (token t,
-    // group gv) over gs channels; min, max and an inf/NaN probe on bf16 pairs, as the interchange
-    // quantizers, then the reference's ordered scan where a bound is a zero (its sign)
-    const __nv_bfloat162 zero2 = __floats2bfloat162_rn(0.f, 0.f), pinf2 = __floats2bfloat162_rn(INFINITY, INFINITY),
-                         ninf2 = __floats2bfloat162_rn(-INFINITY, -INFINITY);
+    // group gv) over gs channels; min and max on bf16 pairs, the min NaN-propagating so that a NaN makes
+    // it NaN (and an inf makes a bound inf), as the interchange quantizers, then the reference's ordered
+    // scan where a bound is a zero (its sign)
+    const __nv_bfloat162 pinf2 = __floats2bfloat162_rn(INFINITY, INFINITY), ninf2 = __floats2bfloat162_rn(-INFINITY, -INFINITY);
     for (int u = tid; u < (D / 2) * ngk + CH * ngv; u += blockDim.x) {
         if (u < (D / 2) * ngk) {
             const int pr = u % (D / 2), gi = u / (D / 2);
             const uint32_t *col = kt + gi * gs * KS + pr;
-            __nv_bfloat162 mn = pinf2, mx = ninf2, probe = zero2;
+            __nv_bfloat162 mn = pinf2, mx = ninf2;
 #pragma unroll
             for (int i = 0; i < gs; i++) {
                 const __nv_bfloat162 v = bf2_of(col[i * KS]);
-                mn = __hmin2(mn, v), mx = __hmax2(mx, v);
-                probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
+                mn = __hmin2_nan(mn, v), mx = __hmax2(mx, v);
             }
             GroupScan a, b;
             a.mn = __low2float(mn), a.mx = __low2float(mx), b.mn = __high2float(mn), b.mx = __high2float(mx);
-            a.bad = unsupported(a.mn) || unsupported(a.mx) || isnan(__low2float(probe));
-            b.bad = unsupported(b.mn) || unsupported(b.mx) || isnan(__high2float(probe));
+            a.bad = unsupported(a.mn) || unsupported(a.mx);
+            b.bad = unsupported(b.mn) || unsupported(b.mx);
             if (a.needs_order()) {
                 a.first(bf16_lo(col[0]));
                 for (int i = 1; i < gs; i++) a.add(bf16_lo(col[i * KS]));
@@ -258,16 +257,15 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
             // of gs / 2 (which divides 32, or is 64 with pr0 = 0), so each load is the row's address plus a constant
             const int pr0 = gv * (gs / 2);
             const uint32_t *row = vt + t * VS + vpos<D>(pr0);
-            __nv_bfloat162 mn = pinf2, mx = ninf2, probe = zero2;
+            __nv_bfloat162 mn = pinf2, mx = ninf2;
 #pragma unroll
             for (int i = 0; i < gs / 2; i++) {
                 const __nv_bfloat162 v = bf2_of(row[vpos<D>(i)]);
-                mn = __hmin2(mn, v), mx = __hmax2(mx, v);
-                probe = __hfma2(v, zero2, probe);
+                mn = __hmin2_nan(mn, v), mx = __hmax2(mx, v);
             }
             GroupScan a;
             a.mn = fminf(__low2float(mn), __high2float(mn)), a.mx = fmaxf(__low2float(mx), __high2float(mx));
-            a.bad = unsupported(a.mn) || unsupported(a.mx) || isnan(__low2float(probe)) || isnan(__high2float(probe));
+            a.bad = unsupported(__low2float(mn)) || unsupported(__high2float(mn)) || unsupported(a.mx); // fminf drops a NaN
             if (a.needs_order()) {
                 uint32_t x = row[0];
                 a.first(bf16_lo(x)), a.add(bf16_hi(x));

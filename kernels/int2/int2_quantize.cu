@@ -38,28 +38,25 @@ __global__ void __launch_bounds__(QK_THREADS, 4) quant_keys_kernel(const __nv_bf
         const bool active = 16 * c < ntile;
         uint32_t x[16];
         __nv_bfloat162 mn = __floats2bfloat162_rn(INFINITY, INFINITY), mx = __floats2bfloat162_rn(-INFINITY, -INFINITY);
-        __nv_bfloat162 probe = __floats2bfloat162_rn(0.f, 0.f);
-        const __nv_bfloat162 zero2 = __floats2bfloat162_rn(0.f, 0.f);
+        // the min NaN-propagating (in the shuffles too): a NaN anywhere in the group makes it NaN
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             const int t = 16 * c + i;
             x[i] = active ? tile[t * PAIRS + ((((p >> 2) ^ c) & (NCH - 1)) << 2) + (p & 3)] : 0u;
             const __nv_bfloat162 v = bf2_of(x[i]);
-            mn = __hmin2(mn, v), mx = __hmax2(mx, v);
-            probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
+            mn = __hmin2_nan(mn, v), mx = __hmax2(mx, v);
         }
-        uint32_t umn = bits_of(mn), umx = bits_of(mx), upr = bits_of(probe);
+        uint32_t umn = bits_of(mn), umx = bits_of(mx);
 #pragma unroll
         for (int off = 1; off < per; off <<= 1) {
-            mn = __hmin2(bf2_of(umn), bf2_of(__shfl_xor_sync(0xffffffffu, umn, off)));
+            mn = __hmin2_nan(bf2_of(umn), bf2_of(__shfl_xor_sync(0xffffffffu, umn, off)));
             mx = __hmax2(bf2_of(umx), bf2_of(__shfl_xor_sync(0xffffffffu, umx, off)));
-            probe = __hadd2(bf2_of(upr), bf2_of(__shfl_xor_sync(0xffffffffu, upr, off)));
-            umn = bits_of(mn), umx = bits_of(mx), upr = bits_of(probe);
+            umn = bits_of(mn), umx = bits_of(mx);
         }
         if (!active) continue;
         const float mn0 = __low2float(mn), mn1 = __high2float(mn), mx0 = __low2float(mx), mx1 = __high2float(mx);
-        const bool bad0 = unsupported(mn0) || unsupported(mx0) || isnan(__low2float(probe));
-        const bool bad1 = unsupported(mn1) || unsupported(mx1) || isnan(__high2float(probe));
+        const bool bad0 = unsupported(mn0) || unsupported(mx0);
+        const bool bad1 = unsupported(mn1) || unsupported(mx1);
         __half s0, z0, s1, z1;
         group_meta(mn0, mx0, bad0, s0, z0);
         group_meta(mn1, mx1, bad1, s1, z1);
@@ -109,17 +106,16 @@ __global__ void __launch_bounds__(QV_THREADS) quant_values_kernel(const __nv_bfl
 #pragma unroll
         for (int i = 0; i < 8; i++) u[i] = 0u;
     }
-    // min, max and an inf/NaN probe on bf16 pairs, then over the group's gs/16 lanes
-    const __nv_bfloat162 zero2 = __floats2bfloat162_rn(0.f, 0.f);
-    __nv_bfloat162 mn = bf2_of(u[0]), mx = mn, probe = zero2;
+    // min and max on bf16 pairs, the min NaN-propagating (a NaN makes it NaN), then over the group's
+    // gs/16 lanes
+    __nv_bfloat162 mn = bf2_of(u[0]), mx = mn;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 1; i < 8; i++) {
         const __nv_bfloat162 v = bf2_of(u[i]);
-        mn = __hmin2(mn, v), mx = __hmax2(mx, v);
-        probe = __hfma2(v, zero2, probe); // inf or NaN -> NaN
+        mn = __hmin2_nan(mn, v), mx = __hmax2(mx, v);
     }
     float fmn = fminf(__low2float(mn), __high2float(mn)), fmx = fmaxf(__low2float(mx), __high2float(mx));
-    bool bad = isnan(__low2float(probe)) || isnan(__high2float(probe));
+    bool bad = isnan(__low2float(mn)) || isnan(__high2float(mn)); // fminf drops a NaN
 #pragma unroll
     for (int off = 1; off < GS / 16; off <<= 1) {
         fmn = fminf(fmn, __shfl_xor_sync(0xffffffffu, fmn, off));
