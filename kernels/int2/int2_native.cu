@@ -310,13 +310,18 @@ __global__ void __launch_bounds__(256) quant_native_kernel(QuantNativeParams p)
                 const unsigned pp = q & 1u, mh = q >> 1, g = lane >> 2, t = lane & 3u;
                 const unsigned tt0 = s0 + 16u * i + 2u * t + 8u * pp; // hb = 0; tt0 + 1 for hb = 1
                 const uint32_t *xv = vt + tt0 * VS + vpos<D>(32 * mh + g); // + 16 m (D=128) or + 8 m (D=64): pair 32 mh + 8 m + g
+                // pair 32 mh + 8 m + g is in value group (64 mh + 16 m + 2 g) >> lgs = (64 mh >> lgs) + (16 m >> lgs),
+                // as 2 g < 16 <= gs and 64 mh is a multiple of gs (gs <= 64) or both parts are 0 (gs = 128): the
+                // group rows at constant offsets from the word's first; tt0 is even, so vq_at's token order puts
+                // tokens tt0 and tt0 + 1 at tt0 + f and tt0 + 1 - f
+                const unsigned f = (tt0 >> 3) & 1u;
+                const float4 *mvb = vq + ((64u * mh) >> lgs) * (CH + 1) + tt0;
 #pragma unroll
                 for (int hb = 0; hb < 2; hb++) {
-                    const unsigned tt = tt0 + hb, ttp = tt ^ ((tt >> 3) & 1u); // vq_at's token order
+                    const float4 *mrow = mvb + (hb ^ f);
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        const unsigned gv = (64u * mh + 16u * m + 2u * g) >> lgs; // the value group of pair 32 mh + 8 m + g
-                        const float4 mv = vq[gv * (CH + 1) + ttp];
+                        const float4 mv = mrow[((16 * m) >> lgs) * (CH + 1)];
                         const uint32_t x = xv[hb * VS + (D == 128 ? 16 : 8) * m];
                         word += code_m(bf16_lo(x), mv) << (16 * hb + 4 * m);
                         word += code_m(bf16_hi(x), mv) << (16 * hb + 4 * m + 2);
