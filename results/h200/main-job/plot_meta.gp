@@ -1,32 +1,32 @@
 # written by harness/report/plot_report.py with plot.dat; loaded by harness/report/plots.gp
 gpu = "NVIDIA H200"
-runs = "bench e737c0b 2026-12-01 18:59"
+runs = "bench 0d048c6 2026-12-01 22:27"
 array run_lines[1]
-run_lines[1] = "bench e737c0b 2026-12-01 18:59"
+run_lines[1] = "bench 0d048c6 2026-12-01 22:27"
 n_cases = 218
-max_pct = 98.03
+max_pct = 98.12
 n_over = 0
 n_skipped = 8
 n_panels = 6
 array panel_title[6]
 array panel_rows[6]
 array panel_cols[6]
-panel_title[1] = "device copy (measured: copy 4280 GB/s)"
+panel_title[1] = "device copy (measured: copy 4281 GB/s)"
 panel_rows[1] = 44
 panel_cols[1] = "6"
-panel_title[2] = "device read (measured: read 4550 GB/s)"
+panel_title[2] = "device read (measured: read 4536 GB/s)"
 panel_rows[2] = 109
 panel_cols[2] = "6 7 8 9 10 11 12 13 14 15 27 28 29"
-panel_title[3] = "decode_step: whole steps, device read bound (measured: read 4550 GB/s)"
+panel_title[3] = "decode_step: whole steps, device read bound (measured: read 4536 GB/s)"
 panel_rows[3] = 31
 panel_cols[3] = "14 30 31 32"
-panel_title[4] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4550 GB/s, H2D 55 GB/s)"
+panel_title[4] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4536 GB/s, H2D 55 GB/s)"
 panel_rows[4] = 6
 panel_cols[4] = "14"
 panel_title[5] = "pinned H2D copy (measured: H2D 55 GB/s)"
 panel_rows[5] = 23
 panel_cols[5] = "16 17 18 19 20"
-panel_title[6] = "bf16 matrix rate (measured: GEMM 789 TFLOP/s)"
+panel_title[6] = "bf16 matrix rate (measured: GEMM 800 TFLOP/s)"
 panel_rows[6] = 5
 panel_cols[6] = "21 22 23 24 25 26 33 34"
 n_cols = 29
