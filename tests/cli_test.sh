@@ -553,7 +553,8 @@ running() {
 # stops every pass under way, leaving no tool running
 if [ -f "$root/profiles/sanitize.sh" ]; then
     mkdir -p "$tmp/fake"
-    printf '%s\n' '#!/bin/bash' 'echo "$2 $(echo "$@" | grep -o -- "--tier [a-z]*")" >>"$FAKE_DIR/launches"' \
+    printf '%s\n' '#!/bin/bash' \
+        'echo "$2 $(echo "$@" | grep -o -- "--tier [a-z]*")$(echo "$@" | grep -o -- " --kernel-name-exclude [^ ]*" | tr -d "\n")" >>"$FAKE_DIR/launches"' \
         'echo $$ >>"$FAKE_DIR/pids"' 'exec sleep 30' >"$tmp/fake/compute-sanitizer"
     chmod +x "$tmp/fake/compute-sanitizer"
     alive() { running "$tmp/fake/pids"; }
@@ -566,6 +567,10 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     if [ "$(wc -l <"$tmp/fake/launches")" -eq 4 ] && ! grep -q 'memcheck --tier smoke' "$tmp/fake/launches" &&
        grep -q '^sanitize memcheck: exit 143' "$tmp/san.txt"; then ok "sanitize.sh: a killed tool ends its pass (no next tier)"
     else fail "sanitize.sh: a killed tool ends its pass (no next tier)"; sed 's/^/    /' "$tmp/fake/launches"; fi
+    # racecheck alone leaves out cuBLAS's kernels, by both names they carry (one option a filter)
+    if grep -qx 'racecheck --tier sanitize --kernel-name-exclude kns=_cublas --kernel-name-exclude kns=nvjet' "$tmp/fake/launches" &&
+       [ "$(grep -c -- '--kernel-name-exclude' "$tmp/fake/launches")" -eq 1 ]; then ok "sanitize.sh: racecheck leaves out cuBLAS's _cublas and nvjet kernels"
+    else fail "sanitize.sh: racecheck leaves out cuBLAS's _cublas and nvjet kernels"; sed 's/^/    /' "$tmp/fake/launches"; fi
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
     FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
     sp=$!
