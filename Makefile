@@ -121,6 +121,14 @@ $(KVBLIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fopenmp -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,/usr/local/cuda/lib64 $^ -o $@ $(LDLIBS)
 
+# A CUPTI timeline of one profiled launch, for machines without Nsight Systems (profiles/kernel_trace.c,
+# profiles/trace.sh); built where the toolkit has CUPTI, loaded by the CUDA driver, linked by no binary.
+TRACE_LIB := $(if $(and $(filter 1,$(HAVE_CUDA)),$(wildcard $(CUDA_HOME)/include/cupti.h)),$(BUILD)/lib/kernel_trace.so)
+$(BUILD)/lib/kernel_trace.so: profiles/kernel_trace.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -shared -fPIC $(CUDA_INC) $< -o $@ -Wl,-rpath,'$$ORIGIN' -L$(CUDA_HOME)/lib64 -lcupti
+all: $(TRACE_LIB)
+
 # the revision is compiled into main.o: rebuild it when the revision changes
 $(BUILD)/git_rev: FORCE
 	@mkdir -p $(BUILD)
@@ -202,7 +210,7 @@ run:
 
 # ---- bundle for the GPU machine ----
 bundle: all
-	@bash harness/scripts/make_bundle.sh $(BUNDLE) $(KVBENCH) $(TEST_BIN)
+	@KERNEL_TRACE_LIB=$(TRACE_LIB) bash harness/scripts/make_bundle.sh $(BUNDLE) $(KVBENCH) $(TEST_BIN)
 
 bundle-variant: bundle
 	@rm -rf bundle-variant && mkdir -p bundle-variant/lib && cp -r $(BUNDLE)/bin $(BUNDLE)/cases bundle-variant/ && \

@@ -548,6 +548,27 @@ running() {
     done
     echo $n
 }
+# kernel_trace.py over a made-up trace: only the activities between the profiler marks, in start order; each
+# stream's busy time (overlaps counted once) and its gaps; --match sums by name. trace.sh without its CUPTI
+# library refuses, naming it.
+if [ -f "$root/profiles/kernel_trace.py" ] && command -v python3 >/dev/null; then
+    printf '%s\n' 'kernel,500,900,7,1,32,early_kernel(int)' 'profiler_start,1000' \
+        'kernel,5000,9000,7,64,256,fetch_kernel(int)' 'kernel,2000,4000,7,8,128,select_kernel(int)' \
+        'kernel,3000,6000,9,4,128,attn_kernel(float)' 'memset,9500,9600,7,4,0' 'kernel,10000,11000,9,4,128,late(int)' \
+        'profiler_stop,9700' >"$tmp/trace.csv"
+    python3 "$root/profiles/kernel_trace.py" "$tmp/trace.csv" --match fetch >"$tmp/trace.txt" 2>&1
+    if grep -q '^window: 4 activities, 7.6 us' "$tmp/trace.txt" &&
+       grep -q '^stream 7: 3 activities, busy 6.1 us, 0.0-7.6 us, 1 gaps >= 1 us summing 1.0 us' "$tmp/trace.txt" &&
+       grep -q '^stream 9: 1 activities, busy 3.0 us' "$tmp/trace.txt" &&
+       grep -q "^match 'fetch': 1 activities, summed 4.0 us" "$tmp/trace.txt" &&
+       [ "$(sed -n 2p "$tmp/trace.txt" | awk '{print $NF}')" = select_kernel ] && ! grep -q 'early_kernel\|late' "$tmp/trace.txt"
+    then ok "kernel_trace.py: the profiled window's timeline, busy time and gaps per stream"
+    else fail "kernel_trace.py: the profiled window's timeline, busy time and gaps per stream"; sed 's/^/    /' "$tmp/trace.txt"; fi
+    if KERNEL_TRACE_LIB="$tmp/none.so" bash "$root/profiles/trace.sh" "topk" "$tmp/t.csv" >"$tmp/trace_sh.txt" 2>&1; then
+        fail "trace.sh: refuses without its CUPTI library"
+    elif grep -q "trace.sh: no $tmp/none.so" "$tmp/trace_sh.txt"; then ok "trace.sh: refuses without its CUPTI library"
+    else fail "trace.sh: refuses without its CUPTI library"; sed 's/^/    /' "$tmp/trace_sh.txt"; fi
+fi
 # sanitize.sh, with a stand-in compute-sanitizer (it logs its tool and tier and its pid, then sleeps): a tool
 # killed by a signal ends its pass (memcheck starts no second tier behind it), and TERM to the script
 # stops every pass under way, leaving no tool running

@@ -6,7 +6,8 @@
 #             each with rpath $ORIGIN (patchelf) so that their own dependencies load from OUT/lib too
 #   OUT/cases, OUT/tests (the test runner scripts), OUT/gpu_round.sh, OUT/main_job.sh (`make run`'s job:
 #             bash OUT/main_job.sh OUT/bin/kvbench RESULTS), OUT/detached.sh (a round longer than one
-#             command's time limit), OUT/*.py (optional peers),
+#             command's time limit), OUT/*.py (optional peers), OUT/trace.sh (a case's CUPTI timeline,
+#             with OUT/lib/kernel_trace.so where the build had CUPTI),
 #   OUT/durations the one-GPU main job's check.json and bench.json (results/h200/main-job/): their wall
 #             times balance main_job.sh's shards
 # The CUDA driver, cuBLAS and cuSOLVER (with its cuSPARSE and nvJitLink) come from the GPU machine
@@ -33,9 +34,14 @@ cp harness/scripts/gpu_round.sh harness/scripts/main_job.sh harness/scripts/gate
 cp profiles/*_round.sh profiles/sanitize.sh profiles/detached.sh "$out/" 2>/dev/null || true # the families' own rounds (int2_round.sh BUNDLE OUT)
 cp harness/report/*.py harness/scripts/*.py "$out/" # optional external peers timed in the same run (torch_peers.py)
 cp profiles/int2_v3_trace.py "$out/" # int2_v3_round.sh trace: the medians of v3's per-block trace
-skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
+cp profiles/trace.sh profiles/kernel_trace.py "$out/" # a case's timeline without Nsight Systems
+# KERNEL_TRACE_LIB (make bundle: build/lib/kernel_trace.so where the toolkit has CUPTI): the CUPTI tracer
+# trace.sh loads into the driver; its libcupti travels beside it (the ldd loop below)
+libs_of=("$@")
+if [ -n "${KERNEL_TRACE_LIB:-}" ]; then cp "$KERNEL_TRACE_LIB" "$out/lib/" && libs_of+=("$KERNEL_TRACE_LIB"); fi
+skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libutil\.so|ld-linux|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink|libnvidia)'
 if [ -n "${BUNDLE_FROM_HOST:-}" ]; then skip="$skip|^(${BUNDLE_FROM_HOST})"; fi
-for b in "$@"; do
+for b in "${libs_of[@]}"; do
     ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
         if ! grep -qE "$skip" <<<"$name"; then cp -Ln "$path" "$out/lib/$name" 2>/dev/null || true; fi
     done
