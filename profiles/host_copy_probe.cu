@@ -12,14 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(x)                                                                                               \
-    do {                                                                                                       \
-        cudaError_t e_ = (x);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                           \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#include "probe_check.h"
 
 static double now_s(void)
 {
