@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "harness/core/gpu.h"
 #include "harness/core/op.h"
 #include "tests/testlib.h"
 #if KVB_HAVE_CUDA
@@ -57,6 +58,71 @@ static void test_stage_name_refused(void **state)
     assert_true(kvb_step_add(&step, "meta_append+hybrid_score+page_topk", 0, -1, no_stage, NULL) < 0);
     assert_error_mentions("case: stage meta_append+hybrid_score+page_topk: name of 34 characters, at most 30");
     assert_int_equal(step.n, 1);
+}
+
+/* kvb_step_add refuses a stream outside [0, 2] and an `after` on the stage's own stream */
+static void test_stage_stream_refused(void **state)
+{
+    (void)state;
+    static kvb_step step;
+    snprintf(step.name, sizeof step.name, "case");
+    assert_int_equal(kvb_step_add(&step, "a", 2, -1, no_stage, NULL), 0);
+    assert_true(kvb_step_add(&step, "b", 3, -1, no_stage, NULL) < 0);
+    assert_error_mentions("case: stage b: stream=3 out of range [0, 2]");
+    assert_true(kvb_step_add(&step, "c", 2, 0, no_stage, NULL) < 0);
+    assert_error_mentions("case: stage c: after=0 must be an earlier stage on another stream");
+    assert_int_equal(kvb_step_add(&step, "d", 1, 0, no_stage, NULL), 1);
+    assert_int_equal(step.n, 2);
+}
+
+/* Stage i of the three-stream test copies word i - 1 into word i, then sets byte i of word i: word i
+ * holds bytes 0 .. i set only if the stage it waits for had written its word first */
+typedef struct { int *word, *before; int byte; } order_stage;
+
+static int set_after(void *ctx, cudaStream_t s)
+{
+    const order_stage *o = ctx;
+    if (o->before && cudaMemcpyAsync(o->word, o->before, sizeof *o->word, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+        return KVB_EDEVICE;
+    return cudaMemsetAsync((char *)o->word + o->byte, 1, 1, s) == cudaSuccess ? KVB_OK : KVB_EDEVICE;
+}
+
+/* A step on the main stream and two side streams, eager and captured: each side stream forks from the
+ * main one and joins it at the end, and a stage's `after` orders it behind another stream's stage; the
+ * second side stream left unset runs its stages on the first */
+static void test_three_streams(void **state)
+{
+    (void)state;
+    if (!kvb_gpu_available()) skip();
+    for (int distinct = 0; distinct < 2; distinct++) {
+        cudaStream_t s[3];
+        for (int k = 0; k < 3; k++) assert_int_equal(cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking), cudaSuccess);
+        int *w = NULL;
+        assert_int_equal(cudaMalloc((void **)&w, 4 * sizeof *w), cudaSuccess);
+        /* stage 0 on stream 0; 1 on side 1 after it; 2 on side 2 after 1; 3 on stream 0 after 2 */
+        order_stage o[4] = {{w, NULL, 0}, {w + 1, w, 1}, {w + 2, w + 1, 2}, {w + 3, w + 2, 3}};
+        static kvb_step step;
+        for (int captured = 0; captured < 2; captured++) {
+            kvb_step_init(&step, "three", s[0], s[1]);
+            if (distinct) kvb_step_set_side2(&step, s[2]);
+            assert_int_equal(kvb_step_add(&step, "zero", 0, -1, set_after, &o[0]), 0);
+            assert_int_equal(kvb_step_add(&step, "one", 1, 0, set_after, &o[1]), 1);
+            assert_int_equal(kvb_step_add(&step, "two", 2, 1, set_after, &o[2]), 2);
+            assert_int_equal(kvb_step_add(&step, "three", 0, 2, set_after, &o[3]), 3);
+            assert_int_equal(kvb_step_finalize(&step, 0), KVB_OK);
+            assert_int_equal(cudaMemset(w, 0, 4 * sizeof *w), cudaSuccess);
+            assert_int_equal(captured ? kvb_step_capture(&step) : KVB_OK, KVB_OK);
+            assert_int_equal(captured ? kvb_step_launch_graph(&step) : kvb_step_enqueue(&step), KVB_OK);
+            assert_int_equal(cudaStreamSynchronize(s[0]), cudaSuccess); /* the join: s[0] waits for both sides */
+            int h[4];
+            assert_int_equal(cudaMemcpy(h, w, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+            const int expect[4] = {0x1, 0x101, 0x10101, 0x1010101};
+            for (int i = 0; i < 4; i++) assert_int_equal(h[i], expect[i]);
+            kvb_step_destroy(&step);
+        }
+        cudaFree(w);
+        for (int k = 0; k < 3; k++) cudaStreamDestroy(s[k]);
+    }
 }
 
 /* omnikv_path_prepare: every check against the host copies, before anything is launched */
@@ -111,6 +177,8 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_omnikv_path_refusals),
         cmocka_unit_test(test_stage_name_refused),
+        cmocka_unit_test(test_stage_stream_refused),
+        cmocka_unit_test(test_three_streams),
     };
     return kvb_test_run_gpu_cases("gpu step_block", fixed, (int)(sizeof fixed / sizeof fixed[0]), families, 2);
 #else

@@ -20,7 +20,19 @@ int kvb_step_init(kvb_step *p, const char *name, cudaStream_t s0, cudaStream_t s
     snprintf(p->name, sizeof p->name, "%s", name);
     p->s[0] = s0;
     p->s[1] = s1 ? s1 : s0;
+    p->s[2] = p->s[1];
     return KVB_OK;
+}
+
+void kvb_step_set_side2(kvb_step *p, cudaStream_t s2) { p->s[2] = s2 ? s2 : p->s[1]; }
+
+/* The last stage on stream index k, or -1. */
+static int last_on(const kvb_step *p, int k)
+{
+    int last = -1;
+    for (int i = 0; i < p->n; i++)
+        if (p->st[i].stream == k) last = i;
+    return last;
 }
 
 int kvb_step_add(kvb_step *p, const char *name, int stream, int after, kvb_stage_fn fn, void *ctx)
@@ -30,10 +42,11 @@ int kvb_step_add(kvb_step *p, const char *name, int stream, int after, kvb_stage
     if (strlen(name) > KVB_STAGE_NAME_MAX)
         return -kvb_fail(KVB_EINVAL, "%s: stage %s: name of %zu characters, at most %d", p->name, name, strlen(name),
                          KVB_STAGE_NAME_MAX);
-    if (stream != 0 && stream != 1)
-        return -kvb_fail(KVB_EINVAL, "%s: stage %s: stream=%d out of range [0, 1]", p->name, name, stream);
+    if (stream < 0 || stream >= KVB_STEP_STREAMS)
+        return -kvb_fail(KVB_EINVAL, "%s: stage %s: stream=%d out of range [0, %d]", p->name, name, stream,
+                         KVB_STEP_STREAMS - 1);
     if (after >= p->n || (after >= 0 && p->st[after].stream == stream))
-        return -kvb_fail(KVB_EINVAL, "%s: stage %s: after=%d must be an earlier stage on the other stream", p->name,
+        return -kvb_fail(KVB_EINVAL, "%s: stage %s: after=%d must be an earlier stage on another stream", p->name,
                          name, after);
     kvb_stage *s = &p->st[p->n];
     snprintf(s->name, sizeof s->name, "%s", name);
@@ -49,11 +62,10 @@ int kvb_step_finalize(kvb_step *p, int timing)
 {
     p->timing = timing;
     TRY(cudaEventCreateWithFlags(&p->fork, cudaEventDisableTiming));
+    /* the last stage of each side stream is joined into the main stream at the end */
+    for (int k = 1; k < KVB_STEP_STREAMS; k++)
+        if (last_on(p, k) >= 0) p->needs_done[last_on(p, k)] = 1;
     for (int i = 0; i < p->n; i++) {
-        /* the last stage of the side stream is joined into the main stream at the end */
-        int last_side = p->st[i].stream == 1;
-        for (int k = i + 1; k < p->n && last_side; k++) last_side = p->st[k].stream != 1;
-        if (last_side) p->needs_done[i] = 1;
         if (p->needs_done[i]) TRY(cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming));
         if (timing) {
             TRY(cudaEventCreate(&p->t0[i]));
@@ -85,16 +97,17 @@ static void range_push(const char *step, const char *stage)
 
 int kvb_step_enqueue(kvb_step *p)
 {
-    const int two = p->s[1] != p->s[0];
-    if (two) { /* the side stream starts after what the main stream had before the step */
-        TRY(cudaEventRecord(p->fork, p->s[0]));
-        TRY(cudaStreamWaitEvent(p->s[1], p->fork, 0));
-    }
-    int last_side = -1;
+    /* the side streams start after what the main stream had before the step */
+    const int two = p->s[1] != p->s[0] || p->s[2] != p->s[0];
+    if (two) TRY(cudaEventRecord(p->fork, p->s[0]));
+    for (int k = 1; k < KVB_STEP_STREAMS; k++) /* each side stream a stage uses, once (a capture joins them all) */
+        if (p->s[k] != p->s[0] && (last_on(p, k) >= 0 || (k == 1 && last_on(p, 2) >= 0 && p->s[2] == p->s[1])) &&
+            !(k == 2 && p->s[2] == p->s[1]))
+            TRY(cudaStreamWaitEvent(p->s[k], p->fork, 0));
     for (int i = 0; i < p->n; i++) {
         kvb_stage *s = &p->st[i];
         cudaStream_t st = p->s[s->stream];
-        if (s->after >= 0 && two) TRY(cudaStreamWaitEvent(st, p->done[s->after], 0));
+        if (s->after >= 0 && st != p->s[p->st[s->after].stream]) TRY(cudaStreamWaitEvent(st, p->done[s->after], 0));
         range_push(p->name, s->name);
         if (p->timing) TRY(cudaEventRecord(p->t0[i], st));
         int rc = s->fn(s->ctx, st);
@@ -102,9 +115,11 @@ int kvb_step_enqueue(kvb_step *p)
         nvtxDomainRangePop(domain());
         if (rc) return rc;
         if (p->needs_done[i] && two) TRY(cudaEventRecord(p->done[i], st));
-        if (s->stream == 1) last_side = i;
     }
-    if (two && last_side >= 0) TRY(cudaStreamWaitEvent(p->s[0], p->done[last_side], 0));
+    for (int k = 1; k < KVB_STEP_STREAMS; k++) {
+        const int last = last_on(p, k);
+        if (last >= 0 && p->s[k] != p->s[0]) TRY(cudaStreamWaitEvent(p->s[0], p->done[last], 0));
+    }
     return KVB_OK;
 }
 

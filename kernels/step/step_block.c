@@ -95,12 +95,14 @@ int block_step_plan_make(block_step_plan *p, const char *name, const block_prese
     if (buf->attn && buf->attn->side_first && s1 != s0) { /* captured, the nodes keep the priority (compose.c) */
         int least = 0, greatest = 0;
         cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-        if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&p->side, cudaStreamNonBlocking, greatest);
+        for (int k = 0; k < 2 && e == cudaSuccess; k++)
+            e = cudaStreamCreateWithPriority(&p->side[k], cudaStreamNonBlocking, greatest);
         if (e != cudaSuccess)
-            return kvb_fail(KVB_EDEVICE, "%s: the side stream of the greatest priority: %s", who, cudaGetErrorString(e));
-        s1 = p->side;
+            return kvb_fail(KVB_EDEVICE, "%s: the side streams of the greatest priority: %s", who, cudaGetErrorString(e));
+        s1 = p->side[0];
     }
     kvb_step_init(&p->step, name, s0, s1);
+    kvb_step_set_side2(&p->step, p->side[1]);
     typedef struct { const char *name; kvb_stage_fn fn; } stage;
     static const stage before[] = {{"rmsnorm1", st_norm1}, {"qkv_proj", st_qkv}, {"rope", st_rope}};
     static const stage dense[] = {{"kv_append", st_append}, {"attention", st_attend}};
@@ -136,6 +138,8 @@ int block_step_enqueue(block_step_plan *p) { return kvb_step_enqueue(&p->step); 
 void block_step_plan_destroy(block_step_plan *p)
 {
     kvb_step_destroy(&p->step);
-    if (p->side) cudaStreamDestroy(p->side);
-    p->side = NULL;
+    for (int k = 0; k < 2; k++) {
+        if (p->side[k]) cudaStreamDestroy(p->side[k]);
+        p->side[k] = NULL;
+    }
 }

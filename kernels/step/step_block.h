@@ -32,9 +32,9 @@ typedef struct block_attention {
     /* 1: o_proj's weights are read into L2 on the side stream while this path runs (a path of long
      * latency-bound chains over few bytes, where the DRAM idles; kernels/step/NOTES.md says where) */
     int prefetch_o;
-    /* 1: the side stream's stages are scheduled ahead of the main stream's (the block's plan makes its own
-     * side stream of the greatest priority): ShadowKV, whose side stream holds the misses' fetch over the
-     * host link, the step's critical path, while the next chunk's selection fills the SMs */
+    /* 1: the side streams' stages are scheduled ahead of the main stream's (the block's plan makes its own
+     * two side streams of the greatest priority): ShadowKV, whose side streams hold the misses' fetches
+     * over the host link, the step's critical path, while the next chunk's selection fills the SMs */
     int side_first;
 } block_attention;
 
@@ -63,7 +63,7 @@ typedef struct block_step_plan {
     block_buffers buf;
     kvb_bf16 *z, *qkv, *q, *knew, *vnew, *att, *h, *gu, *act; /* carved from scratch */
     size_t o_prefetch_bytes; /* o_proj's weights read into L2 beside the attention path (0: not) */
-    cudaStream_t side;       /* the side stream of the greatest priority (block_attention.side_first), or NULL */
+    cudaStream_t side[2];    /* the side streams of the greatest priority (block_attention.side_first), or NULL */
     kvb_step step;
 } block_step_plan;
 

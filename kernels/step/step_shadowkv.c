@@ -117,6 +117,11 @@ static int stage_score(void *ctx, cudaStream_t s)
     const shadowkv_path *p = c->p;
     const shadowkv_step_shape *sh = &p->sh;
     const int64_t b0 = c->b0, lm_rows = b0 * sh->Hkv * sh->L.Lm;
+    /* bad collects this step's flags (batch_gemm_rotary's); zeroed before the first chunk's scoring, where
+     * the memset runs ahead of any fetch: graphed beside two fetches over the link, the same memset and
+     * the kernel after it each started ~50 us late */
+    if (b0 == 0 && cudaMemsetAsync(p->b.bad, 0, sizeof *p->b.bad, s) != cudaSuccess)
+        return kvb_fail(KVB_EDEVICE, "shadowkv step: zeroing the bad-id flag: %s", cudaGetErrorString(cudaGetLastError()));
     /* the chunks run in order on stream 0, so they share the scoring workspace */
     const lms_args a = {p->q + b0 * sh->Hq * sh->D, p->b.landmarks + lm_rows * sh->D, p->b.landmark_idx + lm_rows,
                         p->b.chunks + b0 * sh->Hkv * sh->L.g.M, p->b.m + lm_rows, p->b.ws_score, p->ws_score_bytes};
@@ -177,9 +182,7 @@ static int stage_keys_moved(void *ctx, cudaStream_t s)
 static int stage_keys_rebuilt(void *ctx, cudaStream_t s)
 {
     shadowkv_path *p = ctx;
-    /* the slot tags after index_scan are the chunk ids in slot order; bad collects this step's flags */
-    if (cudaMemsetAsync(p->b.bad, 0, sizeof *p->b.bad, s) != cudaSuccess)
-        return kvb_fail(KVB_EDEVICE, "shadowkv step: zeroing the bad-id flag: %s", cudaGetErrorString(cudaGetLastError()));
+    /* the slot tags after index_scan are the chunk ids in slot order; bad was zeroed by stage_score */
     return batch_gemm_rotary(p->b.U, p->b.SV, p->b.cached_ids, p->b.cnts, p->b.cos_sin, &p->sh.L.g, p->sh.S, p->sh.r,
                              p->sh.max_pos, ROPE_LLAMA, p->b.Kbuf, p->b.bad, s);
 }
@@ -230,7 +233,11 @@ int shadowkv_block_add_stages(void *ctx, kvb_step *step, const kvb_bf16 *q, cons
             add_chunk_stage(step, "index_scan", j, 0, -1, stage_index_scan, c) < 0)
             return KVB_EINVAL;
         const int moved = add_chunk_stage(step, "gather_copy_d2d_V", j, 0, -1, stage_values_moved, c);
-        fetched[j] = moved < 0 ? -1 : add_chunk_stage(step, "gather_copy_misses", j, 1, moved, stage_values_fetched, c);
+        /* the fetches alternate between the two side streams, so that a chunk's fetch starts as soon as its
+         * hits moved, beside the previous fetch's last blocks, and the link does not idle between them */
+        fetched[j] = moved < 0 ? -1
+                               : add_chunk_stage(step, "gather_copy_misses", j, 1 + (j & 1), moved,
+                                                 stage_values_fetched, c);
         if (fetched[j] < 0) return KVB_EINVAL;
     }
     if (kvb_step_add(step, "gather_copy_d2d_K", 0, -1, stage_keys_moved, p) < 0 ||

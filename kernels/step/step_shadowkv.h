@@ -6,8 +6,9 @@
  *   stream 0  landmark_score_cj (q . landmarks, softmax, max over the group, top-M, map to chunk ids)
  *   stream 0  index_scan_cj (hits and misses against the chunks the buffer holds)
  *   stream 0  gather_copy_d2d_V_cj (the hits moved inside the value buffer, the whole grid)
- *   stream 1  gather_copy_misses_cj, after the chunk's compaction: its misses read from pinned host
- *             memory (PCIe) by a grid of SHADOWKV_FETCH_BLOCKS blocks
+ *   stream 1 + (j & 1)  gather_copy_misses_cj, after the chunk's compaction: its misses read from
+ *             pinned host memory (PCIe) by a grid of SHADOWKV_FETCH_BLOCKS blocks; the two side
+ *             streams let a fetch start beside the previous one's last blocks
  *
  * then, over the whole batch:
  *
@@ -47,7 +48,7 @@ typedef struct shadowkv_buffers { /* device pointers unless *_host */
     float *m;                    /* [B, Hkv, Lm] */
     int32_t *slot, *len;         /* [B]: decode_start + gen, and one more */
     const int32_t *slot_host, *len_host;
-    int32_t *bad;                /* batch_gemm_rotary's error word (zeroed once), or NULL */
+    int32_t *bad;                /* batch_gemm_rotary's error word (zeroed each step), or NULL */
     void *ws_score;              /* shadowkv_workspace_bytes: score */
     void *ws_v, *ws_k;           /* shadowkv_workspace_bytes: gather each, zeroed once */
     void *ws_attn;               /* shadowkv_workspace_bytes: attn (a slice per chunk), zeroed once */
