@@ -588,12 +588,13 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     if [ "$(wc -l <"$tmp/fake/launches")" -eq 4 ] && ! grep -q 'memcheck --tier smoke' "$tmp/fake/launches" &&
        grep -q '^sanitize memcheck: exit 143' "$tmp/san.txt"; then ok "sanitize.sh: a killed tool ends its pass (no next tier)"
     else fail "sanitize.sh: a killed tool ends its pass (no next tier)"; sed 's/^/    /' "$tmp/fake/launches"; fi
-    # racecheck alone leaves out cuBLAS's kernels, by both names they carry (one option a filter)
-    if grep -qx 'racecheck --tier sanitize --kernel-name-exclude kns=_cublas --kernel-name-exclude kns=nvjet' "$tmp/fake/launches" &&
-       [ "$(grep -c -- '--kernel-name-exclude' "$tmp/fake/launches")" -eq 1 ]; then ok "sanitize.sh: racecheck leaves out cuBLAS's _cublas and nvjet kernels"
-    else fail "sanitize.sh: racecheck leaves out cuBLAS's _cublas and nvjet kernels"; sed 's/^/    /' "$tmp/fake/launches"; fi
+    # racecheck alone leaves out cuBLAS's _cublas kernels by default
+    if grep -qx 'racecheck --tier sanitize --kernel-name-exclude kns=_cublas' "$tmp/fake/launches" &&
+       [ "$(grep -c -- '--kernel-name-exclude' "$tmp/fake/launches")" -eq 1 ]; then ok "sanitize.sh: racecheck leaves out cuBLAS's _cublas kernels"
+    else fail "sanitize.sh: racecheck leaves out cuBLAS's _cublas kernels"; sed 's/^/    /' "$tmp/fake/launches"; fi
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"
-    FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
+    FAKE_DIR="$tmp/fake" PATH="$tmp/fake:$PATH" KVBENCH=/bin/true SANITIZE_PARALLEL=1 SANITIZE_RACECHECK_EXCLUDE="kns=_cublas kns=nvjet" \
+        bash "$root/profiles/sanitize.sh" "$tmp/san" >"$tmp/san.txt" 2>&1 &
     sp=$!
     for _ in $(seq 300); do [ "$(wc -l <"$tmp/fake/pids")" -ge 4 ] && break; sleep 0.1; done
     kill -TERM $sp
@@ -602,6 +603,10 @@ if [ -f "$root/profiles/sanitize.sh" ]; then
     for _ in $(seq 20); do [ "$(alive)" -eq 0 ] && break; sleep 0.1; done
     if [ $rc -eq 143 ] && [ "$(alive)" -eq 0 ]; then ok "sanitize.sh: TERM stops every pass under way"
     else fail "sanitize.sh: TERM stops every pass under way (exit $rc, $(alive) tools left)"; kill $(cat "$tmp/fake/pids") 2>/dev/null; fi
+    # SANITIZE_RACECHECK_EXCLUDE's filters, one option each (that launch's racecheck pass)
+    if grep -qx 'racecheck --tier sanitize --kernel-name-exclude kns=_cublas --kernel-name-exclude kns=nvjet' "$tmp/fake/launches"
+    then ok "sanitize.sh: SANITIZE_RACECHECK_EXCLUDE's filters, one option each"
+    else fail "sanitize.sh: SANITIZE_RACECHECK_EXCLUDE's filters, one option each"; sed 's/^/    /' "$tmp/fake/launches"; fi
     # TERM to the script and to each pass's subshell at once (what `pkill -f sanitize.sh` sends): each
     # pass still stops its tool, none is left running on the GPU
     : >"$tmp/fake/launches"; : >"$tmp/fake/pids"

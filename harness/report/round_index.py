@@ -105,9 +105,10 @@ def main():
                 continue
             passed = "+".join(re.findall(r"(\d+) passed", m.group(3)))
             san_failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
-            found = sorted(set(re.findall(r"(\d+ errors|\d+ hazards|\d+ bytes leaked)", m.group(3))))
-            verdicts.append("%s exit %s (%s cases passed, %d failed; %s)" % (m.group(1), m.group(2), passed, san_failed,
-                                                                             ", ".join(found) or "no summary"))
+            # a pass the tool ended early has no case summary ("1 hazard displayed (1 error, ...)")
+            cases = "%s cases passed, %d failed" % (passed, san_failed) if passed else "no case summary"
+            found = sorted(set(re.findall(r"(\d+ errors?\b|\d+ hazards?\b|\d+ bytes leaked)", m.group(3))))
+            verdicts.append("%s exit %s (%s; %s)" % (m.group(1), m.group(2), cases, ", ".join(found) or "no summary"))
         lines.append("- `sanitize.txt`: compute-sanitizer over the sanitize tier (memcheck also the smoke tier): " +
                      "; ".join(verdicts) + ".")
     if bench is not None:
