@@ -111,6 +111,22 @@ part_emulate() {
     echo "$p $f 0" >"$counts"
 }
 
+# the round index's reading of the sanitizers' verdicts (stdlib python3)
+part_round_index() {
+    local out p f
+    if command -v python3 >/dev/null; then
+        out=$(python3 "$here/round_index_test.py" 2>&1)
+        printf '%s\n' "$out"
+        p=$(grep -oE '^round_index: [0-9]+ passed' <<<"$out" | grep -oE '[0-9]+')
+        f=$(grep -oE '^round_index: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+        [ -n "$p" ] || { p=0; f=1; echo "round_index tests did not report"; }
+        echo "$p ${f:-1} 0" >"$counts"
+    else
+        echo "round_index tests: no python3, 4 skipped"
+        echo "0 0 4" >"$counts"
+    fi
+}
+
 # make plots: plot_report.py's rows and values on a committed fixture, and plots.gp where gnuplot is
 # installed (its test counts as skipped, and says so, where it is not)
 part_plot() {
@@ -226,13 +242,13 @@ part_bundle_no_sanitizer() {
 # check and the fuzz smoke run several processes, so they also fill in whatever processor is free).
 declare -A title after pid
 if [ -f "$root/Makefile" ]; then
-    parts=(cmocka cli step_report plot emulate fuzz sweep leak alloc)
-    start_order=(cli leak sweep alloc cmocka fuzz emulate plot step_report)
+    parts=(cmocka cli step_report round_index plot emulate fuzz sweep leak alloc)
+    start_order=(cli leak sweep alloc cmocka fuzz emulate plot step_report round_index)
 else
     parts=(cmocka cli step_report plot fuzz sweep bundle_no_sanitizer)
     start_order=(cli sweep cmocka fuzz plot step_report bundle_no_sanitizer)
 fi
-title=([cmocka]="cmocka programs" [cli]="cli tests" [step_report]="step_report tests" [plot]="plot tests"
+title=([cmocka]="cmocka programs" [cli]="cli tests" [step_report]="step_report tests" [round_index]="round_index tests" [plot]="plot tests"
     [emulate]="kernel emulators" [fuzz]="fuzz smoke" [sweep]="random-shape sweep" [leak]="leak check" [alloc]="alloc-fault smoke"
     [bundle_no_sanitizer]="leak, alloc-fault")
 after=([alloc]=leak)

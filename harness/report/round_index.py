@@ -40,6 +40,22 @@ def check_counts(path):
     return len(cases), verdict, len(relaunched), len(varying)
 
 
+def sanitize_verdicts(text):
+    """One verdict a tool from sanitize.txt's lines "sanitize TOOL: exit N; ...": its exit code, its cases
+    passed and failed (or "no case summary" where the tool ended the pass early) and what it found."""
+    verdicts = []
+    for l in text.splitlines():
+        m = re.match(r"sanitize (\w+): exit (\d+); (.*)$", l)
+        if not m:
+            continue
+        passed = "+".join(re.findall(r"(\d+) passed", m.group(3)))
+        san_failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
+        cases = "%s cases passed, %d failed" % (passed, san_failed) if passed else "no case summary"
+        found = sorted(set(re.findall(r"(\d+ errors?\b|\d+ hazards?\b|\d+ bytes leaked)", m.group(3))))
+        verdicts.append("%s exit %s (%s; %s)" % (m.group(1), m.group(2), cases, ", ".join(found) or "no summary"))
+    return verdicts
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -96,19 +112,8 @@ def main():
                   " (`nondeterministic`, the reason) with the second launch validated" % (relaunched, relaunched - varying, varying)
         lines.append("- `check.json`: %d check cases: %s%s." % (
             n, ", ".join("%d %s" % (k, name) for name, k in sorted(v.items())), det))
-    san = [l for l in read(os.path.join(res, "sanitize.txt")).splitlines() if l.startswith("sanitize ")]
-    if san:
-        verdicts = []
-        for l in san:
-            m = re.match(r"sanitize (\w+): exit (\d+); (.*)$", l)
-            if not m:
-                continue
-            passed = "+".join(re.findall(r"(\d+) passed", m.group(3)))
-            san_failed = sum(int(x) for x in re.findall(r"(\d+) failed", m.group(3)))
-            # a pass the tool ended early has no case summary ("1 hazard displayed (1 error, ...)")
-            cases = "%s cases passed, %d failed" % (passed, san_failed) if passed else "no case summary"
-            found = sorted(set(re.findall(r"(\d+ errors?\b|\d+ hazards?\b|\d+ bytes leaked)", m.group(3))))
-            verdicts.append("%s exit %s (%s; %s)" % (m.group(1), m.group(2), cases, ", ".join(found) or "no summary"))
+    verdicts = sanitize_verdicts(read(os.path.join(res, "sanitize.txt")))
+    if verdicts:
         lines.append("- `sanitize.txt`: compute-sanitizer over the sanitize tier (memcheck also the smoke tier): " +
                      "; ".join(verdicts) + ".")
     if bench is not None:
