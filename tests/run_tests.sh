@@ -72,21 +72,25 @@ part_cli() {
     echo "$p ${f:-1} 0" >"$counts"
 }
 
-# the decode_step report's joins (stdlib python3; skipped, and said so, where there is none)
-part_step_report() {
-    local out p f
+# A python3 (stdlib) test program that ends with "NAME: N passed, N failed": its counts, or SKIP skipped,
+# and said so, where there is no python3
+python_part() {
+    local name=$1 script=$2 skip=$3 out p f
     if command -v python3 >/dev/null; then
-        out=$(python3 "$here/step_report_test.py" 2>&1)
+        out=$(python3 "$here/$script" 2>&1)
         printf '%s\n' "$out"
-        p=$(grep -oE '^step_report: [0-9]+ passed' <<<"$out" | grep -oE '[0-9]+')
-        f=$(grep -oE '^step_report: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
-        [ -n "$p" ] || { p=0; f=1; echo "step_report tests did not report"; }
+        p=$(grep -oE "^$name: [0-9]+ passed" <<<"$out" | grep -oE '[0-9]+')
+        f=$(grep -oE "^$name: [0-9]+ passed, [0-9]+ failed" <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+        [ -n "$p" ] || { p=0; f=1; echo "$name tests did not report"; }
         echo "$p ${f:-1} 0" >"$counts"
     else
-        echo "step_report tests: no python3, 5 skipped"
-        echo "0 0 3" >"$counts"
+        echo "$name tests: no python3, $skip skipped"
+        echo "0 0 $skip" >"$counts"
     fi
 }
+
+# the decode_step report's joins
+part_step_report() { python_part step_report step_report_test.py 5; }
 
 # the NumPy emulations of kernels' index math (hybrid and Quest scoring, INT2 v2), each a test that
 # passes when every shape is within its tolerance (skipped, and said so, without a python3 with numpy:
@@ -111,21 +115,8 @@ part_emulate() {
     echo "$p $f 0" >"$counts"
 }
 
-# the round index's reading of the sanitizers' verdicts (stdlib python3)
-part_round_index() {
-    local out p f
-    if command -v python3 >/dev/null; then
-        out=$(python3 "$here/round_index_test.py" 2>&1)
-        printf '%s\n' "$out"
-        p=$(grep -oE '^round_index: [0-9]+ passed' <<<"$out" | grep -oE '[0-9]+')
-        f=$(grep -oE '^round_index: [0-9]+ passed, [0-9]+ failed' <<<"$out" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
-        [ -n "$p" ] || { p=0; f=1; echo "round_index tests did not report"; }
-        echo "$p ${f:-1} 0" >"$counts"
-    else
-        echo "round_index tests: no python3, 4 skipped"
-        echo "0 0 4" >"$counts"
-    fi
-}
+# the round index's reading of the sanitizers' verdicts
+part_round_index() { python_part round_index round_index_test.py 4; }
 
 # make plots: plot_report.py's rows and values on a committed fixture, and plots.gp where gnuplot is
 # installed (its test counts as skipped, and says so, where it is not)

@@ -26,6 +26,14 @@ int kvb_step_init(kvb_step *p, const char *name, cudaStream_t s0, cudaStream_t s
 
 void kvb_step_set_side2(kvb_step *p, cudaStream_t s2) { p->s[2] = s2 ? s2 : p->s[1]; }
 
+/* Whether a stage runs on stream s (a side stream may serve both side indices). */
+static int stream_used(const kvb_step *p, cudaStream_t s)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->s[p->st[i].stream] == s) return 1;
+    return 0;
+}
+
 /* The last stage on stream index k, or -1. */
 static int last_on(const kvb_step *p, int k)
 {
@@ -101,8 +109,7 @@ int kvb_step_enqueue(kvb_step *p)
     const int two = p->s[1] != p->s[0] || p->s[2] != p->s[0];
     if (two) TRY(cudaEventRecord(p->fork, p->s[0]));
     for (int k = 1; k < KVB_STEP_STREAMS; k++) /* each side stream a stage uses, once (a capture joins them all) */
-        if (p->s[k] != p->s[0] && (last_on(p, k) >= 0 || (k == 1 && last_on(p, 2) >= 0 && p->s[2] == p->s[1])) &&
-            !(k == 2 && p->s[2] == p->s[1]))
+        if (p->s[k] != p->s[0] && !(k == 2 && p->s[2] == p->s[1]) && stream_used(p, p->s[k]))
             TRY(cudaStreamWaitEvent(p->s[k], p->fork, 0));
     for (int i = 0; i < p->n; i++) {
         kvb_stage *s = &p->st[i];
