@@ -36,6 +36,8 @@ static int call(const gather_layout *g, int Sx, int r, int max_pos, rope_kind ro
 static void test_api_rejects_before_launch(void **state)
 {
     (void)state;
+    assert_int_equal(batch_gemm_rotary_clear_bad(NULL, 0), KVB_EINVAL);
+    assert_error_mentions("batch_gemm_rotary_clear_bad: bad is NULL");
     gather_layout g = layout();
     assert_int_equal(call(&g, S, 0, S, ROPE_LLAMA), KVB_EINVAL);
     assert_error_mentions("batch_gemm_rotary: r=0 out of range [1, 1024]");

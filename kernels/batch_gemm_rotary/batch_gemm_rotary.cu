@@ -463,6 +463,16 @@ extern "C" int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const in
     return g->D == 64 ? launch_by_rank<64, ROPE_GLM>(a, n_bh, stream) : launch_by_rank<128, ROPE_GLM>(a, n_bh, stream);
 }
 
+__global__ void clear_bad_kernel(int32_t *bad) { *bad = 0; }
+
+extern "C" int batch_gemm_rotary_clear_bad(int32_t *bad, cudaStream_t stream)
+{
+    if (!bad) return kvb_fail(KVB_EINVAL, "batch_gemm_rotary_clear_bad: bad is NULL");
+    clear_bad_kernel<<<1, 1, 0, stream>>>(bad);
+    CUDA_TRY(cudaGetLastError());
+    return KVB_OK;
+}
+
 extern "C" size_t batch_gemm_rotary_composed_workspace_bytes(const gather_layout *g, int r)
 {
     if (!g || r < 1) return 0;

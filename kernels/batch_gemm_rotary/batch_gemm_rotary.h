@@ -41,6 +41,10 @@ int batch_gemm_rotary(const kvb_bf16 *U, const kvb_bf16 *SV, const int32_t *ids,
                       const kvb_bf16 *cos_sin, const gather_layout *g, int S, int r, int max_pos, rope_kind rope,
                       kvb_bf16 *Kbuf, int32_t *bad, cudaStream_t stream);
 
+/* *bad = 0 by a one-thread kernel on `stream`: in a CUDA graph a memset node held the kernel node after
+ * it 12-53 us on the H200 (kernels/step/NOTES.md), a kernel node does not. bad must not be NULL. */
+int batch_gemm_rotary_clear_bad(int32_t *bad, cudaStream_t stream);
+
 /* The composed peer (ShadowKV's own structure): a kernel gathers the miss tokens' U rows into a
  * contiguous buffer (M*c rows per (b, h)), cuBLAS multiplies each (b, h) batch with its SV
  * (cublasGemmStridedBatchedEx: bf16 in, fp32 compute, fp32 out so that the keys are rounded once, as

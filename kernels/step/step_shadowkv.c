@@ -117,11 +117,10 @@ static int stage_score(void *ctx, cudaStream_t s)
     const shadowkv_path *p = c->p;
     const shadowkv_step_shape *sh = &p->sh;
     const int64_t b0 = c->b0, lm_rows = b0 * sh->Hkv * sh->L.Lm;
-    /* bad collects this step's flags (batch_gemm_rotary's); zeroed before the first chunk's scoring, where
-     * the memset runs ahead of any fetch: graphed beside two fetches over the link, the same memset and
-     * the kernel after it each started ~50 us late */
-    if (b0 == 0 && cudaMemsetAsync(p->b.bad, 0, sizeof *p->b.bad, s) != cudaSuccess)
-        return kvb_fail(KVB_EDEVICE, "shadowkv step: zeroing the bad-id flag: %s", cudaGetErrorString(cudaGetLastError()));
+    /* bad collects this step's flags (batch_gemm_rotary's); zeroed before the first chunk's scoring, ahead
+     * of any fetch, by a kernel: a memset node held the graph's next kernel 12-53 us */
+    int rc = b0 == 0 ? batch_gemm_rotary_clear_bad(p->b.bad, s) : KVB_OK;
+    if (rc) return rc;
     /* the chunks run in order on stream 0, so they share the scoring workspace */
     const lms_args a = {p->q + b0 * sh->Hq * sh->D, p->b.landmarks + lm_rows * sh->D, p->b.landmark_idx + lm_rows,
                         p->b.chunks + b0 * sh->Hkv * sh->L.g.M, p->b.m + lm_rows, p->b.ws_score, p->ws_score_bytes};
