@@ -1,32 +1,32 @@
 # written by harness/report/plot_report.py with plot.dat; loaded by harness/report/plots.gp
 gpu = "NVIDIA H200"
-runs = "bench 8bbd05d 2026-12-02 00:17"
+runs = "bench 5f88a19 2026-12-02 01:09"
 array run_lines[1]
-run_lines[1] = "bench 8bbd05d 2026-12-02 00:17"
+run_lines[1] = "bench 5f88a19 2026-12-02 01:09"
 n_cases = 98
-max_pct = 98.04
+max_pct = 97.94
 n_over = 0
 n_skipped = 2
 n_panels = 6
 array panel_title[6]
 array panel_rows[6]
 array panel_cols[6]
-panel_title[1] = "device read (measured: read 4549 GB/s)"
+panel_title[1] = "device read (measured: read 4555 GB/s)"
 panel_rows[1] = 63
 panel_cols[1] = "6 7 8 9 10 11 12 16 17 18"
-panel_title[2] = "bf16 matrix rate (measured: GEMM 802 TFLOP/s)"
+panel_title[2] = "bf16 matrix rate (measured: GEMM 792 TFLOP/s)"
 panel_rows[2] = 2
 panel_cols[2] = "13 19 20"
-panel_title[3] = "pinned H2D copy (measured: H2D 54 GB/s)"
+panel_title[3] = "pinned H2D copy (measured: H2D 52 GB/s)"
 panel_rows[3] = 3
 panel_cols[3] = "14 15"
-panel_title[4] = "device copy (measured: copy 4287 GB/s)"
+panel_title[4] = "device copy (measured: copy 4290 GB/s)"
 panel_rows[4] = 3
 panel_cols[4] = "7"
-panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4549 GB/s)"
+panel_title[5] = "decode_step: whole steps, device read bound (measured: read 4555 GB/s)"
 panel_rows[5] = 23
 panel_cols[5] = "21 22 23"
-panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4549 GB/s, H2D 54 GB/s)"
+panel_title[6] = "decode_step: whole steps, device read, pinned H2D overlapped bound (measured: read 4555 GB/s, H2D 52 GB/s)"
 panel_rows[6] = 4
 panel_cols[6] = ""
 n_cols = 18
