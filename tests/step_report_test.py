@@ -26,9 +26,9 @@ def case(method, B, ctx, median, ceiling, **extra):
     return b
 
 
-def write(path, cases):
+def write(path, cases, **context):
     with open(path, "w") as f:
-        json.dump({"context": {"gpu": "TEST GPU"}, "benchmarks": cases}, f)
+        json.dump({"context": dict(gpu="TEST GPU", **context), "benchmarks": cases}, f)
 
 
 def report(files, outdir):
@@ -58,22 +58,22 @@ def test_shadowkv_joins_dense_at_its_largest_batch_in_its_run(tmp):
         case("shadowkv", 48, 61440, 1000.0, 500.0, budget=1024, max_batch_host=33),
         case("dense", 8, 61440, 900.0, 800.0, max_batch_device=16),
         case("dense", 16, 61440, 1000.0, 900.0, max_batch_device=16),
-    ])
+    ], ceiling_h2d_memcpy_GBps="51.6")
     write(os.path.join(tmp, "run2_bench.json"), [
         case("dense", 16, 61440, 500.0, 450.0, max_batch_device=16),
         case("shadowkv", 24, 124928, 1000.0, 500.0, budget=2048),  # no dense at its largest batch here
         case("dense", 4, 124928, 800.0, 700.0, max_batch_device=8),
-    ])
+    ], ceiling_h2d_memcpy_GBps="40.0")
     # run2 first: a join that ignored runs would find its dense before run1's
     text = report([os.path.join(tmp, "run2_bench.json"), os.path.join(tmp, "run1_bench.json")], tmp)
     rows = rows_after(text, "## ShadowKV against dense")
     assert len(rows) == 1, rows
     r = rows[0]
-    # run ctx budget sB s_us dB dmax d_us ratio s_bound d_bound bound_ratio pct host goal met
+    # run ctx budget sB s_us dB dmax d_us ratio s_bound d_bound bound_ratio pct host h2d goal met
     assert r[0] == "run1" and r[1] == "60K" and r[3] == "48" and r[5] == "16", r
     assert r[8] == "3.00", r  # (48 / 1000) / (16 / 1000)
     assert r[11] == "5.40", r  # (48 / 500) / (16 / 900)
-    assert r[13] == "33" and r[14] == ">= 3x" and r[15] == "yes", r
+    assert r[13] == "33" and r[14] == "51.6" and r[15] == ">= 3x" and r[16] == "yes", r  # run1's own link rate
 
 
 def test_omnikv_composed_within_a_run(tmp):

@@ -113,6 +113,7 @@ def load_cases(doc, run=""):
         order, stages = fold_chunks(order, {s: b[STAGE_PREFIX + s] for s in order})
         cases.append({
             "run": run,
+            "h2d_GBps": float(doc.get("context", {}).get("ceiling_h2d_memcpy_GBps") or 0) or None,
             "b": b,
             "params": params,
             "method": params.get("method", "?"),
@@ -434,7 +435,8 @@ def shadowkv_rows(cases):
                     [ctx_k(p["ctx"]), p.get("budget", ""), Bs, us(ts), Bd,
                      "%d" % db["max_batch_device"] if "max_batch_device" in db else "–", us(td), ratio(thr),
                      us(cs), us(cd), ratio(bound), "%.1f%%" % (100 * thr / bound) if thr and bound else "–",
-                     "%d" % b["max_batch_host"] if "max_batch_host" in b else "–", goal, met])
+                     "%d" % b["max_batch_host"] if "max_batch_host" in b else "–",
+                     "%.1f" % c["h2d_GBps"] if c.get("h2d_GBps") else "–", goal, met])
     return rows
 
 
@@ -524,10 +526,12 @@ def write_tables(path, src, ctx, cases, linear=()):
                 "without one in the run, no row), one block each, same run. Throughput: B / step time. Bound ratio: the same "
                 "with each step's bound. Goal (kernels/step/NOTES.md): >= 3x where the bound ratio allows it, otherwise >= 90% "
                 "of the bound ratio. max batch on host: ShadowKV's pinned values for every layer in this "
-                "machine's memory.", "",
+                "machine's memory. pinned H2D: the run's pinned host-to-device copy ceiling, the link ShadowKV's fetch "
+                "rides (its rate moves between machines, and the throughput ratio with it).", "",
                 md_table(run_col + ["ctx", "budget", "shadowkv B", "shadowkv us", "dense B", "dense max B",
                                     "dense us", "throughput ratio", "shadowkv bound us", "dense bound us",
-                                    "bound ratio", "% of bound ratio", "shadowkv max B on host", "goal", "met"],
+                                    "bound ratio", "% of bound ratio", "shadowkv max B on host", "pinned H2D GB/s", "goal",
+                                    "met"],
                          skv), ""]
 
     fixed = fixed_part_rows([c for c in cases if not multi_run(cases) or c["run"] == cases[0]["run"]], ctx)
